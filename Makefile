@@ -1,0 +1,47 @@
+# Two commands for a new user: `make demo` (set up, run the pipeline) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.grpoflow-installed
+PARAMS ?= params/default.yaml
+
+# Nothing may phone home: Prefect, MLflow, DVC and the Hugging Face hub are all told so.
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export MLFLOW_DISABLE_TELEMETRY := true
+export DO_NOT_TRACK := 1
+export DVC_NO_ANALYTICS := 1
+export HF_HUB_OFFLINE := 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: setup demo test test-all bench ui clean
+
+setup: $(STAMP)
+
+# Re-installs only when pyproject.toml changes. torch comes first, pinned to the CPU build.
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $@
+
+demo: setup
+	$(PY) -m flows.pipeline --params $(PARAMS)
+
+test: setup
+	$(PY) -m pytest
+
+test-all: setup
+	$(PY) -m pytest -m "not gpu"
+
+bench: setup
+	$(PY) -m benchmarks
+
+ui: setup
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
+
+clean:
+	rm -rf data/prepared metrics/*.json mlruns mlartifacts mlflow.db .cache

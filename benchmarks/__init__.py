@@ -1,0 +1,1 @@
+"""Speed and memory measurements, each a ratio against a reference measured in the same run."""

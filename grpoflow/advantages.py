@@ -1,0 +1,112 @@
+"""Advantage estimators: GRPO's group-relative advantage and PPO's GAE.
+
+GRPO (Shao et al. 2024, "DeepSeekMath", eq. 3 and section 4.1.2) replaces the critic with
+group statistics: for the G completions of one prompt, ``A_i = (r_i - mean(r)) / std(r)``.
+GAE (Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage
+Estimation", eq. 16) is the critic-based estimator that the PPO baseline uses.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+Scale = Literal["group", "batch", "none"]
+
+
+def _check_rewards(rewards: torch.Tensor, group_size: int) -> None:
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D (one reward per completion), got shape {tuple(rewards.shape)}")
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2 (a group of one has no relative signal), got {group_size}")
+    if rewards.numel() % group_size != 0:
+        raise ValueError(
+            f"len(rewards)={rewards.numel()} is not divisible by group_size={group_size}: "
+            "rewards must be ordered group by group, G completions per prompt"
+        )
+    if not torch.isfinite(rewards).all():
+        bad = torch.nonzero(~torch.isfinite(rewards)).flatten().tolist()
+        raise ValueError(f"rewards contain non-finite values at positions {bad[:10]}")
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    group_size: int,
+    *,
+    scale: Scale = "group",
+    ddof: int = 0,
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    """Group-relative advantages, one per completion.
+
+    Args:
+        rewards: 1-D tensor ordered group by group (G completions of prompt 0, then prompt 1, ...).
+        group_size: G, the completions per prompt.
+        scale: ``"group"`` divides by each group's std (DeepSeekMath); ``"batch"`` divides by
+            the std of all rewards in the batch (the mean is still per group); ``"none"`` only
+            subtracts the group mean (Dr. GRPO, Liu et al. 2025).
+        ddof: 0 for the population std (the spec's formula), 1 for Bessel's correction
+            (TRL, verl).
+        eps: added to the std so that a group of identical rewards gets advantage 0.
+    """
+    if scale not in ("group", "batch", "none"):
+        raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
+    if ddof not in (0, 1):
+        raise ValueError(f"ddof must be 0 or 1, got {ddof}")
+    _check_rewards(rewards, group_size)
+    r = rewards.to(torch.float64).view(-1, group_size)
+    centered = r - r.mean(dim=1, keepdim=True)
+    if scale == "group":
+        centered = centered / (r.std(dim=1, correction=ddof, keepdim=True) + eps)
+    elif scale == "batch":
+        centered = centered / (r.flatten().std(correction=ddof) + eps)
+    return centered.flatten().to(rewards.dtype if rewards.is_floating_point() else torch.float32)
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over completion tokens.
+
+    ``delta_t = r_t + gamma * V_{t+1} - V_t`` and ``A_t = delta_t + gamma * lam * A_{t+1}``,
+    where ``V`` and ``A`` beyond the last unmasked token are 0 (the episode ends there).
+
+    Args:
+        rewards, values, mask: ``(N, T)`` token-level rewards, critic values, 0/1 mask.
+    Returns:
+        ``(advantages, returns)``, both ``(N, T)``, zero where ``mask`` is 0;
+        ``returns = advantages + values`` are the critic's regression targets.
+    """
+    if not (rewards.shape == values.shape == mask.shape) or rewards.dim() != 2:
+        raise ValueError(
+            f"rewards, values and mask must share one (N, T) shape, got "
+            f"{tuple(rewards.shape)}, {tuple(values.shape)}, {tuple(mask.shape)}"
+        )
+    m = mask.to(values.dtype)
+    advantages = torch.zeros_like(values)
+    next_value = torch.zeros_like(values[:, 0])
+    next_adv = torch.zeros_like(values[:, 0])
+    for t in reversed(range(values.shape[1])):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        adv_t = (delta + gamma * lam * next_adv) * m[:, t]
+        advantages[:, t] = adv_t
+        # A masked position ends the episode for the tokens before it.
+        next_value = values[:, t] * m[:, t]
+        next_adv = adv_t
+    returns = (advantages + values) * m
+    return advantages, returns
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Normalise ``x`` to zero mean and unit variance over the unmasked entries."""
+    m = mask.to(x.dtype)
+    n = m.sum().clamp(min=1)
+    mean = (x * m).sum() / n
+    var = (((x - mean) * m) ** 2).sum() / n
+    return (x - mean) * torch.rsqrt(var + eps) * m

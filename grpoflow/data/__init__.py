@@ -1,0 +1,1 @@
+"""Data: synthetic generation, normalisation, splitting."""

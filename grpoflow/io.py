@@ -1,0 +1,81 @@
+"""File I/O with two guarantees: writes are atomic, and content is hashed the same way everywhere."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_write(path: str | Path, mode: str = "w") -> Iterator[Any]:
+    """Write to a temporary file beside ``path`` and rename it into place on success.
+
+    An interrupted stage leaves either the old file or none, never a half-written one that
+    DVC or a later stage would take for complete.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
+        with os.fdopen(fd, mode) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> int:
+    """Write one JSON object per line, atomically; returns the row count."""
+    n = 0
+    with atomic_write(path) as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    with atomic_write(path) as fh:
+        json.dump(obj, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
+def sha256_paths(paths: Iterable[str | Path], root: str | Path | None = None) -> str:
+    """One digest over files and directories (recursively), independent of listing order.
+
+    Each file contributes its path (relative to ``root`` when given) and its bytes, so a
+    rename changes the digest as well as an edit.
+    """
+    files: list[tuple[str, Path]] = []
+    for p in map(Path, paths):
+        found = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        for f in found:
+            if "__pycache__" in f.parts:
+                continue
+            name = f.relative_to(root).as_posix() if root else f.as_posix()
+            files.append((name, f))
+    h = hashlib.sha256()
+    for name, f in sorted(files):
+        h.update(name.encode() + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()

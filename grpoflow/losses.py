@@ -1,0 +1,122 @@
+"""The GRPO objective: PPO's clipped surrogate with group-relative advantages and a KL penalty.
+
+Per token (DeepSeekMath, Shao et al. 2024, eq. 3):
+
+    ratio   = exp(logp - old_logp)
+    surr    = min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)
+    k3      = exp(ref_logp - logp) - (ref_logp - logp) - 1      (Schulman's unbiased KL estimator)
+    loss_t  = -surr + beta * k3
+
+``eps_high > eps_low`` is DAPO's "clip-higher" (Yu et al. 2025). Aggregation over tokens:
+``grpo`` (mean over each sequence, then over sequences; DeepSeekMath), ``bnpo`` (mean over all
+unmasked tokens in the batch; DAPO's token-level loss) and ``dr_grpo`` (sum over tokens divided by
+N x T, a constant; Liu et al. 2025).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+RatioLevel = Literal["token", "sequence"]
+Aggregation = Literal["grpo", "bnpo", "dr_grpo"]
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    if dim is None:
+        return (x * mask).sum() / mask.sum().clamp(min=1)
+    return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1)
+
+
+def _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level, aggregation, clip_eps):
+    shape = tuple(logp.shape)
+    if logp.dim() != 2:
+        raise ValueError(f"logp must be (N, T), got shape {shape}")
+    for name, t in (("old_logp", old_logp), ("mask", mask)):
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have logp's shape {shape}, got {tuple(t.shape)}")
+    if beta > 0:
+        if ref_logp is None:
+            raise ValueError("ref_logp is required when beta > 0 (the KL penalty needs the reference)")
+        if tuple(ref_logp.shape) != shape:
+            raise ValueError(f"ref_logp must have logp's shape {shape}, got {tuple(ref_logp.shape)}")
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, got {beta}")
+    if tuple(advantages.shape) != (shape[0],):
+        raise ValueError(f"advantages must be ({shape[0]},), one per sequence, got {tuple(advantages.shape)}")
+    if ratio_level not in ("token", "sequence"):
+        raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
+    if aggregation not in ("grpo", "bnpo", "dr_grpo"):
+        raise ValueError(f"aggregation must be 'grpo', 'bnpo' or 'dr_grpo', got {aggregation!r}")
+    if not clip_eps > 0:
+        raise ValueError(f"clip_eps must be > 0, got {clip_eps}")
+
+
+def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: Aggregation) -> torch.Tensor:
+    if aggregation == "grpo":
+        return _masked_mean(per_token, mask, dim=1).mean()
+    if aggregation == "bnpo":
+        return _masked_mean(per_token, mask)
+    return (per_token * mask).sum() / per_token.numel()
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token ``KL(pi || pi_ref)`` estimate ``exp(ref - logp) - (ref - logp) - 1`` (always >= 0)."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    beta: float = 0.04,
+    ratio_level: RatioLevel = "token",
+    aggregation: Aggregation = "grpo",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The GRPO loss to minimise, and diagnostics.
+
+    Args:
+        logp: ``(N, T)`` per-token log-probs of the completions under the policy being trained.
+        old_logp: same, under the policy that sampled them (no gradient flows through it).
+        ref_logp: same, under the frozen reference; may be ``None`` when ``beta == 0``.
+        advantages: ``(N,)``, one per completion, broadcast over its tokens.
+        mask: ``(N, T)`` 0/1, 1 on completion tokens that count.
+        clip_eps, clip_eps_high: the clip range is ``[1 - clip_eps, 1 + (clip_eps_high or clip_eps)]``.
+        beta: weight of the KL penalty; at 0 the term is left out entirely.
+        ratio_level: ``"token"`` (one ratio per token) or ``"sequence"`` (``exp`` of the masked mean
+            of the token log-ratio, broadcast over the sequence; GSPO-style length-normalised).
+        aggregation: ``"grpo"``, ``"bnpo"`` or ``"dr_grpo"`` (see the module docstring).
+    Returns:
+        ``(loss, metrics)`` with metrics ``kl`` (when beta > 0), ``clip_ratio``, ``ratio_mean``.
+    """
+    _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level, aggregation, clip_eps)
+    keep = mask.bool()
+    m = keep.to(logp.dtype)
+    # Zero the padding first: it may hold inf/NaN log-probs, and inf * 0 is NaN (in the
+    # forward pass and in torch.where's backward alike).
+    zeros = torch.zeros_like(logp)
+    lp = torch.where(keep, logp, zeros)
+    log_ratio = lp - torch.where(keep, old_logp.detach(), zeros)
+    if ratio_level == "sequence":
+        log_ratio = _masked_mean(log_ratio, m, dim=1).unsqueeze(1).expand_as(logp)
+    ratio = torch.exp(log_ratio)
+    adv = advantages.detach().to(logp.dtype).unsqueeze(1)
+    low, high = 1.0 - clip_eps, 1.0 + (clip_eps if clip_eps_high is None else clip_eps_high)
+    per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, low, high) * adv)
+    metrics: dict[str, float] = {}
+    if beta > 0:
+        kl = kl_k3(lp, torch.where(keep, ref_logp.detach(), zeros))
+        per_token = per_token + beta * kl
+        metrics["kl"] = _masked_mean(kl.detach(), m).item()
+    loss = _aggregate(per_token, m, aggregation)
+    clipped = ((ratio < low) & (adv < 0)) | ((ratio > high) & (adv > 0))
+    metrics["clip_ratio"] = _masked_mean(clipped.to(logp.dtype), m).item()
+    metrics["ratio_mean"] = _masked_mean(ratio.detach(), m).item()
+    return loss, metrics

@@ -1,0 +1,16 @@
+"""Pipeline stages as CLIs (``python -m tasks.<stage>``): I/O, tracking and wiring, no algorithms.
+
+Importing this package turns off every tool's telemetry before any of them is imported: nothing
+in a run may try to reach the internet.
+"""
+
+import os
+
+for _key, _value in {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "1",
+    "DVC_NO_ANALYTICS": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+}.items():
+    os.environ.setdefault(_key, _value)

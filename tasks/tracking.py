@@ -1,0 +1,110 @@
+"""MLflow tracking shared by every stage: one experiment per parameter set, one parent run per
+pipeline run, one child run per stage, each tagged with what reproduces it.
+
+The pipeline flow opens the parent run and hands its id to the stages through
+``GRPOFLOW_PARENT_RUN_ID``; a stage run by hand or by ``dvc repro`` alone is a top-level run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import mlflow
+
+from grpoflow.config import Params
+from grpoflow.io import sha256_paths
+from grpoflow.provenance import code_hash, git_commit
+
+PARENT_ENV = "GRPOFLOW_PARENT_RUN_ID"
+FLOW_RUN_ENV = "GRPOFLOW_FLOW_RUN_ID"
+VERIFIER_CODE = ("verifiers",)
+
+
+def tracking_uri() -> str:
+    """``MLFLOW_TRACKING_URI`` when set, else the project's SQLite store at the working dir."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def use_experiment(params: Params) -> str:
+    mlflow.set_tracking_uri(tracking_uri())
+    experiment = mlflow.set_experiment(params.mlflow_experiment)
+    return experiment.experiment_id
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{key}."))
+        else:
+            out[key] = v
+    return out
+
+
+def numeric_metrics(d: dict[str, Any]) -> dict[str, float]:
+    """The numbers of a (nested) metrics dict, with dotted keys; MLflow takes nothing else."""
+    return {
+        k: float(v)
+        for k, v in flatten(d).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+
+
+def provenance_tags(params: Params, params_file: str) -> dict[str, str]:
+    commit, dirty = git_commit()
+    return {
+        "git_commit": commit,
+        "git_dirty": str(dirty).lower(),
+        "params_file": params_file,
+        "params_hash": sha256_paths([params_file]) if Path(params_file).is_file() else "none",
+        "seed": str(params.experiment.seed),
+        "verifier_hash": code_hash(*VERIFIER_CODE),
+        "prefect_flow_run_id": os.environ.get(FLOW_RUN_ENV, "none"),
+    }
+
+
+@contextmanager
+def _run(
+    stage: str, params: Params, params_file: str, parent: str | None, run_name: str | None = None, **tags: str
+) -> Iterator[mlflow.ActiveRun]:
+    use_experiment(params)
+    all_tags = {**provenance_tags(params, params_file), "grpoflow.stage": stage, **tags}
+    with mlflow.start_run(run_name=run_name or stage, parent_run_id=parent, nested=parent is not None, tags=all_tags) as run:
+        mlflow.log_params(flatten(params.model_dump(mode="json")))
+        yield run
+
+
+@contextmanager
+def stage_run(stage: str, params: Params, params_file: str) -> Iterator[mlflow.ActiveRun]:
+    """An MLflow run for one stage, nested under the pipeline's parent run when there is one."""
+    start = time.perf_counter()
+    with _run(stage, params, params_file, os.environ.get(PARENT_ENV) or None) as run:
+        yield run
+        mlflow.log_metric("stage_seconds", time.perf_counter() - start)
+
+
+def pipeline_run(params: Params, params_file: str, run_name: str, flow_run_id: str):
+    """The parent run of one pipeline run; children attach to it through ``PARENT_ENV``."""
+    return _run("pipeline", params, params_file, None, run_name=run_name, prefect_flow_run_id=flow_run_id)
+
+
+def log_cached_stage(
+    stage: str, params: Params, params_file: str, parent_run_id: str, flow_run_id: str, metrics_files: list[str]
+) -> str:
+    """A child run for a stage DVC skipped: its metrics are read back from the cached outputs.
+
+    Keeps every pipeline run's tree complete in the UI, marked ``dvc_cached=true``.
+    """
+    tags = {"dvc_cached": "true", "prefect_flow_run_id": flow_run_id}
+    with _run(stage, params, params_file, parent_run_id, **tags) as run:
+        for path in metrics_files:
+            if Path(path).is_file():
+                mlflow.log_metrics(numeric_metrics(json.loads(Path(path).read_text())))
+                mlflow.log_artifact(path)
+        return run.info.run_id

@@ -1,0 +1,142 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grpoflow.advantages import gae, group_advantages, masked_whiten
+
+R = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0])
+
+
+def close(a, b, tol=1e-4):
+    return torch.allclose(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64), atol=tol)
+
+
+def test_group_scale_population_std_hand_computed():
+    adv = group_advantages(R, 4, eps=0.0)
+    s = 0.25 / math.sqrt(0.75 * 0.25)
+    assert close(adv, [1, -1, -1, 1, s, s, s, -3 * s])
+
+
+def test_group_scale_bessel_std_hand_computed():
+    adv = group_advantages(R, 4, ddof=1, eps=0.0)
+    a = 0.5 / math.sqrt(1 / 3)
+    b = 0.25 / math.sqrt(0.25)  # group 2: sample std = sqrt(0.75/3) = 0.5
+    assert close(adv, [a, -a, -a, a, b, b, b, -3 * b])
+
+
+def test_batch_scale_uses_batch_std_but_group_mean():
+    adv = group_advantages(R, 4, scale="batch", eps=0.0)
+    std = math.sqrt(0.625 * 0.375)
+    assert close(adv, torch.tensor([0.5, -0.5, -0.5, 0.5, 0.25, 0.25, 0.25, -0.75]) / std)
+
+
+def test_none_scale_is_dr_grpo_centering():
+    assert close(group_advantages(R, 4, scale="none"), [0.5, -0.5, -0.5, 0.5, 0.25, 0.25, 0.25, -0.75])
+
+
+def test_identical_rewards_give_zero_advantage():
+    assert close(group_advantages(torch.ones(6), 3), torch.zeros(6))
+
+
+def test_eps_bounds_the_scale():
+    adv = group_advantages(torch.tensor([0.0, 1.0]), 2, eps=0.5)
+    assert close(adv, [-0.5, 0.5])  # std 0.5 + eps 0.5 = 1
+
+
+@pytest.mark.parametrize(
+    "rewards, g, message",
+    [
+        (torch.ones(5), 2, "not divisible"),
+        (torch.ones(4), 1, "group_size must be >= 2"),
+        (torch.tensor([1.0, float("nan")]), 2, "non-finite"),
+        (torch.tensor([1.0, float("inf")]), 2, "non-finite"),
+        (torch.ones(2, 2), 2, "1-D"),
+    ],
+)
+def test_bad_rewards_raise_clear_errors(rewards, g, message):
+    with pytest.raises(ValueError, match=message):
+        group_advantages(rewards, g)
+
+
+def test_bad_options_raise():
+    with pytest.raises(ValueError, match="scale"):
+        group_advantages(R, 4, scale="groups")
+    with pytest.raises(ValueError, match="ddof"):
+        group_advantages(R, 4, ddof=2)
+
+
+rewards_st = st.integers(2, 8).flatmap(
+    lambda g: st.tuples(
+        st.just(g),
+        st.integers(1, 6).flatmap(
+            lambda n: st.lists(st.floats(-100, 100, allow_nan=False), min_size=n * g, max_size=n * g)
+        ),
+    )
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rewards_st, st.sampled_from(["group", "batch", "none"]), st.sampled_from([0, 1]))
+def test_group_mean_of_advantages_is_zero(gr, scale, ddof):
+    g, values = gr
+    adv = group_advantages(torch.tensor(values, dtype=torch.float64), g, scale=scale, ddof=ddof)
+    assert torch.allclose(adv.view(-1, g).mean(1), torch.zeros(len(values) // g, dtype=torch.float64), atol=1e-6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rewards_st, st.floats(0.1, 50), st.floats(-50, 50))
+def test_group_scale_is_invariant_to_affine_reward_changes(gr, a, b):
+    g, values = gr
+    r = torch.tensor(values, dtype=torch.float64)
+    spread = r.view(-1, g).std(1, correction=0)
+    if (spread < 1e-3).any():  # eps dominates degenerate groups; invariance holds where std >> eps
+        return
+    base = group_advantages(r, g, eps=1e-12)
+    moved = group_advantages(a * r + b, g, eps=1e-12)
+    assert torch.allclose(base, moved, atol=1e-6)
+
+
+def test_gae_hand_computed():
+    adv, ret = gae(torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.5, 0.6, 0.7]]), torch.ones(1, 3), gamma=1.0, lam=0.5)
+    assert close(adv, [[0.225, 0.25, 0.3]])
+    assert close(ret, [[0.725, 0.85, 1.0]])
+
+
+def test_gae_stops_at_the_mask_and_ignores_padding_values():
+    adv, ret = gae(
+        torch.tensor([[0.0, 1.0, 0.0]]), torch.tensor([[0.5, 0.6, 9.0]]), torch.tensor([[1.0, 1.0, 0.0]]), lam=0.5
+    )
+    assert close(adv, [[0.3, 0.4, 0.0]])
+    assert close(ret, [[0.8, 1.0, 0.0]])
+
+
+def test_gae_gamma_discounts():
+    adv, _ = gae(torch.tensor([[0.0, 1.0]]), torch.zeros(1, 2), torch.ones(1, 2), gamma=0.5, lam=1.0)
+    assert close(adv, [[0.5, 1.0]])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 8), st.data())
+def test_gae_with_lambda_one_returns_monte_carlo_returns(n, t, data):
+    floats = st.floats(-10, 10, allow_nan=False)
+    rewards = torch.tensor(data.draw(st.lists(floats, min_size=n * t, max_size=n * t)), dtype=torch.float64).view(n, t)
+    values = torch.tensor(data.draw(st.lists(floats, min_size=n * t, max_size=n * t)), dtype=torch.float64).view(n, t)
+    _, returns = gae(rewards, values, torch.ones(n, t, dtype=torch.float64), gamma=1.0, lam=1.0)
+    mc = rewards.flip(1).cumsum(1).flip(1)
+    assert torch.allclose(returns, mc, atol=1e-9)
+
+
+def test_gae_shape_mismatch_raises():
+    with pytest.raises(ValueError, match="share one"):
+        gae(torch.zeros(1, 3), torch.zeros(1, 2), torch.ones(1, 3))
+
+
+def test_masked_whiten_zero_mean_unit_var_on_mask():
+    x = torch.tensor([[1.0, 2.0, 3.0, 100.0]])
+    m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    w = masked_whiten(x, m)
+    assert close(w[0, :3].mean(), 0.0) and close(w[0, :3].pow(2).mean(), 1.0, tol=1e-3)
+    assert w[0, 3] == 0

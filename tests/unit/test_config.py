@@ -1,0 +1,76 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grpoflow.config import ConfigError, Params, describe_schema, load_params, validate_params
+
+DEFAULT = Path(__file__).resolve().parents[2] / "params" / "default.yaml"
+
+
+def test_default_params_validate_and_match_the_schema_defaults_where_unset():
+    p = load_params(DEFAULT)
+    assert p.experiment.seed == 0
+    assert p.mlflow_experiment == "grpoflow-default"
+
+
+def test_every_field_is_documented():
+    undocumented = [key for key, _, desc in describe_schema() if not desc.strip()]
+    assert undocumented == []
+
+
+def test_misspelt_key_is_named_with_a_suggestion():
+    with pytest.raises(ConfigError) as exc:
+        validate_params({"data": {"synthetic": {"num_exmples": 10}}}, source="p.yaml")
+    msg = str(exc.value)
+    assert "p.yaml" in msg and "data.synthetic.num_exmples: unknown key" in msg and "num_examples" in msg
+
+
+def test_unknown_section_is_named():
+    with pytest.raises(ConfigError, match=r"grpo_typo: unknown key"):
+        validate_params({"grpo_typo": {}})
+
+
+def test_wrong_type_names_key_and_value():
+    with pytest.raises(ConfigError, match=r"experiment.seed: .*integer.*'zero'"):
+        validate_params({"experiment": {"seed": "zero"}})
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"data": {"split": {"train": 0.5, "val": 0.1, "test": 0.1}}}, "must be 1"),
+        ({"data": {"synthetic": {"min_ops": 3, "max_ops": 2}}}, "min_ops"),
+        ({"data": {"synthetic": {"ops": ["^"]}}}, r"data.synthetic.ops.0"),
+        ({"model": {"hidden_size": 100, "num_heads": 3}}, "divisible"),
+    ],
+)
+def test_impossible_combinations_are_errors(raw, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_params(raw)
+
+
+def test_overrides_are_validated(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump({"experiment": {"seed": 1}}))
+    assert load_params(f, {"experiment.seed": 7}).experiment.seed == 7
+    with pytest.raises(ConfigError, match="experiment.sed: unknown key"):
+        load_params(f, {"experiment.sed": 7})
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_params(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_params(bad)
+    top = tmp_path / "list.yaml"
+    top.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_params(top)
+
+
+def test_params_are_immutable():
+    with pytest.raises(Exception):
+        Params().experiment.seed = 3  # type: ignore[misc]

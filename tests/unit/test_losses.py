@@ -1,0 +1,155 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grpoflow.losses import grpo_loss, kl_k3
+
+RATIOS = torch.tensor([[1.5, 1.0, 0.5], [0.7, 1.1, 1.0]], dtype=torch.float64)
+MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=torch.float64)
+ADV = torch.tensor([1.0, -1.0], dtype=torch.float64)
+
+
+def inputs():
+    logp = RATIOS.log().clone().requires_grad_(True)
+    return logp, torch.zeros_like(RATIOS), MASK
+
+
+def test_token_level_hand_computed_all_aggregations():
+    # row 0 (A=+1): per-token losses -1.2 (clipped at 1.2), -1.0, -0.5; row 1 (A=-1): 0.8 (clipped), 1.1
+    expected = {"grpo": (-0.9 + 0.95) / 2, "bnpo": -0.8 / 5, "dr_grpo": -0.8 / 6}
+    for aggregation, value in expected.items():
+        logp, old, mask = inputs()
+        loss, metrics = grpo_loss(logp, old, None, ADV, mask, beta=0.0, aggregation=aggregation)
+        assert loss.item() == pytest.approx(value, abs=1e-9), aggregation
+        assert metrics["clip_ratio"] == pytest.approx(2 / 5)
+        assert metrics["ratio_mean"] == pytest.approx(4.8 / 5)
+        assert "kl" not in metrics
+
+
+def test_kl_penalty_hand_computed():
+    logp, old, mask = inputs()
+    ref = logp.detach().clone()
+    ref[0, 0] += math.log(2.0)  # k3 = 2 - ln 2 - 1 on one token, 0 elsewhere
+    k3 = 1 - math.log(2.0)
+    loss, metrics = grpo_loss(logp, old, ref, ADV, mask, beta=0.1)
+    assert loss.item() == pytest.approx(((-2.7 + 0.1 * k3) / 3 + 0.95) / 2, abs=1e-9)
+    assert metrics["kl"] == pytest.approx(k3 / 5)
+
+
+def test_sequence_level_ratio_hand_computed():
+    logp, old, mask = inputs()
+    loss, _ = grpo_loss(logp, old, None, ADV, mask, beta=0.0, ratio_level="sequence")
+    r0, r1 = 0.75 ** (1 / 3), 0.77**0.5  # exp of the masked mean log-ratio of each row
+    assert loss.item() == pytest.approx((-r0 + r1) / 2, abs=1e-9)
+
+
+def test_clip_higher_widens_only_the_upper_bound():
+    logp, old, mask = inputs()
+    loss, metrics = grpo_loss(logp, old, None, ADV, mask, beta=0.0, clip_eps_high=0.6)
+    # 1.5 is now inside [0.8, 1.6]: row 0 becomes (-1.5 - 1 - 0.5) / 3
+    assert loss.item() == pytest.approx((-1.0 + 0.95) / 2, abs=1e-9)
+    assert metrics["clip_ratio"] == pytest.approx(1 / 5)
+
+
+def test_gradient_is_zero_exactly_where_clipping_is_active():
+    logp, old, mask = inputs()
+    loss, _ = grpo_loss(logp, old, None, ADV, mask, beta=0.0)
+    loss.backward()
+    g = logp.grad
+    assert g[0, 0] == 0 and g[1, 0] == 0  # clipped: ratio 1.5 with A > 0, ratio 0.7 with A < 0
+    assert g[0, 1] != 0 and g[0, 2] != 0 and g[1, 1] != 0
+    assert g[1, 2] == 0  # masked
+
+
+def test_kl_estimator_is_nonnegative_and_zero_at_equality():
+    x = torch.linspace(-5, 5, 101)
+    assert (kl_k3(x, x.flip(0)) >= 0).all()
+    assert torch.equal(kl_k3(x, x), torch.zeros_like(x))
+
+
+def test_beta_zero_needs_no_reference_but_positive_beta_does():
+    logp, old, mask = inputs()
+    with pytest.raises(ValueError, match="ref_logp is required"):
+        grpo_loss(logp, old, None, ADV, mask, beta=0.04)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"ratio_level": "tokens"}, "ratio_level"),
+        ({"aggregation": "mean"}, "aggregation"),
+        ({"clip_eps": 0.0}, "clip_eps"),
+        ({"beta": -1.0}, "beta"),
+    ],
+)
+def test_bad_options_raise(kwargs, message):
+    logp, old, mask = inputs()
+    with pytest.raises(ValueError, match=message):
+        grpo_loss(logp, old, logp.detach(), ADV, mask, **kwargs)
+
+
+def test_shape_errors_name_the_tensor():
+    logp, old, mask = inputs()
+    with pytest.raises(ValueError, match="old_logp"):
+        grpo_loss(logp, old[:, :2], None, ADV, mask, beta=0.0)
+    with pytest.raises(ValueError, match="advantages"):
+        grpo_loss(logp, old, None, ADV[:1], mask, beta=0.0)
+
+
+@st.composite
+def batches(draw):
+    n, t = draw(st.integers(1, 5)), draw(st.integers(1, 7))
+    f = st.floats(-3, 0, allow_nan=False)
+    grid = lambda: torch.tensor(draw(st.lists(f, min_size=n * t, max_size=n * t)), dtype=torch.float64).view(n, t)
+    mask = torch.tensor(draw(st.lists(st.booleans(), min_size=n * t, max_size=n * t))).view(n, t)
+    mask[:, 0] = True  # every completion has at least one token
+    adv = torch.tensor(draw(st.lists(st.floats(-3, 3, allow_nan=False), min_size=n, max_size=n)), dtype=torch.float64)
+    return grid(), grid(), grid(), adv, mask.to(torch.float64)
+
+
+OPTIONS = st.tuples(st.sampled_from(["token", "sequence"]), st.sampled_from(["grpo", "bnpo", "dr_grpo"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches())
+def test_on_policy_without_kl_the_loss_is_minus_mean_advantage(b):
+    logp, _, _, adv, mask = b
+    for level in ("token", "sequence"):
+        loss, metrics = grpo_loss(logp, logp.clone(), None, adv, mask, beta=0.0, ratio_level=level)
+        assert loss.item() == pytest.approx(-adv.mean().item(), abs=1e-9)
+        assert metrics["clip_ratio"] == 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches(), OPTIONS, st.sampled_from([float("inf"), float("-inf"), float("nan"), 1e6]))
+def test_masked_tokens_never_change_the_loss_or_gradient(b, options, junk):
+    logp, old, ref, adv, mask = b
+    level, agg = options
+    dirty = [x.clone() for x in (logp, old, ref)]
+    for x in dirty:
+        x[mask == 0] = junk
+    results = []
+    for lp, o, r in ((logp, old, ref), tuple(dirty)):
+        lp = lp.clone().requires_grad_(True)
+        loss, _ = grpo_loss(lp, o, r, adv, mask, beta=0.04, ratio_level=level, aggregation=agg)
+        loss.backward()
+        results.append((loss.detach(), lp.grad * mask))
+    assert torch.isfinite(results[1][0])
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-9)
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches())
+def test_clipped_tokens_get_no_policy_gradient(b):
+    logp, old, _, adv, mask = b
+    lp = logp.clone().requires_grad_(True)
+    loss, _ = grpo_loss(lp, old, None, adv, mask, beta=0.0, aggregation="bnpo")
+    loss.backward()
+    ratio = (logp - old).exp()
+    a = adv.unsqueeze(1)
+    clipped = (((ratio < 0.8) & (a < 0)) | ((ratio > 1.2) & (a > 0))) & mask.bool()
+    assert (lp.grad[clipped] == 0).all()
