@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -61,11 +61,71 @@ class SplitConfig(_Section):
         return self
 
 
+class SourceConfig(_Section):
+    kind: Literal["synthetic", "file", "hub"] = Field(..., description="Generator, local file (JSONL/JSON/Parquet/CSV) or `datasets` hub name.")
+    name: str | None = Field(None, description="Label for ids and reports; defaults to 'synthetic', the file stem or the hub name.")
+    path: str | None = Field(None, description="File to read (kind: file).")
+    format: Literal["gsm8k", "math"] = Field("gsm8k", description="Row form: gsm8k (question/answer '#### n') or math (problem/solution \\boxed{}).")
+    hub_name: str | None = Field(None, description="Dataset name on the hub (kind: hub), e.g. openai/gsm8k.")
+    subset: str | None = Field(None, description="Hub dataset configuration, e.g. 'main' (kind: hub).")
+    split: str = Field("train", description="Hub dataset split to read (kind: hub).")
+    license: str | None = Field(None, description="Licence of the rows (SPDX id); required for file and hub sources.")
+    limit: int | None = Field(None, ge=1, description="Read at most this many rows (null: all).")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "SourceConfig":
+        if self.kind == "file" and not self.path:
+            raise ValueError("a file source needs 'path'")
+        if self.kind == "hub" and not self.hub_name:
+            raise ValueError("a hub source needs 'hub_name'")
+        if self.kind != "synthetic" and not self.license:
+            raise ValueError(f"a {self.kind} source needs 'license' (record where the rows come from)")
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        if self.kind == "file":
+            return Path(self.path or "").stem
+        return self.hub_name if self.kind == "hub" else "synthetic"
+
+
+class LeakageConfig(_Section):
+    ngram: int = Field(8, ge=1, description="Word n-gram length for the n-gram overlap check.")
+    ngram_min_overlap: float = Field(
+        0.5, ge=0, le=1, description="Share of a train text's n-grams found in one reference text that counts as a leak (0: any)."
+    )
+    near_threshold: float | None = Field(
+        0.8, gt=0, le=1, description="Jaccard similarity of word-trigram sets that counts as a near duplicate (null: off)."
+    )
+    action: Literal["fail", "drop"] = Field("fail", description="fail: stop the stage with a report; drop: quarantine leaking train rows.")
+    max_leaks: int = Field(0, ge=0, description="Leaking train rows tolerated before 'fail' stops the stage.")
+    report_examples: int = Field(10, ge=0, description="Worst leaks shown side by side in the report.")
+
+
 class DataConfig(_Section):
-    source: Literal["synthetic"] = Field("synthetic", description="Where prompts come from: the built-in generator.")
-    license: str = Field("CC0-1.0", description="Licence recorded for the generated rows.")
+    sources: list[SourceConfig] = Field(
+        default_factory=lambda: [SourceConfig(kind="synthetic")], min_length=1, description="Where prompts come from; all are pooled, then split."
+    )
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig, description="Knobs of the built-in generator.")
+    synthetic_license: str = Field("CC0-1.0", description="Licence recorded for generated rows.")
     split: SplitConfig = Field(default_factory=SplitConfig, description="Train/val/test shares, by prompt hash.")
+    benchmarks: list[SourceConfig] = Field(
+        default_factory=list, description="Evaluation sets checked for leakage and evaluated; each needs a unique name."
+    )
+    leakage: LeakageConfig = Field(default_factory=LeakageConfig, description="The leakage gate between train and val/test/benchmarks.")
+    max_rejected_fraction: float = Field(
+        0.05, ge=0, le=1, description="Share of a source's rows that may be quarantined before the stage fails."
+    )
+
+    @model_validator(mode="after")
+    def _unique_benchmarks(self) -> "DataConfig":
+        labels = [b.label for b in self.benchmarks]
+        dupes = sorted({x for x in labels if labels.count(x) > 1})
+        if dupes:
+            raise ValueError(f"benchmark names must be unique, repeated: {dupes}")
+        return self
 
 
 class ModelConfig(_Section):
@@ -87,6 +147,38 @@ class ModelConfig(_Section):
         return self
 
 
+class RewardConfig(_Section):
+    name: str = Field(..., description="Registered verifier name (verifiers.names()): math, format, code.")
+    weight: float = Field(1.0, description="Weight of this verifier in the summed reward.")
+
+    @model_validator(mode="after")
+    def _registered(self) -> "RewardConfig":
+        import verifiers
+
+        if self.name not in verifiers.names():
+            close = difflib.get_close_matches(self.name, verifiers.names(), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ValueError(f"unknown verifier {self.name!r}{hint}; registered: {verifiers.names()}")
+        return self
+
+
+class SandboxConfig(_Section):
+    wall_seconds: float = Field(5.0, gt=0, description="Wall-clock limit for one completion's code and tests.")
+    cpu_seconds: int = Field(5, ge=1, description="CPU-time rlimit of the sandboxed process.")
+    memory_mb: int = Field(512, ge=64, description="Address-space rlimit of the sandboxed process.")
+    max_processes: int = Field(32, ge=1, description="Process-count rlimit (stops fork bombs).")
+    allow_unsandboxed: bool = Field(
+        False, description="Run code without namespaces where they cannot be created (disposable machines only)."
+    )
+
+
+class VerifierGateConfig(_Section):
+    min_precision: float = Field(0.99, ge=0, le=1, description="Lowest precision (wrong answers rejected) that passes the gate.")
+    min_recall: float = Field(0.99, ge=0, le=1, description="Lowest recall (right answers in any surface form accepted).")
+    max_examples: int = Field(2000, ge=1, description="Reference answers sampled per split/benchmark for validation.")
+    workers: int = Field(2, ge=1, description="Processes for the math-verify slow path.")
+
+
 class TrackingConfig(_Section):
     experiment: str | None = Field(None, description="MLflow experiment; null means grpoflow-<experiment.name>.")
 
@@ -95,6 +187,11 @@ class Params(_Section):
     experiment: ExperimentConfig = Field(default_factory=ExperimentConfig, description="Identity and seed of the run.")
     data: DataConfig = Field(default_factory=DataConfig, description="The prepare stage.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
+    rewards: list[RewardConfig] = Field(
+        default_factory=lambda: [RewardConfig(name="math", weight=1.0)], min_length=1, description="Verifiers whose weighted sum is the reward."
+    )
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Limits for executing completions (code reward).")
+    verifier_gate: VerifierGateConfig = Field(default_factory=VerifierGateConfig, description="The validate_verifiers gate.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
 
     @property
@@ -102,14 +199,27 @@ class Params(_Section):
         return self.tracking.experiment or f"grpoflow-{self.experiment.name}"
 
 
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside ``Model``, ``list[Model]`` or ``Model | None``, if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _submodel(arg)
+        if found:
+            return found
+    return None
+
+
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     """The field names valid at ``loc`` (the parent of a rejected key), for a did-you-mean hint."""
     for part in loc:
+        if isinstance(part, int):  # an index into a list of sections
+            continue
         field = model.model_fields.get(str(part))
-        ann = getattr(field, "annotation", None) if field else None
-        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+        sub = _submodel(field.annotation) if field else None
+        if sub is None:
             return []
-        model = ann
+        model = sub
     return list(model.model_fields)
 
 

@@ -1,0 +1,38 @@
+"""The prepare stage's human-readable report: gate verdicts, counts, the worst leaks side by side."""
+
+from __future__ import annotations
+
+from grpoflow.data.prepare import Prepared
+
+
+def _cell(text: str, width: int = 160) -> str:
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def prepare_report(prepared: Prepared, examples: int = 10) -> str:
+    s = prepared.summary()
+    verdict = "PASSED" if s["passed"] else "FAILED"
+    lines = [f"# Data preparation: {verdict}", ""]
+    lines += [f"- {f}" for f in s["failures"]]
+    rows = s["rows"]
+    lines += [
+        "",
+        f"Rows kept: {rows['kept']} (train {rows['train']}, val {rows['val']}, test {rows['test']}); "
+        f"quarantined: {rows['quarantined']} {s['quarantine_reasons'] or ''}",
+        f"Sources read: {s['sources']}; benchmarks: {s['benchmarks'] or 'none'}; licences: {s['licenses']}",
+        "",
+        "## Leakage",
+        "",
+        f"{s['leakage']['leaking_train_rows']} leaking train rows; by kind {s['leakage']['by_kind'] or '{}'}, "
+        f"by reference set {s['leakage']['by_reference_set'] or '{}'}.",
+    ]
+    worst = sorted(prepared.leaks, key=lambda f: ({"exact": 0, "ngram": 1, "near": 2}[f.leak.kind], -f.leak.score))
+    if worst and examples:
+        lines += ["", "| kind | score | train row | reference row |", "|---|---|---|---|"]
+        for f in worst[:examples]:
+            lines.append(
+                f"| {f.leak.kind} | {f.leak.score:.2f} | `{f.train.id}`: {_cell(f.train.prompt)} "
+                f"| {f.reference_set} `{f.reference.id}`: {_cell(f.reference.prompt)} |"
+            )
+    return "\n".join(lines) + "\n"
