@@ -47,6 +47,18 @@ def _path_with_this_python() -> str:
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
+def _stage_reports(stage: Stage) -> list[Path]:
+    """The ``report.md`` files a stage writes into its output directories."""
+    return [Path(out) / "report.md" for out in stage.outs if (Path(out) / "report.md").is_file()]
+
+
+def _publish_reports(stage: Stage) -> str:
+    text = "\n\n".join(p.read_text() for p in _stage_reports(stage))
+    if text:
+        create_markdown_artifact(text, key=f"{stage.name.replace('_', '-')}-report", description=f"{stage.name} report")
+    return text
+
+
 def _read_metrics(stage: Stage) -> dict:
     merged: dict = {}
     for path in stage.metrics:
@@ -77,12 +89,14 @@ def run_dvc_stage(stage: Stage, env: dict[str, str]) -> StageResult:
         ran = ran or line.startswith(f"Running stage '{stage.name}'")
     if proc.wait() != 0:
         log_tail = "\n".join(tail)
+        report = "\n\n".join(p.read_text() for p in _stage_reports(stage))
         create_markdown_artifact(
-            f"## Stage `{stage.name}` failed (exit {proc.returncode})\n\n```\n{log_tail}\n```",
-            key=f"failed-{stage.name}",
+            f"## Stage `{stage.name}` failed (exit {proc.returncode})\n\n{report}\n\n### Log tail\n\n```\n{log_tail}\n```",
+            key=f"failed-{stage.name.replace('_', '-')}",
             description=f"grpoflow stage {stage.name} failed",
         )
         raise StageFailed(f"stage {stage.name!r} failed with exit code {proc.returncode}:\n{log_tail}")
+    _publish_reports(stage)
     return StageResult(stage.name, ran, round(time.perf_counter() - start, 2), _read_metrics(stage))
 
 

@@ -281,3 +281,14 @@ def describe_schema(model: type[BaseModel] = Params, prefix: str = "") -> list[t
         else:
             rows.append((key, repr(field.get_default(call_default_factory=True)), field.description or ""))
     return rows
+
+
+def schema_markdown() -> str:
+    """The README's configuration table, generated from the schema so the two never drift."""
+    rows = ["| key | default | description |", "|---|---|---|"]
+    rows += [f"| `{key}` | `{default}` | {desc} |" for key, default, desc in describe_schema()]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(schema_markdown())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,9 +49,10 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def numeric_metrics(d: dict[str, Any]) -> dict[str, float]:
-    """The numbers of a (nested) metrics dict, with dotted keys; MLflow takes nothing else."""
+    """The numbers of a (nested) metrics dict, with dotted keys; MLflow takes nothing else
+    (and only names of letters, digits and ``_-. :/``)."""
     return {
-        k: float(v)
+        re.sub(r"[^\w\-. :/]", "_", k): float(v)
         for k, v in flatten(d).items()
         if isinstance(v, (int, float)) and not isinstance(v, bool)
     }

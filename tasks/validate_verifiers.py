@@ -33,7 +33,7 @@ from verifiers.sandbox import Limits, SandboxUnavailable
 def reference_sets(data: Path, max_examples: int, seed: int) -> dict[str, list[dict]]:
     sets = {"val": read_jsonl(data / "val.jsonl")}
     for path in sorted((data / "benchmarks").glob("*.jsonl")):
-        sets[f"benchmark:{path.stem}"] = read_jsonl(path)
+        sets[f"bench_{path.stem}"] = read_jsonl(path)
     rng = random.Random(seed)
     return {name: rng.sample(rows, max_examples) if len(rows) > max_examples else rows for name, rows in sets.items()}
 
@@ -84,7 +84,7 @@ def gate(results: dict[str, dict], params: Params) -> list[str]:
 
 def report(results: dict[str, dict], failures: list[str]) -> str:
     lines = [f"# Verifier validation: {'FAILED' if failures else 'PASSED'}", ""] + [f"- {f}" for f in failures]
-    lines += ["", "| verifier @ set | cases | precision | recall | accuracy | checks/s |", "|---|---|---|---|---|---|"]
+    lines += ["", "| verifier.set | cases | precision | recall | accuracy | checks/s |", "|---|---|---|---|---|---|"]
     for key, r in results.items():
         lines.append(f"| {key} | {r.get('cases', '')} | {r['precision']:.4f} | {r['recall']:.4f} | {r['accuracy']:.4f} | {r.get('checks_per_second', '')} |")
     for key, r in results.items():
@@ -100,10 +100,10 @@ def main(args: argparse.Namespace, params: Params) -> None:
         results: dict[str, dict] = {}
         for reward in params.rewards:
             if reward.name == "code":
-                results["code@self_test"] = validate_code_verifier(params)
+                results["code.self_test"] = validate_code_verifier(params)
                 continue
             for set_name, rows in sets.items():
-                results[f"{reward.name}@{set_name}"] = validate_text_verifier(reward.name, rows, params)
+                results[f"{reward.name}.{set_name}"] = validate_text_verifier(reward.name, rows, params)
         failures = gate(results, params)
         text = report(results, failures)
         write_jsonl(out / "confusions.jsonl", ({"verifier": k, **c} for k, r in results.items() for c in r["confusions"]))
@@ -113,7 +113,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
         metrics = {"verifiers": summary, "passed": not failures, "failures": failures}
         write_json(args.metrics, metrics)
         mlflow.set_tag("gate", "passed" if not failures else "failed")
-        mlflow.log_metrics(tracking.numeric_metrics({k.replace("@", ".").replace(":", "."): v for k, v in summary.items()}))
+        mlflow.log_metrics(tracking.numeric_metrics(metrics))
         mlflow.log_artifact(str(out / "report.md"))
         mlflow.log_artifact(args.metrics)
     print(text)

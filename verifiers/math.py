@@ -46,7 +46,8 @@ def check_reference(reference: str) -> None:
         return
     from math_verify import parse
 
-    if not parse(reference if "\\" not in reference else f"${reference}$"):
+    # no_fallback: a string math-verify could not read as math must not pass as one
+    if not parse(reference if "\\" not in reference else f"${reference}$", fallback_mode="no_fallback"):
         raise ValueError(f"reference answer {reference!r} cannot be parsed by math-verify")
 
 

@@ -52,7 +52,8 @@ def _grams(words: list[str], n: int) -> set[int]:
 def _exact(train_norm: list[str], ref_norm: list[str]) -> dict[int, Leak]:
     first = {}
     for j, text in enumerate(ref_norm):
-        first.setdefault(text, j)
+        if text:  # an empty text carries nothing to leak
+            first.setdefault(text, j)
     return {i: Leak(i, first[t], "exact", 1.0) for i, t in enumerate(train_norm) if t in first}
 
 

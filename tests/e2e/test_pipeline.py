@@ -23,7 +23,7 @@ def runs_by_name(project):
 def test_flow_runs_stages_through_dvc_then_reuses_the_cache(project, run_env):
     first = run([PY, "-m", "flows.pipeline", "--params", "params/default.yaml"], project, run_env)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "prepare: ran" in first.stdout
+    assert "prepare: ran" in first.stdout and "validate_verifiers: ran" in first.stdout
     metrics = json.loads((project / "metrics" / "prepare.json").read_text())
     rows = metrics["rows"]
     assert rows["train"] + rows["val"] + rows["test"] == rows["kept"] > 0
@@ -31,7 +31,8 @@ def test_flow_runs_stages_through_dvc_then_reuses_the_cache(project, run_env):
 
     second = run([PY, "-m", "flows.pipeline"], project, run_env)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert "prepare: cached" in second.stdout
+    assert "prepare: cached" in second.stdout and "validate_verifiers: cached" in second.stdout
+    assert {"prepare-report", "validate-verifiers-report", "pipeline-stages", "mlflow-run"} <= prefect_artifact_keys(project, run_env)
 
     client, runs = runs_by_name(project)
     parents = [r for r in runs if r.data.tags.get("grpoflow.stage") == "pipeline"]
@@ -45,6 +46,49 @@ def test_flow_runs_stages_through_dvc_then_reuses_the_cache(project, run_env):
         assert child.data.tags["prefect_flow_run_id"] not in ("", "none")
     assert children[0].data.tags["data_hash"] == metrics["data_hash"]
     assert children[1].data.tags.get("dvc_cached") == "true"
+    validation = [r for r in runs if r.data.tags.get("grpoflow.stage") == "validate_verifiers"]
+    assert len(validation) == 2 and validation[0].data.metrics["verifiers.math.val.recall"] == 1.0
+    assert validation[0].data.tags["verifier_hash"] == children[0].data.tags["verifier_hash"] != ""
+
+
+def prefect_artifact_keys(project, env) -> set[str]:
+    code = (
+        "import asyncio\nfrom prefect.client.orchestration import get_client\n"
+        "async def main():\n    async with get_client() as c:\n        print(' '.join(a.key or '' for a in await c.read_artifacts()))\n"
+        "asyncio.run(main())"
+    )
+    out = run([PY, "-c", code], project, env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return set(out.stdout.split())
+
+
+def test_leakage_gate_fails_the_flow_with_a_report(project, run_env):
+    fixtures = "tests/fixtures/gsm8k"
+    params = (project / "params" / "default.yaml").read_text()
+    params = params.replace("  sources:\n    - kind: synthetic\n",
+                            f"  sources:\n    - {{kind: file, path: {fixtures}/train.jsonl, license: MIT, name: gsm8k_train}}\n")
+    params = params.replace("  benchmarks: []\n", f"  benchmarks:\n    - {{kind: file, path: {fixtures}/test.jsonl, license: MIT, name: gsm8k_test}}\n")
+    params = params.replace("ngram_min_overlap: 0.8", "ngram_min_overlap: 0.5")
+    (project / "params" / "gsm8k.yaml").write_text(params)
+    dvc_yaml = project / "dvc.yaml"
+    dvc_yaml.write_text(dvc_yaml.read_text().replace("params_file: params/default.yaml", "params_file: params/gsm8k.yaml"))
+    result = run([PY, "-m", "flows.pipeline", "--params", "params/gsm8k.yaml"], project, run_env)
+    assert result.returncode != 0
+    report = (project / "data" / "prepared" / "report.md").read_text()
+    assert "FAILED" in report and "A train travels 270 miles" in report
+    assert json.loads((project / "metrics" / "prepare.json").read_text())["leakage"]["leaking_train_rows"] >= 1
+    assert "failed-prepare" in prefect_artifact_keys(project, run_env)
+    assert not (project / "data" / "verifier_validation").exists()  # nothing downstream ran
+
+
+def test_editing_a_verifier_reruns_validation_not_preparation(project, run_env):
+    assert run([PY, "-m", "dvc", "repro"], project, run_env).returncode == 0
+    fmt = project / "verifiers" / "format.py"
+    fmt.write_text(fmt.read_text() + "\n# an edit\n")
+    again = run([PY, "-m", "dvc", "repro"], project, run_env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Stage 'prepare' didn't change" in again.stdout
+    assert "Running stage 'validate_verifiers'" in again.stdout
 
 
 def test_dvc_repro_alone_shares_the_cache_and_reacts_to_params(project, run_env):

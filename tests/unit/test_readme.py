@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from grpoflow.config import describe_schema
+from grpoflow.config import describe_schema, schema_markdown
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
@@ -13,3 +13,7 @@ def test_readme_documents_every_params_key():
 def test_readme_leads_with_the_two_commands():
     first_block = README.split("```")[1]
     assert "make demo" in first_block and "make test" in first_block
+
+
+def test_readme_configuration_table_is_the_generated_one():
+    assert schema_markdown() in README, "regenerate it: python -m grpoflow.config"

@@ -1,0 +1,30 @@
+from grpoflow.verifier_check import build_cases, format_cases, surface_forms, validate, wrong_answers
+
+
+def test_surface_forms_hand_cases():
+    assert surface_forms("1000") == {"plain": "1000", "dollar": "$1000", "decimal_zero": "1000.0", "comma": "1,000"}
+    forms = surface_forms("0.5")
+    assert forms["fraction"] == "1/2" and forms["latex_frac"] == "\\frac{1}{2}" and forms["decimal_zero"] == "0.5"
+    assert surface_forms("x+1") == {"plain": "x+1"}
+
+
+def test_wrong_answers_differ_from_gold():
+    w = wrong_answers("72")
+    assert w == {"off_by_one_up": "73", "off_by_one_down": "71", "wrong_sign": "-72", "digits_swapped": "27",
+                 "scale_x10": "720", "scale_div100": "0.72"}
+    assert "wrong_sign" not in wrong_answers("0") and "digits_swapped" not in wrong_answers("77")
+
+
+def test_validate_tallies_the_confusion_matrix():
+    cases = build_cases(["72"], ["48/2=24\n#### 72"])
+    always_yes = validate(lambda c, r: [1.0] * len(c), cases)
+    assert always_yes.fn == 0 and always_yes.tn == 0 and always_yes.recall == 1.0
+    assert always_yes.precision == always_yes.tp / len(cases) < 1
+    assert always_yes.confusions and all(not c["expected"] for c in always_yes.confusions)
+    never = validate(lambda c, r: [0.0] * len(c), cases)
+    assert never.recall == 0.0 and never.precision == 1.0  # no positives claimed
+
+
+def test_format_cases_have_both_labels():
+    cases = format_cases(["5"], ["2+3=5\n#### 5"])
+    assert {c.expected for c in cases} == {True, False}
