@@ -14,7 +14,6 @@ Texts shorter than n words contribute their whole word sequence as their one n-g
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Sequence
@@ -38,15 +37,16 @@ class Leak:
         return asdict(self)
 
 
-def _hash(token: str) -> int:
-    # Stable across processes (unlike hash()), so reports and tests are reproducible.
-    return int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+def _word_ids(texts: list[list[str]], vocab: dict[str, int]) -> list[tuple[int, ...]]:
+    """Words as integers. A tuple of ints hashes the same in every process (str hashes are
+    salted), so grams and MinHash signatures are reproducible for the same inputs."""
+    return [tuple(vocab.setdefault(w, len(vocab)) for w in words) for words in texts]
 
 
-def _grams(words: list[str], n: int) -> set[int]:
-    if len(words) < n:
-        return {_hash(" ".join(words))} if words else set()
-    return {_hash(" ".join(words[i : i + n])) for i in range(len(words) - n + 1)}
+def _grams(ids: tuple[int, ...], n: int) -> set[int]:
+    if len(ids) < n:
+        return {hash(ids)} if ids else set()
+    return {hash(ids[i : i + n]) for i in range(len(ids) - n + 1)}
 
 
 def _exact(train_norm: list[str], ref_norm: list[str]) -> dict[int, Leak]:
@@ -57,61 +57,95 @@ def _exact(train_norm: list[str], ref_norm: list[str]) -> dict[int, Leak]:
     return {i: Leak(i, first[t], "exact", 1.0) for i, t in enumerate(train_norm) if t in first}
 
 
-def _ngram(train_words, ref_words, n: int, min_overlap: float) -> dict[int, Leak]:
+def _ngram(train_words, ref_words, n: int, min_overlap: float, common: int = 64) -> dict[int, Leak]:
+    """Best single-reference n-gram overlap of each train text.
+
+    Candidates come from the train text's *rare* shared n-grams (in at most ``common`` reference
+    texts); phrases shared by many references (templates, boilerplate) only add to the count of a
+    candidate found otherwise. This keeps the cost linear instead of train x reference on
+    templated corpora; a text built only of common phrases is compared with the references of
+    its least common one.
+    """
+    ref_grams = [_grams(w, n) for w in ref_words]
     index: dict[int, list[int]] = defaultdict(list)
-    for j, words in enumerate(ref_words):
-        for g in _grams(words, n):
+    for j, grams in enumerate(ref_grams):
+        for g in grams:
             index[g].append(j)
     leaks = {}
     for i, words in enumerate(train_words):
         grams = _grams(words, n)
-        hits: dict[int, int] = defaultdict(int)
-        for g in grams:
-            for j in index.get(g, ()):
-                hits[j] += 1
-        if not hits:
+        shared = [index[g] for g in grams if g in index]
+        if not shared:
             continue
-        j, count = max(hits.items(), key=lambda kv: (kv[1], -kv[0]))
+        rare = [refs for refs in shared if len(refs) <= common]
+        if rare:
+            # A candidate can reach the threshold only with enough rare hits plus every common one.
+            hits: dict[int, int] = defaultdict(int)
+            for refs in rare:
+                for j in refs:
+                    hits[j] += 1
+            need = min_overlap * len(grams) - (len(shared) - len(rare))
+            candidates = [j for j, h in hits.items() if h >= need] or [max(hits, key=hits.get)]
+        else:
+            candidates = min(shared, key=len)[:common]
+        count, j = max((len(grams & ref_grams[j]), -j) for j in candidates)
         share = count / len(grams)
         if share >= min_overlap and share > 0:
-            leaks[i] = Leak(i, j, "ngram", round(share, 4))
+            leaks[i] = Leak(i, -j, "ngram", round(share, 4))
     return leaks
 
 
 class _MinHasher:
-    """``num_perm`` universal hash functions ``(a*x + b) mod p`` over 64-bit shingle hashes."""
+    """``num_perm`` universal hash functions ``(a*x + b)`` over 64-bit shingle hashes."""
 
     def __init__(self, num_perm: int, seed: int = 0):
         rng = np.random.default_rng(seed)
-        self.a = rng.integers(1, _PRIME, num_perm, dtype=np.uint64)
+        self.a = rng.integers(1, _PRIME, num_perm, dtype=np.uint64) | np.uint64(1)
         self.b = rng.integers(0, _PRIME, num_perm, dtype=np.uint64)
 
-    def signature(self, shingles: set[int]) -> np.ndarray:
-        x = np.fromiter(shingles, dtype=np.uint64, count=len(shingles)) % np.uint64(_PRIME)
-        # uint64 arithmetic wraps: a universal-enough family for LSH, and fully vectorised.
-        return (np.outer(x, self.a) + self.b).min(axis=0)
+    def signatures(self, shingle_sets: list[set[int]], chunk: int = 20_000) -> np.ndarray:
+        """One row of ``num_perm`` minima per set (all-max for an empty set), vectorised in chunks."""
+        out = np.full((len(shingle_sets), len(self.a)), np.iinfo(np.uint64).max, dtype=np.uint64)
+        for lo in range(0, len(shingle_sets), chunk):
+            sets = shingle_sets[lo : lo + chunk]
+            lens = np.fromiter((len(x) for x in sets), dtype=np.int64, count=len(sets))
+            nonempty = np.flatnonzero(lens)
+            if not len(nonempty):
+                continue
+            flat = np.fromiter((h for x in sets for h in x), dtype=np.int64, count=int(lens.sum())).view(np.uint64)
+            # uint64 arithmetic wraps: a universal-enough family for LSH, fully vectorised.
+            values = np.outer(flat, self.a) + self.b
+            starts = np.concatenate(([0], np.cumsum(lens)[:-1]))[nonempty]
+            out[lo + nonempty] = np.minimum.reduceat(values, starts, axis=0)
+        return out
+
+
+def _band_keys(sigs: np.ndarray, bands: int) -> np.ndarray:
+    """One 64-bit key per (text, band): equal bands give equal keys (collisions only add candidates)."""
+    rows = sigs.shape[1] // bands
+    mix = np.array([0x9E3779B97F4A7C15 * (k + 1) & _MASK64 for k in range(rows)], dtype=np.uint64)
+    return (sigs.reshape(len(sigs), bands, rows) * mix).sum(axis=2, dtype=np.uint64)
 
 
 def _near(train_words, ref_words, threshold: float, num_perm: int = 64, bands: int = 16) -> dict[int, Leak]:
-    rows = num_perm // bands
     hasher = _MinHasher(num_perm)
     ref_sh = [_grams(w, 3) for w in ref_words]
-    buckets: dict[tuple, list[int]] = defaultdict(list)
-    for j, sh in enumerate(ref_sh):
-        if sh:
-            sig = hasher.signature(sh)
+    train_sh = [_grams(w, 3) for w in train_words]
+    ref_keys = _band_keys(hasher.signatures(ref_sh), bands)
+    buckets: list[dict[int, list[int]]] = [defaultdict(list) for _ in range(bands)]
+    for j in range(len(ref_sh)):
+        if ref_sh[j]:
             for b in range(bands):
-                buckets[(b, sig[b * rows : (b + 1) * rows].tobytes())].append(j)
+                buckets[b][int(ref_keys[j, b])].append(j)
+    train_keys = _band_keys(hasher.signatures(train_sh), bands)
     leaks = {}
-    for i, words in enumerate(train_words):
-        sh = _grams(words, 3)
+    for i, sh in enumerate(train_sh):
         if not sh:
             continue
-        sig = hasher.signature(sh)
-        candidates = {j for b in range(bands) for j in buckets.get((b, sig[b * rows : (b + 1) * rows].tobytes()), ())}
-        best = max(((len(sh & ref_sh[j]) / len(sh | ref_sh[j]), j) for j in candidates), default=None)
+        candidates = {j for b in range(bands) for j in buckets[b].get(int(train_keys[i, b]), ())}
+        best = max(((len(sh & ref_sh[j]) / len(sh | ref_sh[j]), -j) for j in candidates), default=None)
         if best and best[0] >= threshold:
-            leaks[i] = Leak(i, best[1], "near", round(best[0], 4))
+            leaks[i] = Leak(i, -best[1], "near", round(best[0], 4))
     return leaks
 
 
@@ -128,8 +162,9 @@ def leakage(
         raise ValueError(f"ngram must be >= 1, got {ngram}")
     train_norm = [normalize_text(t) for t in train]
     ref_norm = [normalize_text(t) for t in reference]
-    train_words = [t.split() for t in train_norm]
-    ref_words = [t.split() for t in ref_norm]
+    vocab: dict[str, int] = {}
+    ref_words = _word_ids([t.split() for t in ref_norm], vocab)
+    train_words = _word_ids([t.split() for t in train_norm], vocab)
     found = _near(train_words, ref_words, near_threshold) if near_threshold is not None else {}
     found.update(_ngram(train_words, ref_words, ngram, ngram_min_overlap))
     found.update(_exact(train_norm, ref_norm))
