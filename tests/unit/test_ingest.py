@@ -84,3 +84,17 @@ def test_real_gsm8k_fixture_ingests_cleanly():
     got = ingest(read_raw(FIXTURES / "gsm8k" / "train.jsonl"), "gsm8k", source="gsm8k", source_file="t", license="MIT")
     assert len(got.records) == 202 and got.rejected == []
     assert got.records[0].reference_answer == "72"
+
+
+def test_hub_source_offline_is_a_clear_error():
+    import subprocess
+    import sys
+
+    code = (
+        "from grpoflow.data.ingest import read_hub\n"
+        "try:\n    list(read_hub('openai/gsm8k', 'main', 'train'))\n"
+        "except FileNotFoundError as e:\n    print('CLEAR', e)\n"
+    )
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert "CLEAR dataset 'openai/gsm8k'" in out.stdout and "local file" in out.stdout
