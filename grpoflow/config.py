@@ -179,6 +179,74 @@ class VerifierGateConfig(_Section):
     workers: int = Field(2, ge=1, description="Processes for the math-verify slow path.")
 
 
+class EngineConfig(_Section):
+    zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage (0-3).")
+    micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward on one process.")
+    gradient_clipping: float = Field(1.0, ge=0, description="Max global gradient norm (0: off).")
+    lr: float = Field(1e-3, gt=0, description="Peak learning rate of AdamW.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up optimizer steps, then constant.")
+    bf16: Literal["auto", True, False] = Field("auto", description="bfloat16 training: auto = on CUDA with bf16 support only.")
+
+
+class SFTConfig(_Section):
+    enabled: bool = Field(True, description="Train the reference; false uses model.name_or_path as the reference as is.")
+    epochs: float = Field(3.0, gt=0, description="Passes over the train split's solutions.")
+    batch_size: int = Field(32, ge=1, description="Sequences per optimizer step.")
+    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(lr=3e-3, warmup_steps=20), description="DeepSpeed settings for SFT.")
+    eval_examples: int = Field(256, ge=1, description="Val prompts scored greedily for val exact-match.")
+
+
+class SamplingConfig(_Section):
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature for rollouts (0: greedy).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
+    max_completion_length: int = Field(48, ge=1, description="Most tokens generated per completion.")
+
+
+class AdaptiveBetaConfig(_Section):
+    enabled: bool = Field(False, description="Adapt beta toward target_kl (Ziegler et al. 2019 adaptive KL controller).")
+    target_kl: float = Field(0.02, gt=0, description="KL per token the controller steers toward.")
+    horizon: int = Field(50, ge=1, description="Steps over which beta may change by about e-fold.")
+
+
+class GenerationScheduleStep(_Section):
+    from_step: int = Field(..., ge=0, description="First optimizer step this G applies to.")
+    num_generations: int = Field(..., ge=2, description="G from that step on.")
+
+
+class GRPOConfig(_Section):
+    steps: int = Field(60, ge=1, description="Optimizer steps (one batch of prompts each).")
+    prompts_per_step: int = Field(8, ge=1, description="Prompts per step, across all processes.")
+    num_generations: int = Field(8, ge=2, description="G, completions per prompt.")
+    generation_schedule: list[GenerationScheduleStep] = Field(
+        default_factory=list, description="Anneal G: entries (from_step, num_generations), e.g. large early, smaller later."
+    )
+    num_iterations: int = Field(1, ge=1, description="mu, updates per batch; old log-probs are taken once before the first.")
+    beta: float = Field(0.04, ge=0, description="KL penalty weight toward the SFT reference (0: no reference needed).")
+    adaptive_beta: AdaptiveBetaConfig = Field(default_factory=AdaptiveBetaConfig, description="Adaptive KL control.")
+    clip_eps: float = Field(0.2, gt=0, description="Lower (and default upper) clip range of the ratio.")
+    clip_eps_high: float | None = Field(None, gt=0, description="Upper clip range (DAPO clip-higher); null = clip_eps.")
+    ratio_level: Literal["token", "sequence"] = Field("token", description="Importance ratio per token or per sequence.")
+    aggregation: Literal["grpo", "bnpo", "dr_grpo"] = Field("grpo", description="Token aggregation of the loss.")
+    advantage_scale: Literal["group", "batch", "none"] = Field("group", description="Std used to scale advantages.")
+    advantage_ddof: int = Field(0, ge=0, le=1, description="0: population std (the paper), 1: Bessel (TRL, verl).")
+    advantage_eps: float = Field(1e-4, gt=0, description="Added to the std before dividing.")
+    mask_truncated_completions: bool = Field(False, description="Exclude completions that hit the length cap from the loss.")
+    rollout_engine: Literal["hf", "vllm"] = Field("hf", description="Rollouts with transformers generate or vLLM.")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Rollout sampling.")
+    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(lr=5e-4), description="DeepSpeed settings for GRPO.")
+    checkpoint_every: int = Field(10, ge=1, description="Save a resumable checkpoint every N steps.")
+    eval_every: int = Field(20, ge=1, description="Greedy val accuracy every N steps.")
+
+    def generations_at(self, step: int) -> int:
+        g = self.num_generations
+        for entry in sorted(self.generation_schedule, key=lambda e: e.from_step):
+            if step >= entry.from_step:
+                g = entry.num_generations
+        return g
+
+
 class TrackingConfig(_Section):
     experiment: str | None = Field(None, description="MLflow experiment; null means grpoflow-<experiment.name>.")
 
@@ -192,6 +260,8 @@ class Params(_Section):
     )
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Limits for executing completions (code reward).")
     verifier_gate: VerifierGateConfig = Field(default_factory=VerifierGateConfig, description="The validate_verifiers gate.")
+    sft: SFTConfig = Field(default_factory=SFTConfig, description="The SFT reference stage.")
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="The GRPO stage.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
 
     @property

@@ -1,0 +1,77 @@
+"""The training engine: DeepSpeed, configured from params, the same on CPU and on GPUs.
+
+On CPU DeepSpeed selects its CPU accelerator and the gloo backend; one process needs no
+launcher (the rendezvous variables default to a single local rank); ``torchrun`` or the
+``deepspeed`` launcher set them for several. The optimizer is torch's AdamW, passed in:
+DeepSpeed's fused CPU Adam costs a long compile and buys nothing at this size.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import torch
+
+from grpoflow.config import EngineConfig
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed() -> tuple[int, int]:
+    """``(rank, world_size)``; starts a single-process group when no launcher set one up."""
+    import deepspeed
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
+            os.environ.setdefault(key, value)
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        deepspeed.init_distributed(dist_backend=backend)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def use_bf16(cfg: EngineConfig) -> bool:
+    if cfg.bf16 == "auto":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return bool(cfg.bf16)
+
+
+def deepspeed_config(cfg: EngineConfig, batch_size: int, world_size: int) -> dict:
+    """DeepSpeed's config for ``batch_size`` sequences per optimizer step across all processes."""
+    per_rank = batch_size // world_size
+    if batch_size % world_size or per_rank % min(cfg.micro_batch_size, per_rank):
+        raise ValueError(
+            f"batch of {batch_size} sequences does not split into {world_size} processes x micro-batches of "
+            f"{cfg.micro_batch_size}: choose sizes so that batch / processes is a multiple of the micro-batch"
+        )
+    micro = min(cfg.micro_batch_size, per_rank)
+    return {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": per_rank // micro,
+        "gradient_clipping": cfg.gradient_clipping,
+        "zero_optimization": {"stage": cfg.zero_stage},
+        "bf16": {"enabled": use_bf16(cfg)},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+def build_engine(model: torch.nn.Module, cfg: EngineConfig, batch_size: int):
+    """A DeepSpeed engine with AdamW and linear warm-up, for ``batch_size`` sequences a step."""
+    import deepspeed
+
+    _, world = init_distributed()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    warmup = max(cfg.warmup_steps, 0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1)) if warmup else 1.0)
+    engine, optimizer, _, scheduler = deepspeed.initialize(
+        model=model, optimizer=optimizer, lr_scheduler=scheduler, config=deepspeed_config(cfg, batch_size, world)
+    )
+    return engine

@@ -1,0 +1,104 @@
+"""Training health: the troubleshooting table of the GRPO spec as rules over the metric history.
+
+Each rule names a symptom, the evidence (metric, step, value), the likely cause and the remedy.
+A symptom is reported once, at the first step it is seen. Non-finite loss or gradients are not a
+symptom but a stop: :class:`TrainingDiverged` carries the diagnosis.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from statistics import mean, pstdev
+
+
+class TrainingDiverged(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Symptom:
+    name: str
+    step: int
+    evidence: str
+    cause: str
+    remedy: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _window(history: list[dict], key: str, n: int) -> list[float]:
+    return [h[key] for h in history[-n:] if key in h and h[key] is not None]
+
+
+def _slope(values: list[float]) -> float:
+    n = len(values)
+    if n < 2:
+        return 0.0
+    xm, ym = (n - 1) / 2, mean(values)
+    return sum((i - xm) * (v - ym) for i, v in enumerate(values)) / sum((i - xm) ** 2 for i in range(n))
+
+
+@dataclass
+class HealthMonitor:
+    window: int = 10
+    kl_limit: float = 0.5
+    flat_after: int = 20
+    history: list[dict] = field(default_factory=list)
+    symptoms: dict[str, Symptom] = field(default_factory=dict)
+
+    def observe(self, step: int, metrics: dict) -> list[Symptom]:
+        """Record one step's metrics; returns the symptoms first seen at this step."""
+        for key in ("loss", "grad_norm"):
+            value = metrics.get(key)
+            if value is not None and not math.isfinite(value):
+                raise TrainingDiverged(
+                    f"step {step}: {key} is {value}. Likely causes: learning rate too high, bf16 overflow, a reward "
+                    "of inf/NaN. Remedy: lower engine.lr, raise gradient clipping, check the verifiers; the last "
+                    "checkpoint is intact."
+                )
+        self.history.append({"step": step, **metrics})
+        new = [s for s in self._rules(step) if s.name not in self.symptoms]
+        for s in new:
+            self.symptoms[s.name] = s
+        return new
+
+    def _rules(self, step: int) -> list[Symptom]:
+        found = []
+        w = self.window
+        kl = _window(self.history, "kl", w)
+        if len(kl) >= 3 and kl[-1] > self.kl_limit and kl[-1] > 2 * max(kl[0], 1e-3):
+            found.append(Symptom("kl_rising_fast", step, f"kl {kl[0]:.3g} -> {kl[-1]:.3g} over {len(kl)} steps",
+                                 "beta too small, policy drifting from the reference",
+                                 "raise grpo.beta (or enable adaptive_beta), lower engine.lr"))
+        reward = _window(self.history, "reward_mean", 2 * w)
+        if len(self.history) >= self.flat_after and len(reward) >= w and abs(_slope(reward)) < 1e-3:
+            found.append(Symptom("reward_flat", step, f"reward_mean slope {_slope(reward):.2g}/step over {len(reward)} steps",
+                                 "noisy verifier or misaligned reward", "hand-check verifier labels on samples; fix the verifier"))
+        loss = _window(self.history, "loss", w)
+        g = self.history[-1].get("num_generations", 0)
+        if len(loss) >= w and pstdev(loss) > 2 * abs(mean(loss)) + 0.05 and g and g < 8:
+            found.append(Symptom("unstable_loss", step, f"loss std {pstdev(loss):.3g} vs mean {mean(loss):.3g} with G={g}",
+                                 "G too small: unstable group statistics", "raise grpo.num_generations or the temperature"))
+        zero = _window(self.history, "frac_zero_std_groups", 5)
+        if len(zero) >= 5 and mean(zero) >= 0.9:
+            found.append(Symptom("degenerate_groups", step, f"{mean(zero):.0%} of groups have zero reward std",
+                                 "groups degenerate (greedy-like sampling, or the task too easy/hard)",
+                                 "sample with more randomness (temperature, top_p); adjust task difficulty"))
+        ent = _window(self.history, "entropy", len(self.history))
+        if len(ent) >= 5 and ent[-1] < max(0.05, 0.2 * ent[0]):
+            found.append(Symptom("entropy_collapse", step, f"entropy {ent[0]:.3g} -> {ent[-1]:.3g}",
+                                 "the policy became nearly deterministic", "raise temperature, lower lr, raise beta"))
+        trunc = _window(self.history, "frac_truncated", 5)
+        if len(trunc) >= 5 and mean(trunc) > 0.3:
+            found.append(Symptom("length_cap", step, f"{mean(trunc):.0%} of completions hit max_completion_length",
+                                 "completions longer than the cap", "raise sampling.max_completion_length, or mask truncated completions"))
+        return found
+
+    def report(self) -> str:
+        if not self.symptoms:
+            return "No symptoms seen."
+        lines = ["| symptom | first step | evidence | likely cause | remedy |", "|---|---|---|---|---|"]
+        lines += [f"| {s.name} | {s.step} | {s.evidence} | {s.cause} | {s.remedy} |" for s in self.symptoms.values()]
+        return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""Rollout engines: generate G completions per prompt from the current policy.
+
+Two implementations behind one interface: ``transformers`` generation (:mod:`.hf`) and vLLM
+(:mod:`.vllm_engine`), chosen by ``grpo.rollout_engine``. After every optimizer step the trainer
+calls :meth:`RolloutEngine.sync_weights` so that the next rollouts come from the updated policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+
+
+@dataclass
+class Rollouts:
+    """``len(prompts) * n`` completions, ordered group by group (prompt 0's n, then prompt 1's...)."""
+
+    prompt_ids: torch.Tensor  # (N, P) left-padded
+    prompt_mask: torch.Tensor  # (N, P)
+    completion_ids: torch.Tensor  # (N, C) right-padded with pad_token_id
+    completion_mask: torch.Tensor  # (N, C): 1 up to and including EOS
+    texts: list[str]  # decoded completions, without special tokens
+    truncated: torch.Tensor  # (N,) bool: hit max_new_tokens without EOS
+    seconds: float = 0.0
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return int(self.completion_mask.sum())
+
+
+class RolloutEngine(Protocol):
+    def generate(self, prompts: list[str], n: int, sampling: Sampling, seed: int) -> Rollouts: ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None: ...
+
+
+def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mask, truncated)``: 1 on tokens up to and including the first EOS; truncated if no EOS."""
+    is_eos = completion_ids == eos_id
+    has_eos = is_eos.any(dim=1)
+    first = torch.where(has_eos, is_eos.float().argmax(dim=1), torch.full_like(has_eos, completion_ids.shape[1], dtype=torch.long))
+    positions = torch.arange(completion_ids.shape[1]).unsqueeze(0)
+    return (positions <= first.unsqueeze(1)).long(), ~has_eos

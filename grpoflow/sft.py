@@ -1,0 +1,70 @@
+"""Supervised fine-tuning of the reference policy: next-token loss on completion tokens only."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Callable, Sequence
+
+import torch
+
+from grpoflow.prompting import format_prompt, sft_completion
+
+Example = tuple[list[int], list[int]]  # (input_ids, labels with -100 on prompt tokens)
+
+
+def build_examples(rows: Sequence[dict], tokenizer, max_length: int) -> list[Example]:
+    """Prompt + solution + EOS, labels masked on the prompt; rows too long are skipped."""
+    examples = []
+    for r in rows:
+        prompt = tokenizer(format_prompt(r["prompt"]), add_special_tokens=False)["input_ids"]
+        target = tokenizer(sft_completion(r["solution"]), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        if len(prompt) + len(target) <= max_length:
+            examples.append((prompt + target, [-100] * len(prompt) + target))
+    return examples
+
+
+def collate(batch: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
+    width = max(len(ids) for ids, _ in batch)
+    ids = torch.full((len(batch), width), pad_id)
+    labels = torch.full((len(batch), width), -100)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, (x, y) in enumerate(batch):
+        ids[i, : len(x)], labels[i, : len(y)], mask[i, : len(x)] = torch.tensor(x), torch.tensor(y), 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def train_sft(
+    engine,
+    examples: list[Example],
+    *,
+    epochs: float,
+    batch_size: int,
+    pad_id: int,
+    seed: int,
+    on_step: Callable[[int, dict], None] | None = None,
+) -> list[float]:
+    """Train for ``epochs`` passes in optimizer steps of ``batch_size`` sequences; returns the losses."""
+    micro = engine.train_micro_batch_size_per_gpu()
+    steps = max(1, math.ceil(len(examples) * epochs / batch_size))
+    rng = random.Random(seed)
+    order: list[int] = []
+    losses = []
+    engine.train()
+    for step in range(steps):
+        while len(order) < batch_size:
+            epoch = list(range(len(examples)))
+            rng.shuffle(epoch)
+            order += epoch
+        batch, order = [examples[i] for i in order[:batch_size]], order[batch_size:]
+        step_loss = 0.0
+        for lo in range(0, batch_size, micro):
+            inputs = collate(batch[lo : lo + micro], pad_id)
+            loss = engine(**inputs).loss
+            engine.backward(loss)
+            engine.step()
+            step_loss += loss.item() * micro / batch_size
+        losses.append(step_loss)
+        if on_step:
+            on_step(step, {"loss": step_loss, "lr": engine.get_lr()[0]})
+    return losses
