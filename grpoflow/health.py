@@ -32,14 +32,6 @@ def _window(history: list[dict], key: str, n: int) -> list[float]:
     return [h[key] for h in history[-n:] if key in h and h[key] is not None]
 
 
-def _slope(values: list[float]) -> float:
-    n = len(values)
-    if n < 2:
-        return 0.0
-    xm, ym = (n - 1) / 2, mean(values)
-    return sum((i - xm) * (v - ym) for i, v in enumerate(values)) / sum((i - xm) ** 2 for i in range(n))
-
-
 @dataclass
 class HealthMonitor:
     window: int = 10
@@ -72,10 +64,16 @@ class HealthMonitor:
             found.append(Symptom("kl_rising_fast", step, f"kl {kl[0]:.3g} -> {kl[-1]:.3g} over {len(kl)} steps",
                                  "beta too small, policy drifting from the reference",
                                  "raise grpo.beta (or enable adaptive_beta), lower engine.lr"))
-        reward = _window(self.history, "reward_mean", 2 * w)
-        if len(self.history) >= self.flat_after and len(reward) >= w and abs(_slope(reward)) < 1e-3:
-            found.append(Symptom("reward_flat", step, f"reward_mean slope {_slope(reward):.2g}/step over {len(reward)} steps",
-                                 "noisy verifier or misaligned reward", "hand-check verifier labels on samples; fix the verifier"))
+        rewards = [h["reward_mean"] for h in self.history if "reward_mean" in h]
+        n = self.flat_after
+        if len(rewards) >= 2 * n:
+            first, last = rewards[:n], rewards[-n:]
+            # Rising means: the last window beats the first by more than one standard error.
+            se = math.sqrt((pstdev(first) ** 2 + pstdev(last) ** 2) / n)
+            if mean(last) - mean(first) <= max(se, 1e-3):
+                found.append(Symptom("reward_flat", step, f"reward_mean {mean(first):.3f} (first {n} steps) -> "
+                                     f"{mean(last):.3f} (last {n}), standard error {se:.3f}",
+                                     "noisy verifier or misaligned reward", "hand-check verifier labels on samples; fix the verifier"))
         loss = _window(self.history, "loss", w)
         g = self.history[-1].get("num_generations", 0)
         if len(loss) >= w and pstdev(loss) > 2 * abs(mean(loss)) + 0.05 and g and g < 8:

@@ -31,6 +31,7 @@ class Rollouts:
     texts: list[str]  # decoded completions, without special tokens
     truncated: torch.Tensor  # (N,) bool: hit max_new_tokens without EOS
     seconds: float = 0.0
+    sampler_logprobs: torch.Tensor | None = None  # (N, C) log-probs the engine sampled with, if it reports them
 
     @property
     def num_completion_tokens(self) -> int:

