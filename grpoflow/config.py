@@ -326,11 +326,11 @@ def load_params(path: str | Path, overrides: dict[str, Any] | None = None) -> Pa
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     for dotted, value in (overrides or {}).items():
-        _set_dotted(raw, dotted, value)
+        set_dotted(raw, dotted, value)
     return validate_params(raw, source=str(path))
 
 
-def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
     *parents, leaf = dotted.split(".")
     node = raw
     for part in parents:

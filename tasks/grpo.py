@@ -28,6 +28,7 @@ from grpoflow.io import atomic_write, read_jsonl, sha256_paths, write_json
 from grpoflow.lint import format_findings, lint
 from grpoflow.modeling import load_pretrained
 from grpoflow.rollout.hf import HFRolloutEngine
+from grpoflow.provenance import code_hash
 from tasks import tracking
 from tasks.cli import run_stage_cli, stage_parser
 from tasks.models import build_reward, build_rollout, load_frozen, math_scorer
@@ -39,29 +40,31 @@ HISTORY_FIELDS = [
 ]
 
 
-def fingerprint(params: Params, params_file: str, data: Path, reference: Path) -> str:
-    """What a checkpoint must match to be resumed: the training params, the data, the reference."""
+def fingerprint(params: Params, data: Path, reference: Path) -> str:
+    """What a checkpoint must match to be resumed: the training params, the data, the reference,
+    and the code (training and verifiers): anything that would make the continuation differ."""
     import hashlib
     import json
 
     h = hashlib.sha256(json.dumps(params.model_dump(mode="json", include={"experiment", "grpo", "rewards", "model"}), sort_keys=True).encode())
     h.update(sha256_paths([data / "train.jsonl", reference / "model.safetensors"]).encode())
+    h.update(code_hash("grpoflow", "verifiers", "tasks/grpo.py").encode())
     return h.hexdigest()[:16]
 
 
 class History:
-    """The per-step CSV that DVC plots; rows from a resumed step on are replaced."""
+    """The per-step CSV that DVC plots. Its rows also travel in each checkpoint, because DVC
+    deletes the stage's outputs before re-running it."""
 
-    def __init__(self, path: Path, resume_step: int):
+    def __init__(self, path: Path, rows: list[dict]):
         self.path = path
-        rows = []
-        if resume_step and path.is_file():
-            with open(path) as fh:
-                rows = [r for r in csv.DictReader(fh) if int(r["step"]) < resume_step]
-        self.rows = rows
+        self.rows = list(rows)
 
     def add(self, step: int, metrics: dict) -> None:
         self.rows.append({k: metrics.get(k, "") for k in HISTORY_FIELDS} | {"step": step})
+        self.write()
+
+    def write(self) -> None:
         with atomic_write(self.path) as fh:
             writer = csv.DictWriter(fh, fieldnames=HISTORY_FIELDS)
             writer.writeheader()
@@ -88,7 +91,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     health = HealthMonitor()
     trainer = GRPOTrainer(cfg, engine, reference, rollout, tokenizer, build_reward(params), train,
                           seed=params.experiment.seed, rank=rank, world=world, health=health)
-    fp = fingerprint(params, args.params, data, ref_dir)
+    fp = fingerprint(params, data, ref_dir)
     resumed = checkpoint.load(engine, ckpt_dir, fp)
     extra: dict = {}
     if resumed:
@@ -99,7 +102,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
         rollout.sync_weights(engine.module)
         if lead:
             print(f"grpo: resuming from step {state.step} ({ckpt_dir})", flush=True)
-    history = History(Path(args.history), trainer.state.step) if lead else None
+    history = History(Path(args.history), extra.get("history_rows", [])) if lead else None
     score = math_scorer()
 
     def evaluate(step: int) -> dict:
@@ -137,6 +140,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
                 "health_history": health.history,
                 "health_symptoms": {k: s.to_dict() for k, s in health.symptoms.items()},
                 "val_accuracy_start": val_start,
+                "history_rows": history.rows if lead else [],
             })
 
         try:
@@ -148,6 +152,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
             raise SystemExit(1) from None
         checkpoint.export_model(engine, tokenizer, out)
         if lead:
+            history.write()  # also when a finished checkpoint was resumed and no step ran
             rows = history.rows
             final_acc = next((float(r["val_accuracy"]) for r in reversed(rows) if r["val_accuracy"] != ""), None)
             steps_timed = [float(r["step_seconds"]) for r in rows]

@@ -52,3 +52,47 @@ def run_env(tmp_path: Path) -> dict[str, str]:
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+# The tiny default, shrunk to seconds: same stages, same code paths, few steps.
+SMOKE_OVERRIDES = {
+    "data.synthetic.num_examples": 400,
+    "verifier_gate.max_examples": 50,
+    "sft.epochs": 0.5,
+    "sft.eval_examples": 16,
+    "grpo.steps": 4,
+    "grpo.prompts_per_step": 4,
+    "grpo.num_generations": 4,
+    "grpo.engine.micro_batch_size": 8,
+    "grpo.checkpoint_every": 2,
+    "grpo.eval_every": 4,
+}
+
+
+def write_params(project: Path, name: str, overrides: dict) -> str:
+    """params/<name>.yaml = the default with ``overrides`` (dotted keys), validated by the schema."""
+    import yaml
+
+    from grpoflow.config import set_dotted, validate_params
+
+    raw = yaml.safe_load((project / "params" / "default.yaml").read_text())
+    for key, value in overrides.items():
+        set_dotted(raw, key, value)
+    validate_params(raw, source=name)
+    rel = f"params/{name}.yaml"
+    (project / rel).write_text(yaml.safe_dump(raw, sort_keys=False))
+    return rel
+
+
+def use_params(project: Path, rel: str) -> None:
+    """Point dvc.yaml's stages (and so the flow) at another parameter set."""
+    dvc_yaml = project / "dvc.yaml"
+    dvc_yaml.write_text(dvc_yaml.read_text().replace("params_file: params/default.yaml", f"params_file: {rel}"))
+
+
+@pytest.fixture
+def smoke(project: Path) -> tuple[Path, str]:
+    rel = write_params(project, "smoke", SMOKE_OVERRIDES)
+    use_params(project, rel)
+    subprocess.run(["git", "-c", "user.email=ci@grpoflow.local", "-c", "user.name=ci", "commit", "-qam", "smoke"], cwd=project, check=True)
+    return project, rel

@@ -16,22 +16,26 @@ PY = sys.executable
 
 def runs_by_name(project):
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("grpoflow-default")
+    exp = client.get_experiment_by_name("grpoflow-default")  # experiment.name is kept by the smoke params
     return client, client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
 
 
-def test_flow_runs_stages_through_dvc_then_reuses_the_cache(project, run_env):
-    first = run([PY, "-m", "flows.pipeline", "--params", "params/default.yaml"], project, run_env)
+STAGES = ("prepare", "validate_verifiers", "sft", "grpo")
+
+
+def test_flow_runs_stages_through_dvc_then_reuses_the_cache(smoke, run_env):
+    project, params_file = smoke
+    first = run([PY, "-m", "flows.pipeline", "--params", params_file], project, run_env)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "prepare: ran" in first.stdout and "validate_verifiers: ran" in first.stdout
+    assert all(f"{stage}: ran" in first.stdout for stage in STAGES)
     metrics = json.loads((project / "metrics" / "prepare.json").read_text())
     rows = metrics["rows"]
     assert rows["train"] + rows["val"] + rows["test"] == rows["kept"] > 0
     assert (project / "dvc.lock").is_file()
 
-    second = run([PY, "-m", "flows.pipeline"], project, run_env)
+    second = run([PY, "-m", "flows.pipeline", "--params", params_file], project, run_env)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert "prepare: cached" in second.stdout and "validate_verifiers: cached" in second.stdout
+    assert all(f"{stage}: cached" in second.stdout for stage in STAGES)
     assert {"prepare-report", "validate-verifiers-report", "pipeline-stages", "mlflow-run"} <= prefect_artifact_keys(project, run_env)
 
     client, runs = runs_by_name(project)
@@ -49,6 +53,12 @@ def test_flow_runs_stages_through_dvc_then_reuses_the_cache(project, run_env):
     validation = [r for r in runs if r.data.tags.get("grpoflow.stage") == "validate_verifiers"]
     assert len(validation) == 2 and validation[0].data.metrics["verifiers.math.val.recall"] == 1.0
     assert validation[0].data.tags["verifier_hash"] == children[0].data.tags["verifier_hash"] != ""
+    grpo = [r for r in runs if r.data.tags.get("grpoflow.stage") == "grpo"][0]
+    assert grpo.data.tags["algorithm"] == "grpo" and grpo.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+    assert [m.step for m in client.get_metric_history(grpo.info.run_id, "reward_mean")] == [0, 1, 2, 3]
+    grpo_metrics = json.loads((project / "metrics" / "grpo.json").read_text())
+    assert grpo_metrics["steps"] == 4 and grpo_metrics["val_accuracy"] is not None
+    assert (project / "models" / "grpo" / "model.safetensors").is_file()
 
 
 def prefect_artifact_keys(project, env) -> set[str]:
@@ -81,25 +91,26 @@ def test_leakage_gate_fails_the_flow_with_a_report(project, run_env):
     assert not (project / "data" / "verifier_validation").exists()  # nothing downstream ran
 
 
-def test_editing_a_verifier_reruns_validation_not_preparation(project, run_env):
+def test_editing_a_verifier_reruns_validation_and_training_not_preparation(smoke, run_env):
+    project, _ = smoke
     assert run([PY, "-m", "dvc", "repro"], project, run_env).returncode == 0
     fmt = project / "verifiers" / "format.py"
     fmt.write_text(fmt.read_text() + "\n# an edit\n")
     again = run([PY, "-m", "dvc", "repro"], project, run_env)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "Stage 'prepare' didn't change" in again.stdout
-    assert "Running stage 'validate_verifiers'" in again.stdout
+    assert "Stage 'prepare' didn't change" in again.stdout and "Stage 'sft' didn't change" in again.stdout
+    assert "Running stage 'validate_verifiers'" in again.stdout and "Running stage 'grpo'" in again.stdout
 
 
 def test_dvc_repro_alone_shares_the_cache_and_reacts_to_params(project, run_env):
-    first = run([PY, "-m", "dvc", "repro"], project, run_env)
+    first = run([PY, "-m", "dvc", "repro", "validate_verifiers"], project, run_env)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "Running stage 'prepare'" in first.stdout
-    again = run([PY, "-m", "dvc", "repro"], project, run_env)
+    again = run([PY, "-m", "dvc", "repro", "validate_verifiers"], project, run_env)
     assert "didn't change, skipping" in again.stdout
     params = project / "params" / "default.yaml"
     params.write_text(params.read_text().replace("seed: 0", "seed: 1"))
-    changed = run([PY, "-m", "dvc", "repro"], project, run_env)
+    changed = run([PY, "-m", "dvc", "repro", "prepare"], project, run_env)
     assert "Running stage 'prepare'" in changed.stdout
     assert json.loads((project / "metrics" / "prepare.json").read_text())["seed"] == 1
 

@@ -1,0 +1,77 @@
+"""GRPO training for real on the smoke parameters: DeepSpeed on CPU (gloo), one and two
+processes, and resume after the process is killed mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from safetensors.torch import load_file
+
+from tests.e2e.conftest import SMOKE_OVERRIDES, run, use_params, write_params
+
+pytestmark = pytest.mark.e2e
+PY = sys.executable
+
+
+@pytest.fixture
+def prepared(project, run_env):
+    """A project with data and the SFT reference built (by dvc), ready for the grpo stage."""
+    rel = write_params(project, "resume", {**SMOKE_OVERRIDES, "grpo.steps": 6, "grpo.checkpoint_every": 2, "grpo.eval_every": 6})
+    use_params(project, rel)
+    out = run([PY, "-m", "dvc", "repro", "sft"], project, run_env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return project, rel
+
+
+def grpo_cmd(rel: str, name: str) -> list[str]:
+    return ["-m", "tasks.grpo", "--params", rel, "--out", f"models/{name}", "--checkpoints", f"checkpoints/{name}",
+            "--metrics", f"metrics/{name}.json", "--history", f"metrics/{name}_history.csv"]
+
+
+def weights(project, name):
+    return load_file(str(project / "models" / name / "model.safetensors"))
+
+
+def test_resumed_run_reaches_the_same_state_as_an_uninterrupted_one(prepared, run_env):
+    project, rel = prepared
+    whole = run([PY, *grpo_cmd(rel, "whole")], project, run_env)
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+
+    proc = subprocess.Popen([PY, *grpo_cmd(rel, "killed")], cwd=project, env=run_env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    latest = project / "checkpoints" / "killed" / "latest"
+    deadline = time.monotonic() + 300
+    while not (latest.is_file() and latest.read_text().strip() >= "step_000002") and time.monotonic() < deadline:
+        assert proc.poll() is None, "training ended before it could be killed"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (project / "models" / "killed" / "model.safetensors").exists()
+
+    resumed = run([PY, *grpo_cmd(rel, "killed")], project, run_env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming from step" in resumed.stdout
+    a, b = weights(project, "whole"), weights(project, "killed")
+    assert a.keys() == b.keys()
+    assert all((a[k] - b[k]).abs().max() < 1e-6 for k in a)
+    history = (project / "metrics" / "killed_history.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in history[1:]] == ["0", "1", "2", "3", "4", "5"]
+
+
+def test_two_processes_under_torchrun(prepared, run_env):
+    project, rel = prepared
+    with socket.socket() as sock:  # torchrun's static rendezvous hangs on port 0: pick a free one
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [PY, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", *grpo_cmd(rel, "ddp")]
+    out = run(cmd, project, run_env, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    metrics = json.loads((project / "metrics" / "ddp.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["steps"] == 6
