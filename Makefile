@@ -41,6 +41,7 @@ test-all: setup
 	$(PY) -m pytest -m "not gpu"
 
 bench: setup
+	$(PY) -m pip install -q -e ".[bench]" --config-settings editable_mode=compat
 	$(PY) -m benchmarks
 
 ui: setup

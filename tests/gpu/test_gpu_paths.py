@@ -1,0 +1,53 @@
+"""GPU-only paths: run with `pytest -m gpu` where CUDA is present (skipped elsewhere)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+def _tiny(tmp_path):
+    from grpoflow.config import ModelConfig
+    from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
+
+    texts = [f"{i}+{i}={2 * i}\n#### {2 * i}" for i in range(300)]
+    tok = train_tokenizer(texts, 300)
+    model = build_tiny_model(ModelConfig(vocab_size=300, hidden_size=128, num_layers=2, num_heads=2, intermediate_size=256), tok, seed=0)
+    save_pretrained(model, tok, tmp_path)
+    return model, tok
+
+
+def test_deepspeed_bf16_zero2_step_on_cuda(tmp_path):
+    from grpoflow.config import EngineConfig
+    from grpoflow.engine import build_engine, use_bf16
+
+    model, tok = _tiny(tmp_path)
+    cfg = EngineConfig(zero_stage=2, micro_batch_size=4, lr=1e-3)
+    engine = build_engine(model.cuda(), cfg, 8)
+    assert engine.device.type == "cuda" and use_bf16(cfg) == torch.cuda.is_bf16_supported()
+    ids = tok(["1+1=2"] * 4, return_tensors="pt")["input_ids"].cuda()
+    before = [p.detach().float().clone() for p in engine.module.parameters()]
+    for _ in range(2):
+        loss = engine(input_ids=ids, labels=ids).loss
+        engine.backward(loss)
+        engine.step()
+    assert any(not torch.equal(b, p.detach().float()) for b, p in zip(before, engine.module.parameters()))
+
+
+def test_vllm_cuda_rollout_and_weight_sync(tmp_path):
+    pytest.importorskip("vllm")
+    from grpoflow.rollout import Sampling
+    from grpoflow.rollout.vllm_engine import VLLMRolloutEngine
+
+    model, tok = _tiny(tmp_path)
+    engine = VLLMRolloutEngine(str(tmp_path), tok, seed=0, max_model_len=128, gpu_memory_utilization=0.2)
+    a = engine.generate(["1+1="], 4, Sampling(temperature=1.0, max_new_tokens=8), seed=0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    engine.sync_weights(model.cuda())
+    b = engine.generate(["1+1="], 4, Sampling(temperature=1.0, max_new_tokens=8), seed=0)
+    assert a.completion_ids.shape == b.completion_ids.shape == (4, 8)
+    assert not torch.allclose(a.sampler_logprobs, b.sampler_logprobs)
