@@ -10,17 +10,22 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from grpoflow.grpo import LoopState
+from grpoflow.rl import LoopState
 
 
 def _tag(step: int) -> str:
     return f"step_{step:06d}"
 
 
-def save(engine, directory: str | Path, state: LoopState, fingerprint: str, extra: dict) -> Path:
+def save(engine, directory: str | Path, state: LoopState, fingerprint: str, *,
+         extra_engines: dict | None = None, extra: dict | None = None) -> Path:
+    """Save the policy engine (with the loop state) and any ``extra_engines`` (e.g. PPO's critic,
+    under ``<directory>/<name>``); the policy's ``latest`` marker is written last."""
     directory = Path(directory)
     tag = _tag(state.step)
-    client = {"loop": {"step": state.step, "beta": state.beta}, "fingerprint": fingerprint, **extra}
+    for name, other in (extra_engines or {}).items():
+        other.save_checkpoint(str(directory / name), tag=tag)
+    client = {"loop": {"step": state.step, "beta": state.beta}, "fingerprint": fingerprint, **(extra or {})}
     engine.save_checkpoint(str(directory), tag=tag, client_state=client)
     rank = dist.get_rank() if dist.is_initialized() else 0
     torch.save({"python": random.getstate(), "torch": torch.get_rng_state()}, directory / tag / f"rng_rank{rank}.pt")
@@ -35,7 +40,7 @@ def latest_step(directory: str | Path) -> int | None:
     return int(tag.removeprefix("step_")) if tag.startswith("step_") else None
 
 
-def load(engine, directory: str | Path, fingerprint: str) -> tuple[LoopState, dict] | None:
+def load(engine, directory: str | Path, fingerprint: str, extra_engines: dict | None = None) -> tuple[LoopState, dict] | None:
     """The loop state and extra client state of the latest checkpoint, or None when there is none
     or it belongs to other inputs (then training starts over)."""
     step = latest_step(directory)
@@ -44,6 +49,9 @@ def load(engine, directory: str | Path, fingerprint: str) -> tuple[LoopState, di
     path, client = engine.load_checkpoint(str(directory), tag=_tag(step))
     if path is None or client.get("fingerprint") != fingerprint:
         return None
+    for name, other in (extra_engines or {}).items():
+        if other.load_checkpoint(str(Path(directory) / name), tag=_tag(step))[0] is None:
+            return None
     rank = dist.get_rank() if dist.is_initialized() else 0
     rng_file = Path(directory) / _tag(step) / f"rng_rank{rank}.pt"
     rng = torch.load(rng_file, weights_only=False) if rng_file.is_file() else {}

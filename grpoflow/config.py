@@ -247,6 +247,34 @@ class GRPOConfig(_Section):
         return g
 
 
+class PPOConfig(_Section):
+    """The PPO baseline. Its rollout and update budget (steps, prompts, samples per prompt,
+    sampling, policy engine, mu, clip range) is the ``grpo`` section's, so the two compare."""
+
+    gamma: float = Field(1.0, gt=0, le=1, description="Discount of GAE (1: none, as usual for one reward at the end).")
+    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    kl_coef: float = Field(0.04, ge=0, description="Per-token KL penalty folded into the reward (InstructGPT-style).")
+    cliprange_value: float = Field(0.2, gt=0, description="Clip range of the value update around the old values.")
+    whiten_advantages: bool = Field(True, description="Normalise GAE advantages over the batch's tokens.")
+    critic_engine: EngineConfig = Field(default_factory=lambda: EngineConfig(lr=1e-3), description="DeepSpeed settings for the critic.")
+
+
+class EvaluateConfig(_Section):
+    max_examples: int = Field(300, ge=1, description="Prompts per test split / benchmark (a fixed, seeded sample).")
+    n_samples: int = Field(8, ge=1, description="Samples per prompt for pass@k and maj@k.")
+    k: int = Field(4, ge=1, description="k of pass@k and maj@k (<= n_samples).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature for pass@k / maj@k.")
+    max_loss_increase: float = Field(
+        0.25, ge=0, description="Held-out loss (nats/token) a policy may gain over the reference before 'forgetting' is flagged."
+    )
+
+    @model_validator(mode="after")
+    def _k_le_n(self) -> "EvaluateConfig":
+        if self.k > self.n_samples:
+            raise ValueError(f"k ({self.k}) must be <= n_samples ({self.n_samples})")
+        return self
+
+
 class TrackingConfig(_Section):
     experiment: str | None = Field(None, description="MLflow experiment; null means grpoflow-<experiment.name>.")
 
@@ -262,6 +290,8 @@ class Params(_Section):
     verifier_gate: VerifierGateConfig = Field(default_factory=VerifierGateConfig, description="The validate_verifiers gate.")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="The SFT reference stage.")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="The GRPO stage.")
+    ppo: PPOConfig = Field(default_factory=PPOConfig, description="The PPO baseline stage.")
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="The evaluate stage.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
 
     @property

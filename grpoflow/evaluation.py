@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from grpoflow.prompting import format_prompt
 from grpoflow.rewards import BatchVerifier
@@ -27,3 +27,84 @@ def greedy_accuracy(
     outputs = [{"id": r["id"], "completion": t, "reference": ref, "correct": s >= 0.5}
                for r, t, ref, s in zip(rows, rollouts.texts, refs, scores)]
     return EvalResult(sum(o["correct"] for o in outputs) / max(len(outputs), 1), outputs)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al. 2021, eq. 1):
+    ``1 - C(n - c, k) / C(n, k)``, as a stable product."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def majority_answer(answers: Sequence[str | None]) -> str | None:
+    """The most common non-empty answer; ties go to the one seen first."""
+    counts: dict[str, int] = {}
+    for a in answers:
+        if a:
+            counts[a] = counts.get(a, 0) + 1
+    return max(counts, key=lambda a: (counts[a], -answers.index(a))) if counts else None
+
+
+@dataclass
+class SampledResult:
+    pass_at_k: float
+    maj_at_k: float
+    outputs: list[dict]
+
+
+def sampled_metrics(
+    engine: RolloutEngine,
+    rows: Sequence[dict],
+    score: BatchVerifier,
+    canonical: Callable[[str], str | None],
+    *,
+    n: int,
+    k: int,
+    sampling: Sampling,
+    seed: int = 0,
+) -> SampledResult:
+    """pass@k (unbiased, from n samples) and maj@k (vote over the first k samples' answers)."""
+    prompts = [format_prompt(r["prompt"]) for r in rows]
+    ro = engine.generate(prompts, n, sampling, seed)
+    refs = [r["reference_answer"] for r in rows for _ in range(n)]
+    scores = score(ro.texts, refs)
+    voted = [majority_answer([canonical(t) for t in ro.texts[i * n : i * n + k]]) for i in range(len(rows))]
+    vote_scores = score([f"#### {v}" if v is not None else "" for v in voted], [r["reference_answer"] for r in rows])
+    outputs, p_sum = [], 0.0
+    for i, r in enumerate(rows):
+        correct = sum(s >= 0.5 for s in scores[i * n : (i + 1) * n])
+        p = pass_at_k(n, correct, k)
+        p_sum += p
+        outputs.append({"id": r["id"], "reference": r["reference_answer"], "samples": ro.texts[i * n : (i + 1) * n],
+                        "correct": correct, f"pass@{k}": p, "majority": voted[i], "majority_correct": vote_scores[i] >= 0.5})
+    m = max(len(rows), 1)
+    return SampledResult(p_sum / m, sum(o["majority_correct"] for o in outputs) / m, outputs)
+
+
+def heldout_loss(model, tokenizer, texts: Sequence[tuple[str, str]], batch_size: int = 32) -> float:
+    """Mean next-token loss (nats/token) of ``completion`` given ``prompt`` over held-out pairs:
+    the forgetting check compares it between a policy and its reference."""
+    import torch
+
+    from grpoflow.sft import collate
+
+    examples = []
+    for prompt, completion in texts:
+        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        examples.append((p + c, [-100] * len(p) + c))
+    total, tokens = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for lo in range(0, len(examples), batch_size):
+            batch = collate(examples[lo : lo + batch_size], tokenizer.pad_token_id)
+            n = int((batch["labels"][:, 1:] != -100).sum())
+            total += float(model(**batch).loss) * n
+            tokens += n
+    return total / max(tokens, 1)

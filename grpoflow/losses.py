@@ -43,8 +43,8 @@ def _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level,
             raise ValueError(f"ref_logp must have logp's shape {shape}, got {tuple(ref_logp.shape)}")
     if beta < 0:
         raise ValueError(f"beta must be >= 0, got {beta}")
-    if tuple(advantages.shape) != (shape[0],):
-        raise ValueError(f"advantages must be ({shape[0]},), one per sequence, got {tuple(advantages.shape)}")
+    if tuple(advantages.shape) not in ((shape[0],), shape):
+        raise ValueError(f"advantages must be ({shape[0]},), one per sequence, or {shape} per token, got {tuple(advantages.shape)}")
     if ratio_level not in ("token", "sequence"):
         raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
     if aggregation not in ("grpo", "bnpo", "dr_grpo"):
@@ -86,7 +86,8 @@ def grpo_loss(
         logp: ``(N, T)`` per-token log-probs of the completions under the policy being trained.
         old_logp: same, under the policy that sampled them (no gradient flows through it).
         ref_logp: same, under the frozen reference; may be ``None`` when ``beta == 0``.
-        advantages: ``(N,)``, one per completion, broadcast over its tokens.
+        advantages: ``(N,)``, one per completion, broadcast over its tokens (GRPO); or ``(N, T)``
+            per token (PPO with GAE).
         mask: ``(N, T)`` 0/1, 1 on completion tokens that count.
         clip_eps, clip_eps_high: the clip range is ``[1 - clip_eps, 1 + (clip_eps_high or clip_eps)]``.
         beta: weight of the KL penalty; at 0 the term is left out entirely.
@@ -107,7 +108,8 @@ def grpo_loss(
     if ratio_level == "sequence":
         log_ratio = _masked_mean(log_ratio, m, dim=1).unsqueeze(1).expand_as(logp)
     ratio = torch.exp(log_ratio)
-    adv = advantages.detach().to(logp.dtype).unsqueeze(1)
+    adv = advantages.detach().to(logp.dtype)
+    adv = adv.unsqueeze(1) if adv.dim() == 1 else torch.where(keep, adv, torch.zeros_like(adv))
     low, high = 1.0 - clip_eps, 1.0 + (clip_eps if clip_eps_high is None else clip_eps_high)
     per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, low, high) * adv)
     metrics: dict[str, float] = {}

@@ -66,6 +66,9 @@ SMOKE_OVERRIDES = {
     "grpo.engine.micro_batch_size": 8,
     "grpo.checkpoint_every": 2,
     "grpo.eval_every": 4,
+    "evaluate.max_examples": 16,
+    "evaluate.n_samples": 4,
+    "evaluate.k": 2,
 }
 
 

@@ -20,7 +20,7 @@ def runs_by_name(project):
     return client, client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
 
 
-STAGES = ("prepare", "validate_verifiers", "sft", "grpo")
+STAGES = ("prepare", "validate_verifiers", "sft", "grpo", "ppo", "evaluate", "compare")
 
 
 def test_flow_runs_stages_through_dvc_then_reuses_the_cache(smoke, run_env):

@@ -1,0 +1,65 @@
+"""The GRPO-vs-PPO comparison: accuracy, curve stability, time, memory and where memory goes."""
+
+from __future__ import annotations
+
+from statistics import mean, pstdev
+
+ADAM_BYTES_PER_PARAM = 16  # fp32 weight + gradient + two Adam moments
+
+
+def stability(rows: list[dict], key: str, window: int = 20) -> float:
+    """Std of ``key`` over the last ``window`` steps: how much the curve still swings."""
+    values = [float(r[key]) for r in rows[-window:] if r.get(key) not in ("", None)]
+    return pstdev(values) if len(values) > 1 else 0.0
+
+
+def model_state_mb(parameters: int) -> float:
+    """Weights + gradients + AdamW moments of ``parameters`` fp32 parameters, in MiB."""
+    return parameters * ADAM_BYTES_PER_PARAM / 2**20
+
+
+def summarize(algorithm: str, train: dict, history: list[dict], evaluation: dict, k: int) -> dict:
+    test = evaluation.get("test", {})
+    accs = [float(r["val_accuracy"]) for r in history if r.get("val_accuracy") not in ("", None)]
+    return {
+        "algorithm": algorithm,
+        "test_pass@1": test.get("pass@1"),
+        f"test_pass@{k}": test.get(f"pass@{k}"),
+        f"test_maj@{k}": test.get(f"maj@{k}"),
+        "val_accuracy_final": train.get("val_accuracy"),
+        "val_accuracy_best": max(accs) if accs else None,
+        "reward_last20_mean": mean(float(r["reward_mean"]) for r in history[-20:]) if history else None,
+        "reward_last20_std": stability(history, "reward_mean"),
+        "loss_last20_std": stability(history, "loss"),
+        "kl_final": float(history[-1]["kl"]) if history else None,
+        "seconds_per_step": train.get("seconds_per_step"),
+        "rollout_tokens_per_s": train.get("rollout_tokens_per_s"),
+        "peak_memory_mb": train.get("peak_memory_mb"),
+        "heldout_loss_increase": evaluation.get("heldout_loss_increase"),
+    }
+
+
+def memory_breakdown(grpo: dict, ppo: dict, critic_parameters: int) -> dict:
+    """Measured peak memory of both runs, the difference, and the part the critic's model state
+    (weights, gradients, optimizer moments) explains; the rest is its activations and buffers."""
+    diff = ppo["peak_memory_mb"] - grpo["peak_memory_mb"]
+    critic_state = model_state_mb(critic_parameters)
+    return {
+        "grpo_peak_mb": grpo["peak_memory_mb"],
+        "ppo_peak_mb": ppo["peak_memory_mb"],
+        "grpo_over_ppo": grpo["peak_memory_mb"] / ppo["peak_memory_mb"],
+        "difference_mb": diff,
+        "critic_parameters": critic_parameters,
+        "critic_weights_mb": critic_parameters * 4 / 2**20,
+        "critic_gradients_mb": critic_parameters * 4 / 2**20,
+        "critic_optimizer_mb": critic_parameters * 8 / 2**20,
+        "critic_model_state_mb": critic_state,
+        "other_mb": diff - critic_state,
+    }
+
+
+def winner(grpo: dict, ppo: dict, key: str = "test_pass@1") -> str:
+    a, b = grpo.get(key), ppo.get(key)
+    if a is None or b is None:
+        return "undecided"
+    return "grpo" if a > b else "ppo" if b > a else "tie"

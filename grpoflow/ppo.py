@@ -1,0 +1,113 @@
+"""The PPO baseline (Schulman et al. 2017; RLHF form of Ouyang et al. 2022): a critic the size of
+the policy, token-level rewards (the verifier's reward on the last token, a per-token KL penalty
+toward the reference), GAE advantages, the clipped policy loss and a clipped value loss, the
+critic on its own DeepSpeed engine and optimizer. Everything else is shared with GRPO.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModel
+
+from grpoflow.advantages import gae, masked_whiten
+from grpoflow.config import PPOConfig
+from grpoflow.logprobs import completion_logprobs
+from grpoflow.losses import grpo_loss, kl_k3
+from grpoflow.rl import Batch, PolicyTrainer
+
+
+class ValueModel(torch.nn.Module):
+    """A transformer trunk (by default the SFT model's) with a scalar head on every position."""
+
+    def __init__(self, trunk: torch.nn.Module, hidden_size: int):
+        super().__init__()
+        self.trunk = trunk
+        self.head = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+
+    @classmethod
+    def from_pretrained(cls, path: str) -> "ValueModel":
+        trunk = AutoModel.from_pretrained(path)
+        return cls(trunk, trunk.config.hidden_size)
+
+    def forward(self, input_ids, attention_mask, position_ids=None) -> torch.Tensor:
+        hidden = self.trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        return self.head(hidden).squeeze(-1)
+
+
+def completion_values(critic, ids, attn, start: int) -> torch.Tensor:
+    """``V(s_t)`` for each completion token t: the value at the position that predicts it."""
+    position_ids = (attn.long().cumsum(-1) - 1).clamp(min=0)
+    return critic(ids, attn, position_ids)[:, start - 1 : -1].float()
+
+
+def token_rewards(rewards: torch.Tensor, mask: torch.Tensor, kl: torch.Tensor | None, kl_coef: float) -> torch.Tensor:
+    """The sequence reward on each completion's last counted token, minus ``kl_coef * kl`` per token."""
+    r = torch.zeros_like(mask)
+    last = (mask.cumsum(1) * mask).argmax(1)
+    has_tokens = mask.sum(1) > 0
+    r[has_tokens, last[has_tokens]] = rewards[has_tokens].to(r.dtype)
+    if kl is not None and kl_coef:
+        r = r - kl_coef * kl * mask
+    return r
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    m = mask.bool()
+    var = returns[m].var(correction=0)
+    return float(1 - (returns[m] - values[m]).var(correction=0) / var) if var > 0 else 0.0
+
+
+class PPOTrainer(PolicyTrainer):
+    def __init__(self, *args, ppo: PPOConfig, critic_engine, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ppo, self.critic = ppo, critic_engine
+
+    @torch.no_grad()
+    def _old_values(self, b: Batch) -> torch.Tensor:
+        micro = self.critic.train_micro_batch_size_per_gpu()
+        return torch.cat([completion_values(self.critic, b.ids[i : i + micro], b.attn[i : i + micro], b.start)
+                          for i in range(0, len(b.ids), micro)])
+
+    def update(self, step: int, b: Batch) -> dict[str, float]:
+        cfg, ppo, eng, critic = self.cfg, self.ppo, self.engine, self.critic
+        critic.set_train_batch_size(len(b.ids) * self.world)
+        old_logp = self._frozen_logprobs(eng.module, b.ids, b.attn, b.start)
+        ref_logp = self._frozen_logprobs(self.ref, b.ids, b.attn, b.start) if self.ref is not None else None
+        kl = kl_k3(old_logp, ref_logp) if ref_logp is not None else None
+        old_values = self._old_values(b) * b.mask
+        rewards = token_rewards(b.rewards, b.mask, kl, ppo.kl_coef)
+        adv, returns = gae(rewards, old_values, b.mask, gamma=ppo.gamma, lam=ppo.lam)
+        if ppo.whiten_advantages:
+            adv = masked_whiten(adv, b.mask)
+        micro = eng.train_micro_batch_size_per_gpu()
+        sums = {"loss": 0.0, "value_loss": 0.0, "clip_ratio": 0.0, "entropy": 0.0}
+        n = 0
+        eng.train()
+        critic.train()
+        for _ in range(cfg.num_iterations):
+            for i in range(0, len(b.ids), micro):
+                sl = slice(i, i + micro)
+                logp, ent = completion_logprobs(eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True)
+                loss, m = grpo_loss(logp, old_logp[sl], None, adv[sl], b.mask[sl], clip_eps=cfg.clip_eps,
+                                    clip_eps_high=cfg.clip_eps_high, beta=0.0, aggregation=cfg.aggregation)
+                if not torch.isfinite(loss):
+                    self.health.observe(step, {"loss": float(loss)})  # raises TrainingDiverged
+                eng.backward(loss)
+                eng.step()
+                values = completion_values(critic, b.ids[sl], b.attn[sl], b.start)
+                clipped = old_values[sl] + (values - old_values[sl]).clamp(-ppo.cliprange_value, ppo.cliprange_value)
+                vf = 0.5 * torch.maximum((values - returns[sl]) ** 2, (clipped - returns[sl]) ** 2)
+                value_loss = (vf * b.mask[sl]).sum() / b.mask[sl].sum().clamp(min=1)
+                critic.backward(value_loss)
+                critic.step()
+                n += 1
+                sums["loss"] += loss.item()
+                sums["value_loss"] += value_loss.item()
+                sums["clip_ratio"] += m["clip_ratio"]
+                sums["entropy"] += float((ent.detach() * b.mask[sl]).sum() / b.mask[sl].sum().clamp(min=1))
+        out = {k: v / n for k, v in sums.items()}
+        out["kl"] = float((kl * b.mask).sum() / b.mask.sum().clamp(min=1)) if kl is not None else 0.0
+        out["explained_variance"] = explained_variance(old_values, returns, b.mask)
+        return out

@@ -1,0 +1,212 @@
+"""What GRPO and the PPO baseline share: rollouts, rewards, the step's metrics, the loop with its
+checkpoint and evaluation hooks. Each algorithm supplies only its update (:meth:`update`).
+
+Prompts are sharded across processes by whole groups, so group advantages never need
+communication; metrics are averaged across processes before they are reported.
+"""
+
+from __future__ import annotations
+
+import random
+import resource
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from grpoflow.config import GRPOConfig
+from grpoflow.health import HealthMonitor
+from grpoflow.logprobs import completion_logprobs
+from grpoflow.prompting import format_prompt
+from grpoflow.rewards import WeightedReward
+from grpoflow.rollout import RolloutEngine, Rollouts, Sampling
+
+
+@dataclass
+class LoopState:
+    """Everything besides the engine that a resumed run needs to continue exactly."""
+
+    step: int = 0
+    beta: float = 0.0
+    rng: dict = field(default_factory=dict)
+
+
+def prompt_indices(n_prompts: int, per_step: int, step: int, seed: int) -> list[int]:
+    """The prompts of ``step``: consecutive slices of per-epoch permutations, fixed by (seed, step)."""
+    start = step * per_step
+    out = []
+    while len(out) < per_step:
+        epoch, offset = divmod(start + len(out), n_prompts)
+        perm = list(range(n_prompts))
+        random.Random(seed * 1_000_003 + epoch).shuffle(perm)
+        out.extend(perm[offset : offset + per_step - len(out)])
+    return out
+
+
+def peak_memory_mb() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _rng_state() -> dict:
+    return {"python": random.getstate(), "torch": torch.get_rng_state()}
+
+
+def _set_rng_state(state: dict) -> None:
+    if state:
+        random.setstate(state["python"])
+        torch.set_rng_state(state["torch"])
+
+
+def adapt_beta(beta: float, kl: float, target: float, horizon: int) -> float:
+    """Adaptive KL controller (Ziegler et al. 2019): proportional, error clipped to +-20%."""
+    error = max(-0.2, min(0.2, kl / target - 1.0))
+    return beta * (1.0 + error / horizon * 10)
+
+
+def _all_mean(values: dict[str, float], world: int) -> dict[str, float]:
+    if world == 1:
+        return values
+    keys = sorted(values)
+    t = torch.tensor([values[k] for k in keys], dtype=torch.float64)
+    dist.all_reduce(t)
+    return {k: float(v) / world for k, v in zip(keys, t)}
+
+
+
+
+@dataclass
+class Batch:
+    """One step's rollouts as model inputs, with their rewards."""
+
+    ids: torch.Tensor  # (N, P + C) prompt and completion tokens
+    attn: torch.Tensor  # (N, P + C)
+    mask: torch.Tensor  # (N, C) float: completion tokens that count in the loss
+    start: int  # P: where completions begin
+    rewards: torch.Tensor  # (N,) summed verifier reward
+    group_size: int
+
+
+class PolicyTrainer:
+    """The loop shared by GRPO and PPO. ``cfg`` carries the rollout and update budget both use."""
+
+    def __init__(
+        self,
+        cfg: GRPOConfig,
+        engine,
+        ref_model: torch.nn.Module | None,
+        rollout: RolloutEngine,
+        tokenizer,
+        reward: WeightedReward,
+        prompts: Sequence[dict],
+        *,
+        seed: int,
+        rank: int = 0,
+        world: int = 1,
+        health: HealthMonitor | None = None,
+    ):
+        if cfg.beta > 0 and ref_model is None:
+            raise ValueError("beta > 0 needs a reference model")
+        self.cfg, self.engine, self.ref, self.rollout = cfg, engine, ref_model, rollout
+        self.tok, self.reward, self.prompts = tokenizer, reward, list(prompts)
+        self.seed, self.rank, self.world = seed, rank, world
+        self.health = health or HealthMonitor()
+        self.state = LoopState(beta=cfg.beta)
+
+    # -- one step ---------------------------------------------------------------------------
+    def _rollouts(self, step: int, g: int) -> tuple[Rollouts, list[str]]:
+        idx = prompt_indices(len(self.prompts), self.cfg.prompts_per_step, step, self.seed)[self.rank :: self.world]
+        rows = [self.prompts[i] for i in idx]
+        s = self.cfg.sampling
+        sampling = Sampling(s.temperature, s.top_p, s.max_completion_length)
+        ro = self.rollout.generate([format_prompt(r["prompt"]) for r in rows], g, sampling, seed=hash((self.seed, step, self.rank)) % 2**31)
+        return ro, [r["reference_answer"] for r in rows for _ in range(g)]
+
+    def _inputs(self, ro: Rollouts):
+        ids = torch.cat([ro.prompt_ids, ro.completion_ids], dim=1)
+        attn = torch.cat([ro.prompt_mask, ro.completion_mask], dim=1)
+        mask = ro.completion_mask.float()
+        if self.cfg.mask_truncated_completions:
+            mask = mask * (~ro.truncated).float().unsqueeze(1)
+        return ids, attn, mask, ro.prompt_ids.shape[1]
+
+    @torch.no_grad()
+    def _frozen_logprobs(self, model, ids, attn, start) -> torch.Tensor:
+        micro = self.engine.train_micro_batch_size_per_gpu()
+        parts = [completion_logprobs(model, ids[i : i + micro], attn[i : i + micro], start)[0] for i in range(0, len(ids), micro)]
+        return torch.cat(parts)
+
+    def update(self, step: int, batch: Batch) -> dict[str, float]:
+        """The algorithm's optimizer step(s) on ``batch``; returns its own metrics."""
+        raise NotImplementedError
+
+    def step(self, step: int) -> dict[str, float]:
+        cfg, eng = self.cfg, self.engine
+        g = cfg.generations_at(step)
+        t0 = time.perf_counter()
+        ro, refs = self._rollouts(step, g)
+        t_rollout = time.perf_counter() - t0
+        total, parts = self.reward(ro.texts, refs)
+        ids, attn, mask, start = self._inputs(ro)
+        t1 = time.perf_counter()
+        eng.set_train_batch_size(len(ids) * self.world)  # G may change with the schedule
+        local = self.update(step, Batch(ids, attn, mask, start, total, g))
+        t_update = time.perf_counter() - t1
+        self.rollout.sync_weights(eng.module)
+        grouped = total.view(-1, g)
+        lengths = ro.completion_mask.sum(1).float()
+        local.update({
+            "reward_mean": float(total.mean()),
+            "reward_std": float(total.std(correction=0)),
+            "group_reward_std": float(grouped.std(dim=1, correction=0).mean()),
+            "frac_zero_std_groups": float((grouped.std(dim=1, correction=0) < 1e-6).float().mean()),
+            "completion_length_mean": float(lengths.mean()),
+            "completion_length_max": float(lengths.max()),
+            "frac_truncated": float(ro.truncated.float().mean()),
+            "rollout_tokens_per_s": ro.num_completion_tokens / max(ro.seconds, 1e-9),
+            "update_tokens_per_s": float(attn.sum()) * cfg.num_iterations / max(t_update, 1e-9),
+            **{f"reward/{k}": float(v.mean()) for k, v in parts.items()},
+        })
+        metrics = _all_mean(local, self.world)
+        grad_norm = eng.get_global_grad_norm()
+        metrics.update(
+            step_seconds=time.perf_counter() - t0, rollout_seconds=t_rollout, update_seconds=t_update,
+            grad_norm=float(grad_norm) if grad_norm is not None else 0.0, beta=self.state.beta,
+            num_generations=g, lr=eng.get_lr()[0], peak_memory_mb=peak_memory_mb(),
+        )
+        if cfg.adaptive_beta.enabled and self.state.beta > 0:
+            a = cfg.adaptive_beta
+            self.state.beta = adapt_beta(self.state.beta, metrics["kl"], a.target_kl, a.horizon)
+        return metrics
+
+    # -- the loop ----------------------------------------------------------------------------
+    def train(
+        self,
+        *,
+        on_step: Callable[[int, dict], None] | None = None,
+        on_checkpoint: Callable[[int, LoopState], None] | None = None,
+        evaluate: Callable[[int], dict] | None = None,
+    ) -> LoopState:
+        """Run from ``self.state.step`` to ``cfg.steps``; ``on_checkpoint`` every ``checkpoint_every``."""
+        while self.state.step < self.cfg.steps:
+            step = self.state.step
+            metrics = self.step(step)
+            if evaluate and ((step + 1) % self.cfg.eval_every == 0 or step + 1 == self.cfg.steps):
+                metrics.update(evaluate(step))
+            new = self.health.observe(step, metrics)
+            metrics["health_symptoms"] = len(self.health.symptoms)
+            self.state.step = step + 1
+            if on_step:
+                on_step(step, {**metrics, "new_symptoms": [s.to_dict() for s in new]})
+            if on_checkpoint and (self.state.step % self.cfg.checkpoint_every == 0 or self.state.step == self.cfg.steps):
+                self.state.rng = _rng_state()
+                on_checkpoint(self.state.step, self.state)
+        return self.state
+
+    def restore(self, state: LoopState) -> None:
+        self.state = state
+        _set_rng_state(state.rng)
+

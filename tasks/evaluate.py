@@ -1,0 +1,98 @@
+"""Stage ``evaluate``: every policy (SFT reference, GRPO, PPO) on the test split and every
+benchmark: greedy pass@1, sampled pass@k (unbiased) and maj@k, per-example outputs, and the
+forgetting check (held-out loss against the reference).
+
+    python -m tasks.evaluate --params params/default.yaml --models sft=models/sft grpo=models/grpo ppo=models/ppo
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+
+import mlflow
+
+from grpoflow.config import Params
+from grpoflow.evaluation import greedy_accuracy, heldout_loss, sampled_metrics
+from grpoflow.io import read_jsonl, write_json, write_jsonl
+from grpoflow.modeling import load_pretrained
+from grpoflow.prompting import format_prompt, sft_completion
+from grpoflow.rollout import Sampling
+from tasks import tracking
+from tasks.cli import run_stage_cli, stage_parser
+from tasks.models import build_rollout, math_scorer
+from verifiers.extract import extract_answer
+from verifiers.math import plain_number
+
+
+def canonical(text: str) -> str | None:
+    answer = extract_answer(text)
+    if answer is None:
+        return None
+    number = plain_number(answer)
+    return format(number.normalize(), "f") if number is not None else answer.strip()
+
+
+def eval_sets(data: Path, limit: int, seed: int) -> dict[str, list[dict]]:
+    sets = {"test": read_jsonl(data / "test.jsonl")}
+    for path in sorted((data / "benchmarks").glob("*.jsonl")):
+        sets[path.stem] = read_jsonl(path)
+    rng = random.Random(seed)
+    return {name: rng.sample(rows, limit) if len(rows) > limit else rows for name, rows in sets.items()}
+
+
+def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: list, out: Path) -> dict:
+    cfg = params.evaluate
+    model, tokenizer = load_pretrained(path)
+    engine = build_rollout(params.grpo.rollout_engine, model, tokenizer, path, params)
+    score = math_scorer()
+    max_new = params.grpo.sampling.max_completion_length
+    result: dict = {"heldout_loss": heldout_loss(model, tokenizer, heldout)}
+    for set_name, rows in sets.items():
+        greedy = greedy_accuracy(engine, rows, score, max_new_tokens=max_new, seed=params.experiment.seed)
+        sampled = sampled_metrics(engine, rows, score, canonical, n=cfg.n_samples, k=cfg.k,
+                                  sampling=Sampling(cfg.temperature, 1.0, max_new), seed=params.experiment.seed)
+        write_jsonl(out / f"{name}_{set_name}.jsonl",
+                    ({**g, **{k: v for k, v in s.items() if k != "id"}} for g, s in zip(greedy.outputs, sampled.outputs)))
+        result[set_name] = {"pass@1": greedy.accuracy, f"pass@{cfg.k}": sampled.pass_at_k, f"maj@{cfg.k}": sampled.maj_at_k,
+                            "examples": len(rows)}
+    return result
+
+
+def main(args: argparse.Namespace, params: Params) -> None:
+    data, out = Path(args.data), Path(args.out)
+    models = dict(m.split("=", 1) for m in args.models)
+    models = {k: v for k, v in models.items() if (Path(v) / "config.json").is_file()}
+    if "sft" not in models:
+        raise SystemExit("error: the reference (sft=...) is needed: the forgetting check compares against it")
+    sets = eval_sets(data, params.evaluate.max_examples, params.experiment.seed)
+    heldout = [(format_prompt(r["prompt"]), sft_completion(r["solution"])) for r in read_jsonl(data / "val.jsonl")[:256]]
+    results: dict[str, dict] = {}
+    with tracking.stage_run("evaluate", params, args.params) as parent:
+        for name, path in models.items():
+            results[name] = evaluate_model(name, path, params, sets, heldout, out)
+            with mlflow.start_run(run_name=f"evaluate/{name}", nested=True, parent_run_id=parent.info.run_id,
+                                  tags={"grpoflow.stage": "evaluate", "algorithm": name, "model_path": path}):
+                mlflow.log_metrics(tracking.numeric_metrics(results[name]))
+        ref_loss = results["sft"]["heldout_loss"]
+        for name, r in results.items():
+            r["heldout_loss_increase"] = r["heldout_loss"] - ref_loss
+            r["forgetting_flagged"] = r["heldout_loss_increase"] > params.evaluate.max_loss_increase
+        metrics = {"models": results, "k": params.evaluate.k, "n_samples": params.evaluate.n_samples}
+        write_json(args.metrics, metrics)
+        mlflow.log_metrics(tracking.numeric_metrics(results))
+        mlflow.log_artifact(args.metrics)
+    for name, r in results.items():
+        flag = "  FORGETTING FLAGGED" if r["forgetting_flagged"] else ""
+        print(f"evaluate {name}: test pass@1 {r['test']['pass@1']:.3f} pass@{params.evaluate.k} "
+              f"{r['test'][f'pass@{params.evaluate.k}']:.3f} maj@{params.evaluate.k} {r['test'][f'maj@{params.evaluate.k}']:.3f} "
+              f"held-out loss {r['heldout_loss']:.3f} ({r['heldout_loss_increase']:+.3f}){flag}")
+
+
+if __name__ == "__main__":
+    parser = stage_parser("evaluate", __doc__)
+    parser.add_argument("--data", default="data/prepared")
+    parser.add_argument("--out", default="data/evaluation")
+    parser.add_argument("--models", nargs="+", default=["sft=models/sft", "grpo=models/grpo", "ppo=models/ppo"])
+    run_stage_cli(parser, main)
