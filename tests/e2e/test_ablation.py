@@ -1,0 +1,76 @@
+"""The ablation flow against a real MLflow tracking server on 127.0.0.1: GRPO and PPO runs are
+children of one parent, tagged by algorithm, with the same metric names (PPO adds its critic's)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.e2e.conftest import run
+
+pytestmark = pytest.mark.e2e
+PY = sys.executable
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path, run_env):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [PY, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination", str(tmp_path / "artifacts")],
+        env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=2)
+            break
+        except OSError:
+            assert proc.poll() is None, "mlflow server exited"
+            time.sleep(0.5)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def rest(url: str, path: str, body: dict) -> dict:
+    req = urllib.request.Request(f"{url}/api/2.0/mlflow/{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def test_ablation_runs_are_comparable_in_the_tracking_server(smoke, run_env, mlflow_server):
+    project, params_file = smoke
+    env = {**run_env, "MLFLOW_TRACKING_URI": mlflow_server}
+    result = run([PY, "-m", "flows.ablation", "--params", params_file], project, env, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "winner on test pass@1" in result.stdout
+
+    with urllib.request.urlopen(f"{mlflow_server}/api/2.0/mlflow/experiments/get-by-name?experiment_name=grpoflow-default") as r:
+        experiment_id = json.loads(r.read())["experiment"]["experiment_id"]
+    runs = rest(mlflow_server, "runs/search", {"experiment_ids": [experiment_id], "max_results": 100})["runs"]
+    tags = lambda run: {t["key"]: t["value"] for t in run["data"].get("tags", [])}  # noqa: E731
+    by_algo = {tags(r).get("algorithm"): r for r in runs if tags(r).get("grpoflow.stage") in ("grpo", "ppo")}
+    assert set(by_algo) == {"grpo", "ppo"}
+    parents = {tags(r)["mlflow.parentRunId"] for r in by_algo.values()}
+    assert len(parents) == 1
+    keys = {a: {m["key"] for m in r["data"]["metrics"]} for a, r in by_algo.items()}
+    assert {"reward_mean", "kl", "entropy", "peak_memory_mb", "seconds_per_step", "val_accuracy"} <= keys["grpo"]
+    assert keys["ppo"] - keys["grpo"] == {"value_loss", "explained_variance"}
+    compare = json.loads((project / "metrics" / "compare.json").read_text())
+    assert compare["memory"]["ppo_peak_mb"] > 0 and compare["winner_on_test_pass@1"] in ("grpo", "ppo", "tie")
+    assert (project / "reports" / "compare" / "curves.png").stat().st_size > 1000
