@@ -41,7 +41,8 @@ def summarize(algorithm: str, train: dict, history: list[dict], evaluation: dict
 
 def memory_breakdown(grpo: dict, ppo: dict, critic_parameters: int) -> dict:
     """Measured peak memory of both runs, the difference, and the part the critic's model state
-    (weights, gradients, optimizer moments) explains; the rest is its activations and buffers."""
+    (weights, gradients, optimizer moments) explains; the rest is its activations, its engine's
+    buffers and allocator slack."""
     diff = ppo["peak_memory_mb"] - grpo["peak_memory_mb"]
     critic_state = model_state_mb(critic_parameters)
     return {

@@ -68,7 +68,8 @@ def report(summaries: dict, memory: dict, verdict: str) -> str:
     lines += ["", "## Peak memory", "", f"GRPO / PPO = {memory['grpo_over_ppo']:.3f}; PPO needs {memory['difference_mb']:.1f} MiB more, of "
               f"which the critic's model state (weights {memory['critic_weights_mb']:.1f} + gradients {memory['critic_gradients_mb']:.1f} "
               f"+ AdamW moments {memory['critic_optimizer_mb']:.1f} MiB) explains {memory['critic_model_state_mb']:.1f}; the rest "
-              f"({memory['other_mb']:.1f} MiB) is the critic's activations and buffers.", "",
+              f"({memory['other_mb']:.1f} MiB) is what the critic costs beyond its state: its activations in forward and "
+              f"backward, its second DeepSpeed engine's buffers, and allocator slack (peak RSS on CPU).", "",
               "![curves](curves.png)", "", "![cost](cost.png)"]
     return "\n".join(lines) + "\n"
 
