@@ -16,7 +16,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-all bench ui clean
+.PHONY: setup demo ablation test test-all bench ui clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,10 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m flows.pipeline --params $(PARAMS)
 
+# GRPO vs PPO on the same data and reference; SEEDS="1 2" adds training seeds for mean and spread.
+ablation: setup
+	$(PY) -m flows.ablation --params $(PARAMS) $(if $(SEEDS),--seeds $(SEEDS))
+
 test: setup
 	$(PY) -m pytest
 
@@ -48,4 +52,5 @@ ui: setup
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
 
 clean:
-	rm -rf data/prepared metrics/*.json mlruns mlartifacts mlflow.db .cache
+	rm -rf data/prepared data/verifier_validation data/evaluation models checkpoints reports metrics/*.json metrics/*.csv \
+		metrics/seeds mlruns mlartifacts mlflow.db .cache

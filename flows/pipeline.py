@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -67,37 +68,51 @@ def _read_metrics(stage: Stage) -> dict:
     return merged
 
 
-@task(name="dvc-stage", task_run_name="{stage.name}")
-def run_dvc_stage(stage: Stage, env: dict[str, str]) -> StageResult:
-    """``dvc repro --single-item`` one stage, streaming its output into the Prefect log."""
+def _stream(cmd: list[str], env: dict[str, str], marker: str = "") -> tuple[int, list[str], bool]:
+    """Run ``cmd``, streaming its output into the Prefect log:
+    ``(exit code, last 40 lines, whether a line started with marker)``."""
     logger = get_run_logger()
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dvc", "repro", "--single-item", stage.name],
-        env={**os.environ, **env, "PATH": _path_with_this_python()},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = subprocess.Popen(cmd, env={**os.environ, **env, "PATH": _path_with_this_python()},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tail: list[str] = []
-    ran = False
+    seen = False
     for line in proc.stdout:  # type: ignore[union-attr]
         line = line.rstrip()
         if line:
             logger.info(line)
             tail = (tail + [line])[-40:]
-        ran = ran or line.startswith(f"Running stage '{stage.name}'")
-    if proc.wait() != 0:
-        log_tail = "\n".join(tail)
-        report = "\n\n".join(p.read_text() for p in _stage_reports(stage))
-        create_markdown_artifact(
-            f"## Stage `{stage.name}` failed (exit {proc.returncode})\n\n{report}\n\n### Log tail\n\n```\n{log_tail}\n```",
-            key=f"failed-{stage.name.replace('_', '-')}",
-            description=f"grpoflow stage {stage.name} failed",
-        )
-        raise StageFailed(f"stage {stage.name!r} failed with exit code {proc.returncode}:\n{log_tail}")
+            seen = seen or bool(marker and line.startswith(marker))
+    return proc.wait(), tail, seen
+
+
+def _fail(name: str, code: int, tail: list[str], reports: str = "") -> None:
+    log_tail = "\n".join(tail)
+    create_markdown_artifact(
+        f"## Stage `{name}` failed (exit {code})\n\n{reports}\n\n### Log tail\n\n```\n{log_tail}\n```",
+        key=f"failed-{name.replace('_', '-')}",
+        description=f"grpoflow stage {name} failed",
+    )
+    raise StageFailed(f"stage {name!r} failed with exit code {code}:\n{log_tail}")
+
+
+@task(name="dvc-stage", task_run_name="{stage.name}")
+def run_dvc_stage(stage: Stage, env: dict[str, str]) -> StageResult:
+    """``dvc repro --single-item`` one stage, streaming its output into the Prefect log."""
+    start = time.perf_counter()
+    cmd = [sys.executable, "-m", "dvc", "repro", "--single-item", stage.name]
+    code, tail, ran = _stream(cmd, env, marker=f"Running stage '{stage.name}'")
+    if code != 0:
+        _fail(stage.name, code, tail, "\n\n".join(p.read_text() for p in _stage_reports(stage)))
     _publish_reports(stage)
     return StageResult(stage.name, ran, round(time.perf_counter() - start, 2), _read_metrics(stage))
+
+
+@task(name="stage-cli", task_run_name="{name}")
+def run_stage_cli(name: str, args: list[str], env: dict[str, str]) -> None:
+    """A stage CLI run outside DVC's cache (e.g. extra training seeds of the ablation)."""
+    code, tail, _ = _stream([sys.executable, "-m", *args], env)
+    if code != 0:
+        _fail(name, code, tail)
 
 
 def _check_params_file(params_file: str) -> None:
@@ -120,15 +135,13 @@ def _metrics_markdown(results: list[StageResult]) -> str:
     return "\n".join(parts)
 
 
-@flow(name="grpoflow-pipeline", log_prints=True)
-def pipeline(params_file: str = "params/default.yaml", stages: list[str] | None = None) -> list[StageResult]:
-    """Run the dvc.yaml stages (all, or ``stages`` in DAG order) for one parameter set."""
-    _check_params_file(params_file)
-    params = load_params(params_file)
+def run_stages(params, params_file: str, stages: list[str] | None, extra: Callable[[dict[str, str]], None] | None = None):
+    """Run dvc.yaml stages under one MLflow parent run (then ``extra(env)``, still under it) and
+    publish the stage table, metrics and MLflow link. Shared by the pipeline and ablation flows."""
     order = stage_order(DVC_YAML, only=stages)
     flow_run_id = str(flow_run.id or "none")
     results: list[StageResult] = []
-    with tracking.pipeline_run(params, params_file, f"pipeline-{flow_run.name or 'local'}", flow_run_id) as parent:
+    with tracking.pipeline_run(params, params_file, f"{flow_run.flow_name or 'pipeline'}-{flow_run.name or 'local'}", flow_run_id) as parent:
         parent_id = parent.info.run_id
         env = {tracking.PARENT_ENV: parent_id, tracking.FLOW_RUN_ENV: flow_run_id}
         for stage in order:
@@ -136,6 +149,8 @@ def pipeline(params_file: str = "params/default.yaml", stages: list[str] | None 
             if not result.ran:
                 tracking.log_cached_stage(stage.name, params, params_file, parent_id, flow_run_id, list(stage.metrics))
             results.append(result)
+        if extra:
+            extra(env)
         experiment_id = parent.info.experiment_id
     create_table_artifact(
         [{"stage": r.stage, "status": "ran" if r.ran else "cached", "seconds": r.seconds} for r in results],
@@ -149,6 +164,13 @@ def pipeline(params_file: str = "params/default.yaml", stages: list[str] | None 
         key="mlflow-run",
     )
     return results
+
+
+@flow(name="grpoflow-pipeline", log_prints=True)
+def pipeline(params_file: str = "params/default.yaml", stages: list[str] | None = None) -> list[StageResult]:
+    """Run the dvc.yaml stages (all, or ``stages`` in DAG order) for one parameter set."""
+    _check_params_file(params_file)
+    return run_stages(load_params(params_file), params_file, stages)
 
 
 def main(argv: list[str] | None = None) -> int:

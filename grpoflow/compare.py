@@ -64,3 +64,18 @@ def winner(grpo: dict, ppo: dict, key: str = "test_pass@1") -> str:
     if a is None or b is None:
         return "undecided"
     return "grpo" if a > b else "ppo" if b > a else "tie"
+
+
+def seed_spread(scores: dict[str, list[float]]) -> dict[str, dict]:
+    """Mean, population std and range of a score over seeds, per algorithm."""
+    return {algo: {"mean": mean(v), "std": pstdev(v) if len(v) > 1 else 0.0, "min": min(v), "max": max(v),
+                   "seeds": len(v), "values": v} for algo, v in scores.items() if v}
+
+
+def seed_verdict(spread: dict[str, dict]) -> str:
+    """The algorithm with the higher mean, 'tie within spread' when the means are closer than
+    the larger std, 'undecided' with fewer than two algorithms."""
+    if len(spread) < 2:
+        return "undecided"
+    (a, sa), (b, sb) = sorted(spread.items(), key=lambda kv: -kv[1]["mean"])[:2]
+    return f"tie within spread ({a} ahead by {sa['mean'] - sb['mean']:.3f})" if sa["mean"] - sb["mean"] <= max(sa["std"], sb["std"]) else a

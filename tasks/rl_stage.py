@@ -42,7 +42,7 @@ HISTORY_FIELDS = [
 ]
 
 
-def fingerprint(params: Params, data: Path, reference: Path, algorithm: str) -> str:
+def fingerprint(params: Params, data: Path, reference: Path, algorithm: str, seed: int) -> str:
     """What a checkpoint must match to be resumed: the training params, the data, the reference,
     and the code (training and verifiers): anything that would make the continuation differ."""
     import hashlib
@@ -50,7 +50,7 @@ def fingerprint(params: Params, data: Path, reference: Path, algorithm: str) -> 
 
     sections = {"experiment", "grpo", "rewards", "model"} | ({"ppo"} if algorithm == "ppo" else set())
     h = hashlib.sha256(json.dumps(params.model_dump(mode="json", include=sections), sort_keys=True).encode())
-    h.update(algorithm.encode())
+    h.update(f"{algorithm}:{seed}".encode())
     h.update(sha256_paths([data / "train.jsonl", reference / "model.safetensors"]).encode())
     h.update(code_hash("grpoflow", "verifiers", "tasks/rl_stage.py").encode())
     return h.hexdigest()[:16]
@@ -75,9 +75,9 @@ class History:
             writer.writerows(self.rows)
 
 
-def build_trainer(algorithm: str, params: Params, engine, reference, rollout, tokenizer, train, rank, world, health, ref_dir):
+def build_trainer(algorithm: str, params: Params, engine, reference, rollout, tokenizer, train, rank, world, health, ref_dir, seed):
     """The algorithm's trainer and the engines it checkpoints (name -> DeepSpeed engine)."""
-    common = dict(seed=params.experiment.seed, rank=rank, world=world, health=health)
+    common = dict(seed=seed, rank=rank, world=world, health=health)
     args = (params.grpo, engine, reference, rollout, tokenizer, build_reward(params), train)
     if algorithm == "grpo":
         return GRPOTrainer(*args, **common), {}
@@ -100,7 +100,10 @@ def run(args: argparse.Namespace, params: Params, algorithm: str) -> None:
         print("grpo config check:\n" + format_findings(findings), flush=True)
     if any(f.level == "error" for f in findings):
         raise SystemExit(2)
-    torch.manual_seed(params.experiment.seed + rank)
+    # The training seed (sampling, prompt order) defaults to experiment.seed; --seed varies it
+    # alone, on the same data and reference, for the ablation's seed spread.
+    seed = params.experiment.seed if args.seed is None else args.seed
+    torch.manual_seed(seed + rank)
     data, ref_dir, out, ckpt_dir = Path(args.data), Path(args.reference), Path(args.out), Path(args.checkpoints)
     policy, tokenizer = load_pretrained(ref_dir)
     reference = load_frozen(str(ref_dir)) if needs_reference(algorithm, params) else None
@@ -109,8 +112,8 @@ def run(args: argparse.Namespace, params: Params, algorithm: str) -> None:
     rollout = build_rollout(cfg.rollout_engine, engine.module, tokenizer, str(ref_dir), params)
     train, val = read_jsonl(data / "train.jsonl"), read_jsonl(data / "val.jsonl")
     health = HealthMonitor()
-    trainer, extra_engines = build_trainer(algorithm, params, engine, reference, rollout, tokenizer, train, rank, world, health, ref_dir)
-    fp = fingerprint(params, data, ref_dir, algorithm)
+    trainer, extra_engines = build_trainer(algorithm, params, engine, reference, rollout, tokenizer, train, rank, world, health, ref_dir, seed)
+    fp = fingerprint(params, data, ref_dir, algorithm, seed)
     resumed = checkpoint.load(engine, ckpt_dir, fp, extra_engines)
     extra: dict = {}
     if resumed:
@@ -137,7 +140,8 @@ def run(args: argparse.Namespace, params: Params, algorithm: str) -> None:
 
         start = time.perf_counter()
         if lead:
-            mlflow.set_tags({"algorithm": algorithm, "resumed_from_step": str(trainer.state.step), "world_size": str(world)})
+            mlflow.set_tags({"algorithm": algorithm, "train_seed": str(seed), "resumed_from_step": str(trainer.state.step),
+                             "world_size": str(world)})
             mlflow.log_text(format_findings(findings), "config_check.txt")
         val_start = extra.get("val_accuracy_start")
         if val_start is None and lead:
@@ -187,6 +191,7 @@ def run(args: argparse.Namespace, params: Params, algorithm: str) -> None:
                 "health_symptoms": sorted(health.symptoms),
                 "world_size": world,
                 "algorithm": algorithm,
+                "train_seed": seed,
                 "seconds": round(time.perf_counter() - start, 1),
             }
             write_json(args.metrics, metrics)
@@ -208,4 +213,5 @@ def cli(algorithm: str, doc: str) -> None:
     parser.add_argument("--out", default=f"models/{algorithm}")
     parser.add_argument("--checkpoints", default=f"checkpoints/{algorithm}")
     parser.add_argument("--history", default=f"metrics/{algorithm}_history.csv", help="per-step metrics CSV (DVC plots)")
+    parser.add_argument("--seed", type=int, default=None, help="training seed (default: experiment.seed); data unchanged")
     run_stage_cli(parser, lambda args, params: run(args, params, algorithm))

@@ -56,21 +56,23 @@ def rest(url: str, path: str, body: dict) -> dict:
 def test_ablation_runs_are_comparable_in_the_tracking_server(smoke, run_env, mlflow_server):
     project, params_file = smoke
     env = {**run_env, "MLFLOW_TRACKING_URI": mlflow_server}
-    result = run([PY, "-m", "flows.ablation", "--params", params_file], project, env, timeout=900)
+    result = run([PY, "-m", "flows.ablation", "--params", params_file, "--seeds", "1"], project, env, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "winner on test pass@1" in result.stdout
+    assert "winner on test pass@1" in result.stdout and "over seeds [0, 1]" in result.stdout
 
     with urllib.request.urlopen(f"{mlflow_server}/api/2.0/mlflow/experiments/get-by-name?experiment_name=grpoflow-default") as r:
         experiment_id = json.loads(r.read())["experiment"]["experiment_id"]
     runs = rest(mlflow_server, "runs/search", {"experiment_ids": [experiment_id], "max_results": 100})["runs"]
     tags = lambda run: {t["key"]: t["value"] for t in run["data"].get("tags", [])}  # noqa: E731
-    by_algo = {tags(r).get("algorithm"): r for r in runs if tags(r).get("grpoflow.stage") in ("grpo", "ppo")}
-    assert set(by_algo) == {"grpo", "ppo"}
-    parents = {tags(r)["mlflow.parentRunId"] for r in by_algo.values()}
-    assert len(parents) == 1
-    keys = {a: {m["key"] for m in r["data"]["metrics"]} for a, r in by_algo.items()}
+    training = [r for r in runs if tags(r).get("grpoflow.stage") in ("grpo", "ppo")]
+    seeds = {(tags(r)["algorithm"], tags(r)["train_seed"]) for r in training}
+    assert seeds == {("grpo", "0"), ("grpo", "1"), ("ppo", "0"), ("ppo", "1")}
+    assert len({tags(r)["mlflow.parentRunId"] for r in training}) == 1  # one parent: select and compare
+    keys = {tags(r)["algorithm"]: {m["key"] for m in r["data"]["metrics"]} for r in training}
     assert {"reward_mean", "kl", "entropy", "peak_memory_mb", "seconds_per_step", "val_accuracy"} <= keys["grpo"]
     assert keys["ppo"] - keys["grpo"] == {"value_loss", "explained_variance"}
+    spread = json.loads((project / "metrics" / "ablation_seeds.json").read_text())
+    assert spread["test_pass@1"]["grpo"]["seeds"] == 2 and "winner" in spread
     compare = json.loads((project / "metrics" / "compare.json").read_text())
     assert compare["memory"]["ppo_peak_mb"] > 0 and compare["winner_on_test_pass@1"] in ("grpo", "ppo", "tie")
     assert (project / "reports" / "compare" / "curves.png").stat().st_size > 1000

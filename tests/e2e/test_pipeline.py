@@ -93,10 +93,10 @@ def test_leakage_gate_fails_the_flow_with_a_report(project, run_env):
 
 def test_editing_a_verifier_reruns_validation_and_training_not_preparation(smoke, run_env):
     project, _ = smoke
-    assert run([PY, "-m", "dvc", "repro"], project, run_env).returncode == 0
+    assert run([PY, "-m", "dvc", "repro", "grpo"], project, run_env).returncode == 0
     fmt = project / "verifiers" / "format.py"
     fmt.write_text(fmt.read_text() + "\n# an edit\n")
-    again = run([PY, "-m", "dvc", "repro"], project, run_env)
+    again = run([PY, "-m", "dvc", "repro", "grpo"], project, run_env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "Stage 'prepare' didn't change" in again.stdout and "Stage 'sft' didn't change" in again.stdout
     assert "Running stage 'validate_verifiers'" in again.stdout and "Running stage 'grpo'" in again.stdout
