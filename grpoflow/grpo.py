@@ -13,7 +13,7 @@ import torch
 from grpoflow.advantages import group_advantages
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import grpo_loss
-from grpoflow.rl import Batch, LoopState, PolicyTrainer, adapt_beta, peak_memory_mb, prompt_indices  # noqa: F401
+from grpoflow.rl import Batch, PolicyTrainer
 
 
 class GRPOTrainer(PolicyTrainer):

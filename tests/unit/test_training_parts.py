@@ -7,7 +7,7 @@ import torch
 
 from grpoflow.config import GRPOConfig, validate_params
 from grpoflow.engine import deepspeed_config
-from grpoflow.grpo import adapt_beta, prompt_indices
+from grpoflow.rl import adapt_beta, prompt_indices
 from grpoflow.lint import lint
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.rewards import RewardComponent, WeightedReward
