@@ -4,6 +4,7 @@ that a checkpoint of a different configuration is never resumed by mistake."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -28,6 +29,9 @@ def save(engine, directory: str | Path, state: LoopState, fingerprint: str, *,
     client = {"loop": {"step": state.step, "beta": state.beta}, "fingerprint": fingerprint, **(extra or {})}
     engine.save_checkpoint(str(directory), tag=tag, client_state=client)
     rank = dist.get_rank() if dist.is_initialized() else 0
+    if rank == 0:
+        # Read before any weights are loaded: a checkpoint of other inputs must not touch the engine.
+        (directory / tag / "fingerprint.json").write_text(json.dumps({"fingerprint": fingerprint, "step": state.step}))
     torch.save({"python": random.getstate(), "torch": torch.get_rng_state()}, directory / tag / f"rng_rank{rank}.pt")
     return directory / tag
 
@@ -46,6 +50,9 @@ def load(engine, directory: str | Path, fingerprint: str, extra_engines: dict | 
     step = latest_step(directory)
     if step is None:
         return None
+    meta = Path(directory) / _tag(step) / "fingerprint.json"
+    if not meta.is_file() or json.loads(meta.read_text()).get("fingerprint") != fingerprint:
+        return None  # made from other params, data, reference or code: start over, weights untouched
     path, client = engine.load_checkpoint(str(directory), tag=_tag(step))
     if path is None or client.get("fingerprint") != fingerprint:
         return None

@@ -65,6 +65,19 @@ def test_resumed_run_reaches_the_same_state_as_an_uninterrupted_one(prepared, ru
     assert [line.split(",")[0] for line in history[1:]] == ["0", "1", "2", "3", "4", "5"]
 
 
+def test_a_checkpoint_of_other_params_is_never_loaded(prepared, run_env):
+    project, rel = prepared
+    other = write_params(project, "other", {**SMOKE_OVERRIDES, "grpo.steps": 3, "grpo.checkpoint_every": 1, "grpo.engine.lr": 0.01})
+    first = run([PY, *grpo_cmd(other, "mixed")], project, run_env)  # leaves checkpoints of other params
+    assert first.returncode == 0, first.stdout + first.stderr
+    mixed = run([PY, *grpo_cmd(rel, "mixed")], project, run_env)
+    clean = run([PY, *grpo_cmd(rel, "clean")], project, run_env)
+    assert mixed.returncode == clean.returncode == 0
+    assert "resuming" not in mixed.stdout
+    a, b = weights(project, "mixed"), weights(project, "clean")
+    assert all((a[k] - b[k]).abs().max() < 1e-6 for k in a)
+
+
 def test_two_processes_under_torchrun(prepared, run_env):
     project, rel = prepared
     with socket.socket() as sock:  # torchrun's static rendezvous hangs on port 0: pick a free one
