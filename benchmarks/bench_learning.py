@@ -6,23 +6,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from grpoflow.provenance import copy_checkout
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run() -> dict:
-    work = Path(tempfile.mkdtemp(prefix="grpoflow-bench-")) / "project"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True)
-    for rel in filter(None, files.stdout.split("\n")):
-        if (ROOT / rel).is_file():
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, work / rel)
+    work = copy_checkout(ROOT, Path(tempfile.mkdtemp(prefix="grpoflow-bench-")) / "project")
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     start = time.perf_counter()

@@ -13,7 +13,7 @@ import torch
 from grpoflow.advantages import group_advantages
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import grpo_loss
-from grpoflow.rl import Batch, PolicyTrainer
+from grpoflow.rl import Batch, PolicyTrainer, masked_mean
 
 
 class GRPOTrainer(PolicyTrainer):
@@ -44,5 +44,5 @@ class GRPOTrainer(PolicyTrainer):
                 sums["loss"] += loss.item()
                 sums["kl"] += m.get("kl", 0.0)
                 sums["clip_ratio"] += m["clip_ratio"]
-                sums["entropy"] += float((ent.detach() * b.mask[sl]).sum() / b.mask[sl].sum().clamp(min=1))
+                sums["entropy"] += masked_mean(ent, b.mask[sl])
         return {k: v / n for k, v in sums.items()}

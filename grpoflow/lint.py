@@ -10,8 +10,8 @@ from grpoflow.config import GRPOConfig
 # DeepSeekMath (Shao et al. 2024), section 4.2: beta 0.04, 64 samples per question, one update
 # per exploration stage, lr 1e-6, loss = mean over tokens of a sequence, then over sequences.
 PAPER = {"beta": 0.04, "num_generations": 64, "aggregation": "grpo", "num_iterations": 1, "lr": 1e-6}
-# TRL's GRPOConfig defaults (1.x): no KL term, the DAPO token-level loss.
-TRL = {"beta": 0.0, "aggregation": "bnpo (TRL 'dapo')", "num_iterations": 1, "num_generations": 8}
+# TRL's GRPOConfig defaults (1.x): no KL term, the DAPO token-level loss (our "bnpo").
+TRL = {"beta": (0.0, "0.0"), "aggregation": ("bnpo", "bnpo (TRL 'dapo')"), "num_iterations": (1, "1"), "num_generations": (8, "8")}
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,9 @@ def lint(cfg: GRPOConfig, world_size: int = 1) -> list[Finding]:
     for key, ref in PAPER.items():
         if ours[key] != ref:
             found.append(Finding("info", f"{key} = {ours[key]} (DeepSeekMath: {ref})"))
-    for key, ref in TRL.items():
-        mine = ours[key]
-        if str(mine) != str(ref).split(" ")[0] and not (key == "aggregation" and mine == "bnpo"):
-            found.append(Finding("info", f"{key} = {mine} (TRL default: {ref})"))
+    for key, (ref, label) in TRL.items():
+        if ours[key] != ref:
+            found.append(Finding("info", f"{key} = {ours[key]} (TRL default: {label})"))
     if cfg.prompts_per_step % world_size:
         found.append(Finding("error", f"prompts_per_step={cfg.prompts_per_step} is not divisible by {world_size} processes"))
     micro = cfg.engine.micro_batch_size

@@ -13,7 +13,7 @@ from grpoflow.advantages import gae, masked_whiten
 from grpoflow.config import PPOConfig
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import grpo_loss, kl_k3
-from grpoflow.rl import Batch, PolicyTrainer
+from grpoflow.rl import Batch, PolicyTrainer, masked_mean
 
 
 class ValueModel(torch.nn.Module):
@@ -106,8 +106,8 @@ class PPOTrainer(PolicyTrainer):
                 sums["loss"] += loss.item()
                 sums["value_loss"] += value_loss.item()
                 sums["clip_ratio"] += m["clip_ratio"]
-                sums["entropy"] += float((ent.detach() * b.mask[sl]).sum() / b.mask[sl].sum().clamp(min=1))
+                sums["entropy"] += masked_mean(ent, b.mask[sl])
         out = {k: v / n for k, v in sums.items()}
-        out["kl"] = float((kl * b.mask).sum() / b.mask.sum().clamp(min=1)) if kl is not None else 0.0
+        out["kl"] = masked_mean(kl, b.mask) if kl is not None else 0.0
         out["explained_variance"] = explained_variance(old_values, returns, b.mask)
         return out

@@ -61,6 +61,11 @@ def _set_rng_state(state: dict) -> None:
         torch.set_rng_state(state["torch"])
 
 
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean of ``x`` over the tokens ``mask`` keeps, as a float for metrics."""
+    return float((x.detach() * mask).sum() / mask.sum().clamp(min=1))
+
+
 def adapt_beta(beta: float, kl: float, target: float, horizon: int) -> float:
     """Adaptive KL controller (Ziegler et al. 2019): proportional, error clipped to +-20%."""
     error = max(-0.2, min(0.2, kl / target - 1.0))

@@ -154,14 +154,14 @@ def validate(scorer: BatchScorer, cases: Sequence[Case], *, max_confusions: int 
     return v
 
 
-def check_references(references: Sequence[str], check: Callable[[str], None]) -> list[str]:
-    """Every reference the verifier cannot understand, as 'index: message' (a free reward otherwise)."""
+def check_references(references: Sequence[str], check: Callable[[str], None]) -> list[tuple[int, str]]:
+    """Every reference the verifier cannot understand, as (index, message): a free reward otherwise."""
     errors = []
     for i, ref in enumerate(references):
         try:
             check(ref)
         except ValueError as exc:
-            errors.append(f"{i}: {exc}")
+            errors.append((i, str(exc)))
     return errors
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import hashlib
+import json
 import sys
 import time
 from pathlib import Path
@@ -22,14 +24,14 @@ from grpoflow.config import Params
 from grpoflow.engine import build_engine, init_distributed
 from grpoflow.evaluation import greedy_accuracy
 from grpoflow.grpo import GRPOTrainer
-from grpoflow.ppo import PPOTrainer, ValueModel
-from grpoflow.rl import LoopState
 from grpoflow.health import HealthMonitor, Symptom, TrainingDiverged
 from grpoflow.io import atomic_write, read_jsonl, sha256_paths, write_json
 from grpoflow.lint import format_findings, lint
 from grpoflow.modeling import load_pretrained
-from grpoflow.rollout.hf import HFRolloutEngine
+from grpoflow.ppo import PPOTrainer, ValueModel
 from grpoflow.provenance import code_hash
+from grpoflow.rl import LoopState
+from grpoflow.rollout.hf import HFRolloutEngine
 from tasks import tracking
 from tasks.cli import run_stage_cli, stage_parser
 from tasks.models import build_reward, build_rollout, load_frozen, math_scorer
@@ -45,9 +47,6 @@ HISTORY_FIELDS = [
 def fingerprint(params: Params, data: Path, reference: Path, algorithm: str, seed: int) -> str:
     """What a checkpoint must match to be resumed: the training params, the data, the reference,
     and the code (training and verifiers): anything that would make the continuation differ."""
-    import hashlib
-    import json
-
     sections = {"experiment", "grpo", "rewards", "model"} | ({"ppo"} if algorithm == "ppo" else set())
     h = hashlib.sha256(json.dumps(params.model_dump(mode="json", include=sections), sort_keys=True).encode())
     h.update(f"{algorithm}:{seed}".encode())

@@ -50,13 +50,13 @@ def validate_text_verifier(name: str, rows: list[dict], params: Params) -> dict:
         errors = []
         fn = verifiers.get(name)
         result = validate(lambda c, r: [fn(x, y) for x, y in zip(c, r)], format_cases(refs, sols))
-    result.errors = [f"row {rows[int(e.split(':')[0])]['id']}: {e.split(':', 1)[1].strip()}" for e in errors]
+    result.errors = [f"row {rows[i]['id']}: {message}" for i, message in errors]
     return {**result.to_dict(), "reference_errors": result.errors[:20], "confusions": result.confusions}
 
 
 def validate_code_verifier(params: Params) -> dict:
     sb = params.sandbox
-    limits = Limits(wall_seconds=sb.wall_seconds, cpu_seconds=sb.cpu_seconds, memory_mb=sb.memory_mb, max_processes=sb.max_processes)
+    limits = Limits(**sb.model_dump(exclude={"allow_unsandboxed"}))
     rows = []
     try:
         for completion, tests, expected, kind in CODE_CASES:

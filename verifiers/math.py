@@ -82,8 +82,10 @@ def score_batch(completions: Sequence[str], references: Sequence[str], *, worker
         pred = extract_answer(c) if isinstance(c, str) else None
         if pred is None:
             results[i] = 0.0
-        elif plain_number(pred) is not None and plain_number(str(r)) is not None:
-            results[i] = float(plain_number(pred) == plain_number(str(r)))
+            continue
+        a, b = plain_number(pred), plain_number(str(r))
+        if a is not None and b is not None:
+            results[i] = float(a == b)
         else:
             slow.append(i)
     workers = workers if workers is not None else min(4, os.cpu_count() or 1)

@@ -4,31 +4,21 @@ and Prefect home, so that the real tools run exactly as a user's clone would run
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from grpoflow.provenance import copy_checkout
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _project_files() -> list[str]:
-    out = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.split("\n")
-    return [f for f in out if f and (REPO / f).is_file()]
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A fresh clone-like copy of the working tree (tracked and untracked, ignored files left out)."""
-    dest = tmp_path / "project"
-    for rel in _project_files():
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / rel, target)
+    dest = copy_checkout(REPO, tmp_path / "project")
     git = ["git", "-c", "user.email=ci@grpoflow.local", "-c", "user.name=ci"]
     subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
     subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
