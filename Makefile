@@ -16,7 +16,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo ablation test test-all bench ui clean
+.PHONY: setup demo ablation serve test test-all bench ui clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,11 @@ demo: setup
 ablation: setup
 	$(PY) -m flows.ablation --params $(PARAMS) $(if $(SEEDS),--seeds $(SEEDS))
 
+# Scheduled runs on this machine: Prefect server on 127.0.0.1:4200, the work pool named in
+# $(PARAMS), the `gpu` concurrency limit, prefect.yaml's deployments and a worker (Ctrl-C stops all).
+serve: setup
+	$(PY) -m flows.serve --params $(PARAMS)
+
 test: setup
 	$(PY) -m pytest
 
@@ -53,4 +58,4 @@ ui: setup
 
 clean:
 	rm -rf data/prepared data/verifier_validation data/evaluation models checkpoints reports metrics/*.json metrics/*.csv \
-		metrics/seeds mlruns mlartifacts mlflow.db .cache
+		metrics/seeds metrics/run.json mlruns mlartifacts mlflow.db .cache .grpoflow

@@ -16,13 +16,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from flows.pipeline import _check_params_file, run_stage_cli, run_stages
+from flows.pipeline import _check_params_file, held_workspace, parse_overrides, run_stage_cli, run_stages
 from grpoflow.compare import seed_spread, seed_verdict
-from grpoflow.config import ConfigError, load_params
+from grpoflow.config import ConfigError
 from grpoflow.io import write_json
 
 ABLATION_STAGES = ["prepare", "validate_verifiers", "sft", "grpo", "ppo", "evaluate", "compare"]
@@ -44,12 +45,18 @@ def _seed_runs(params_file: str, seeds: list[int], env: dict[str, str]) -> dict:
 
 
 @flow(name="grpoflow-ablation", log_prints=True)
-def ablation(params_file: str = "params/default.yaml", seeds: list[int] | None = None) -> dict:
-    _check_params_file(params_file)
-    params = load_params(params_file)
+def ablation(params_file: str = "params/default.yaml", seeds: list[int] | None = None,
+             overrides: dict[str, Any] | None = None) -> dict:
+    """GRPO vs PPO on one parameter set (with validated ``overrides``), over ``seeds``."""
+    params = _check_params_file(params_file, overrides)
+    with held_workspace(params_file, overrides):
+        return _ablation(params, params_file, seeds, overrides)
+
+
+def _ablation(params, params_file: str, seeds: list[int] | None, overrides: dict[str, Any] | None) -> dict:
     extra_seeds = [s for s in (seeds or []) if s != params.experiment.seed]
     seed_results: dict = {}
-    run_stages(params, params_file, ABLATION_STAGES,
+    run_stages(params, params_file, ABLATION_STAGES, overrides=overrides,
                extra=(lambda env: seed_results.update(_seed_runs(params_file, extra_seeds, env))) if extra_seeds else None)
     result = json.loads(Path("metrics/compare.json").read_text())
     table = json.loads(Path("reports/compare/table.json").read_text())
@@ -72,10 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.ablation", description=__doc__)
     parser.add_argument("--params", default="params/default.yaml")
     parser.add_argument("--seeds", type=int, nargs="*", default=None, help="extra training seeds for mean and spread")
+    parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="override a parameter for this run (validated), e.g. grpo.steps=20")
     args = parser.parse_args(argv)
     try:
-        _check_params_file(args.params)
-        result = ablation(params_file=args.params, seeds=args.seeds)
+        overrides = parse_overrides(args.overrides)
+        _check_params_file(args.params, overrides)
+        result = ablation(params_file=args.params, seeds=args.seeds, overrides=overrides or None)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

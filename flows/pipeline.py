@@ -2,29 +2,37 @@
 
 Each task runs ``dvc repro --single-item <stage>``: DVC decides whether the stage is stale and
 caches its outputs, Prefect adds observability (logs, artifacts, retries, schedules), MLflow
-gets one parent run per flow run with a child per stage.
+gets one parent run per flow run with a child per stage. A run holds its workspace alone
+(:mod:`flows.workspace`), GPU stages hold a slot of the ``gpu`` global concurrency limit, and a
+successful run is saved as a DVC experiment (:mod:`flows.experiments`).
 
-    python -m flows.pipeline --params params/default.yaml [--stages prepare ...]
+    python -m flows.pipeline --params params/default.yaml [--set grpo.steps=20 ...] [--stages prepare ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
+import yaml
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
-from prefect.runtime import flow_run
+from prefect.artifacts import (create_link_artifact, create_markdown_artifact, create_progress_artifact,
+                               create_table_artifact, update_progress_artifact)
+from prefect.concurrency.sync import concurrency
+from prefect.runtime import flow_run, task_run
 
+from flows import experiments, workspace
 from flows.dag import Stage, pipeline_params_file, stage_order
-from grpoflow.config import ConfigError, load_params
+from grpoflow.config import ConfigError, Params, load_params, set_dotted
 from tasks import tracking
 
 DVC_YAML = "dvc.yaml"
@@ -68,61 +76,130 @@ def _read_metrics(stage: Stage) -> dict:
     return merged
 
 
-def _stream(cmd: list[str], env: dict[str, str], marker: str = "") -> tuple[int, list[str], bool]:
-    """Run ``cmd``, streaming its output into the Prefect log:
-    ``(exit code, last 40 lines, whether a line started with marker)``."""
+PROGRESS = re.compile(r"^(\w+) step (\d+)/(\d+)\b")
+DIAGNOSIS = re.compile(r"\b(HEALTH|STOPPED)\b")
+
+
+@dataclass
+class StageLog:
+    """What an operator needs from a stage's output: the tail, and every health line."""
+
+    code: int = 0
+    tail: list[str] = field(default_factory=list)
+    diagnosis: list[str] = field(default_factory=list)
+    seen_marker: bool = False
+
+
+class _Progress:
+    """A Prefect progress artifact fed by the stage's ``<name> step N/T`` lines."""
+
+    def __init__(self, stage: str):
+        self.key, self.artifact, self.percent = f"{stage.replace('_', '-')}-progress", None, -1
+
+    def update(self, line: str) -> None:
+        m = PROGRESS.match(line)
+        if not m:
+            return
+        percent = int(100 * int(m[2]) / max(int(m[3]), 1))
+        if percent == self.percent:
+            return
+        self.percent = percent
+        if self.artifact is None:
+            self.artifact = create_progress_artifact(percent, key=self.key, description=f"{m[1]} training progress")
+        else:
+            update_progress_artifact(self.artifact, percent)
+
+
+def _stream(cmd: list[str], env: dict[str, str], marker: str = "", progress: _Progress | None = None) -> StageLog:
+    """Run ``cmd``, streaming its output into the Prefect log and the progress artifact."""
     logger = get_run_logger()
     proc = subprocess.Popen(cmd, env={**os.environ, **env, "PATH": _path_with_this_python()},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    tail: list[str] = []
-    seen = False
+    log = StageLog()
     for line in proc.stdout:  # type: ignore[union-attr]
         line = line.rstrip()
-        if line:
-            logger.info(line)
-            tail = (tail + [line])[-40:]
-            seen = seen or bool(marker and line.startswith(marker))
-    return proc.wait(), tail, seen
+        if not line:
+            continue
+        logger.info(line)
+        log.tail = (log.tail + [line])[-40:]
+        log.seen_marker = log.seen_marker or bool(marker and line.startswith(marker))
+        if DIAGNOSIS.search(line):
+            log.diagnosis.append(line)
+        if progress:
+            progress.update(line)
+    log.code = proc.wait()
+    return log
 
 
-def _fail(name: str, code: int, tail: list[str], reports: str = "") -> None:
-    log_tail = "\n".join(tail)
-    create_markdown_artifact(
-        f"## Stage `{name}` failed (exit {code})\n\n{reports}\n\n### Log tail\n\n```\n{log_tail}\n```",
-        key=f"failed-{name.replace('_', '-')}",
-        description=f"grpoflow stage {name} failed",
-    )
-    raise StageFailed(f"stage {name!r} failed with exit code {code}:\n{log_tail}")
+def _fail(name: str, log: StageLog, reports: str = "", final: bool = True) -> None:
+    """Raise :class:`StageFailed`; on the last attempt, first publish what went wrong."""
+    log_tail = "\n".join(log.tail)
+    if final:
+        diagnosis = "\n".join(f"- {line}" for line in log.diagnosis) or "No health symptoms were reported."
+        attempt = task_run.get_run_count() or 1
+        create_markdown_artifact(
+            f"## Stage `{name}` failed (exit {log.code}, attempt {attempt})\n\n### Health diagnosis\n\n{diagnosis}\n\n"
+            f"{reports}\n\n### Log tail\n\n```\n{log_tail}\n```",
+            key=f"failed-{name.replace('_', '-')}",
+            description=f"grpoflow stage {name} failed",
+        )
+    raise StageFailed(f"stage {name!r} failed with exit code {log.code}:\n{log_tail}")
 
 
 @task(name="dvc-stage", task_run_name="{stage.name}")
-def run_dvc_stage(stage: Stage, env: dict[str, str]) -> StageResult:
-    """``dvc repro --single-item`` one stage, streaming its output into the Prefect log."""
+def run_dvc_stage(stage: Stage, env: dict[str, str], gpu_limit: str | None = None, retries: int = 0) -> StageResult:
+    """``dvc repro --single-item`` one stage, streaming its output into the Prefect log; a GPU
+    stage first takes a slot of the ``gpu_limit`` global concurrency limit."""
     start = time.perf_counter()
     cmd = [sys.executable, "-m", "dvc", "repro", "--single-item", stage.name]
-    code, tail, ran = _stream(cmd, env, marker=f"Running stage '{stage.name}'")
-    if code != 0:
-        _fail(stage.name, code, tail, "\n\n".join(p.read_text() for p in _stage_reports(stage)))
+    slot = concurrency(gpu_limit, occupy=1) if gpu_limit else contextlib.nullcontext()
+    with slot:
+        log = _stream(cmd, env, marker=f"Running stage '{stage.name}'", progress=_Progress(stage.name))
+    if log.code != 0:
+        final = (task_run.get_run_count() or 1) > retries
+        _fail(stage.name, log, "\n\n".join(p.read_text() for p in _stage_reports(stage)), final=final)
     _publish_reports(stage)
-    return StageResult(stage.name, ran, round(time.perf_counter() - start, 2), _read_metrics(stage))
+    return StageResult(stage.name, log.seen_marker, round(time.perf_counter() - start, 2), _read_metrics(stage))
 
 
 @task(name="stage-cli", task_run_name="{name}")
 def run_stage_cli(name: str, args: list[str], env: dict[str, str]) -> None:
     """A stage CLI run outside DVC's cache (e.g. extra training seeds of the ablation)."""
-    code, tail, _ = _stream([sys.executable, "-m", *args], env)
-    if code != 0:
-        _fail(name, code, tail)
+    log = _stream([sys.executable, "-m", *args], env, progress=_Progress(name))
+    if log.code != 0:
+        _fail(name, log)
 
 
-def _check_params_file(params_file: str) -> None:
-    load_params(params_file)  # fail before any work, naming the bad key
+def _check_params_file(params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None) -> Params:
+    """The parameter set with ``overrides`` (dotted keys), validated before any work: a bad key,
+    value or stage name fails here, naming it."""
+    try:
+        stage_order(DVC_YAML, only=stages)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        return load_params(params_file, overrides)
+    except ConfigError as exc:
+        if overrides:
+            raise ConfigError(f"{exc}\n(with the flow's overrides {overrides})") from None
+        raise
+
+
+def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, str]:
+    """The files this run rewrites for DVC to see what it runs: dvc.yaml's ``params_file`` var
+    when another set is asked for, and the set itself when there are overrides."""
+    changes: dict[str, str] = {}
     wired = pipeline_params_file(DVC_YAML)
     if wired and Path(wired).resolve() != Path(params_file).resolve():
-        raise ConfigError(
-            f"dvc.yaml's stages read {wired}, not {params_file}: set vars.params_file in dvc.yaml "
-            "to the parameter set you want, so that `dvc repro` and this flow run the same thing"
-        )
+        text = Path(DVC_YAML).read_text()
+        changes[DVC_YAML] = re.sub(r"(?m)^(\s*-\s*params_file:\s*).*$", lambda m: m[1] + params_file, text, count=1)
+    if overrides:
+        raw = yaml.safe_load(Path(params_file).read_text()) or {}
+        for key, value in overrides.items():
+            set_dotted(raw, key, value)
+        header = f"# {params_file} with the overrides of one flow run: {json.dumps(overrides)}\n"
+        changes[params_file] = header + yaml.safe_dump(raw, sort_keys=False)
+    return changes
 
 
 def _metrics_markdown(results: list[StageResult]) -> str:
@@ -135,52 +212,111 @@ def _metrics_markdown(results: list[StageResult]) -> str:
     return "\n".join(parts)
 
 
-def run_stages(params, params_file: str, stages: list[str] | None, extra: Callable[[dict[str, str]], None] | None = None):
-    """Run dvc.yaml stages under one MLflow parent run (then ``extra(env)``, still under it) and
-    publish the stage table, metrics and MLflow link. Shared by the pipeline and ablation flows."""
+def _record_experiment(params: Params, params_file: str, overrides: dict | None, parent_id: str, experiment_id: str,
+                       whole: bool) -> None:
+    """Save this run as a DVC experiment naming its MLflow run (only a ``whole`` run: an
+    experiment is the full pipeline's state), tag the MLflow run with the experiment, and push
+    the cached outputs to the DVC remote when one is configured."""
+    import mlflow
+
+    orch = params.orchestration
+    name = experiments.experiment_name(flow_run.name or "local", str(flow_run.id or parent_id))
+    tags = {"data_hash": tracking.data_hash()}
+    if orch.record_experiment and not whole:
+        print("a run of some stages only is not saved as a DVC experiment")
+    if orch.record_experiment and whole:
+        rev = experiments.record(name, {
+            "mlflow_run_id": parent_id, "mlflow_experiment_id": experiment_id, "prefect_flow_run_id": str(flow_run.id),
+            "prefect_flow_run_name": flow_run.name, "params_file": params_file, "overrides": overrides or {},
+            "git_commit": tracking.provenance_tags(params, params_file)["git_commit"],
+        })
+        tags |= {"dvc_experiment": name, "dvc_experiment_rev": rev}
+        print(f"saved as DVC experiment {name} ({rev[:7]}): `dvc exp apply {name}` then `dvc repro` reproduces it")
+    if orch.dvc_remote and whole:
+        tags["dvc_remote"] = orch.dvc_remote
+        print(f"dvc push --remote {orch.dvc_remote}: {experiments.push(orch.dvc_remote)}")
+    mlflow.set_tags(tags)  # on the parent run, still active
+
+
+def run_stages(params: Params, params_file: str, stages: list[str] | None,
+               extra: Callable[[dict[str, str]], None] | None = None, overrides: dict | None = None):
+    """Run dvc.yaml stages under one MLflow parent run (then ``extra(env)``, still under it),
+    record the run as a DVC experiment, and publish the stage table, metrics and MLflow link.
+    Shared by the pipeline and ablation flows; the caller holds the workspace."""
     order = stage_order(DVC_YAML, only=stages)
+    orch = params.orchestration
     flow_run_id = str(flow_run.id or "none")
     results: list[StageResult] = []
+    stage_task = run_dvc_stage.with_options(retries=orch.stage_retries, retry_delay_seconds=orch.retry_delay_seconds)
     with tracking.pipeline_run(params, params_file, f"{flow_run.flow_name or 'pipeline'}-{flow_run.name or 'local'}", flow_run_id) as parent:
         parent_id = parent.info.run_id
+        experiment_id = parent.info.experiment_id
+        create_link_artifact(
+            f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{parent_id}",
+            link_text="MLflow parent run (make ui)",
+            key="mlflow-run",
+        )
         env = {tracking.PARENT_ENV: parent_id, tracking.FLOW_RUN_ENV: flow_run_id}
         for stage in order:
-            result = run_dvc_stage(stage, env)
+            gpu = orch.gpu_concurrency_limit if stage.name in orch.gpu_stages else None
+            result = stage_task(stage, env, gpu_limit=gpu, retries=orch.stage_retries)
             if not result.ran:
                 tracking.log_cached_stage(stage.name, params, params_file, parent_id, flow_run_id, list(stage.metrics))
             results.append(result)
         if extra:
             extra(env)
-        experiment_id = parent.info.experiment_id
+        whole = {s.name for s in order} == {s.name for s in stage_order(DVC_YAML)}
+        _record_experiment(params, params_file, overrides, parent_id, experiment_id, whole)
     create_table_artifact(
         [{"stage": r.stage, "status": "ran" if r.ran else "cached", "seconds": r.seconds} for r in results],
         key="pipeline-stages",
         description="Stages of this pipeline run",
     )
     create_markdown_artifact(_metrics_markdown(results), key="pipeline-metrics", description="Stage metrics")
-    create_link_artifact(
-        f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{parent_id}",
-        link_text="MLflow parent run (make ui)",
-        key="mlflow-run",
-    )
     return results
 
 
+@contextlib.contextmanager
+def held_workspace(params_file: str, overrides: dict[str, Any] | None):
+    """This workspace for this flow run alone, with the run's parameter edits in place."""
+    logger = get_run_logger()
+    with workspace.exclusive(f"{flow_run.name} ({flow_run.id})", log=logger.info):
+        with workspace.edits(run_edits(params_file, overrides)):
+            yield
+
+
 @flow(name="grpoflow-pipeline", log_prints=True)
-def pipeline(params_file: str = "params/default.yaml", stages: list[str] | None = None) -> list[StageResult]:
-    """Run the dvc.yaml stages (all, or ``stages`` in DAG order) for one parameter set."""
-    _check_params_file(params_file)
-    return run_stages(load_params(params_file), params_file, stages)
+def pipeline(params_file: str = "params/default.yaml", overrides: dict[str, Any] | None = None,
+             stages: list[str] | None = None) -> list[StageResult]:
+    """Run the dvc.yaml stages (all, or ``stages`` in DAG order) for one parameter set, with
+    ``overrides`` ({"grpo.steps": 20}) validated against the schema before anything runs."""
+    params = _check_params_file(params_file, overrides, stages)
+    with held_workspace(params_file, overrides):
+        return run_stages(params, params_file, stages, overrides=overrides)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["grpo.steps=20", "grpo.sampling.temperature=0.7"]`` -> dotted keys with YAML-typed values."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. grpo.steps=20")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=__doc__)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
+    parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="override a parameter for this run (validated), e.g. grpo.steps=20")
     parser.add_argument("--stages", nargs="*", default=None, help="only these dvc.yaml stages (DAG order)")
     args = parser.parse_args(argv)
     try:
-        _check_params_file(args.params)  # before the Prefect server starts: bad input fails in a second
-        results = pipeline(params_file=args.params, stages=args.stages)
+        overrides = parse_overrides(args.overrides)
+        _check_params_file(args.params, overrides, args.stages)  # before the Prefect server starts: bad input fails in a second
+        results = pipeline(params_file=args.params, overrides=overrides or None, stages=args.stages)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -237,6 +237,9 @@ class GRPOConfig(_Section):
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Rollout sampling.")
     engine: EngineConfig = Field(default_factory=lambda: EngineConfig(lr=5e-4), description="DeepSpeed settings for GRPO.")
     checkpoint_every: int = Field(10, ge=1, description="Save a resumable checkpoint every N steps.")
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept; older ones are deleted (a corrupt newest falls back to the one before).")
+    oom_backoff: bool = Field(True, description="On out-of-memory: halve G (to 2), then max_completion_length, then the micro-batch, and go on.")
+    oom_min_completion_length: int = Field(16, ge=1, description="Back-off never shortens completions below this many tokens.")
     eval_every: int = Field(20, ge=1, description="Greedy val accuracy every N steps.")
 
     def generations_at(self, step: int) -> int:
@@ -279,6 +282,18 @@ class TrackingConfig(_Section):
     experiment: str | None = Field(None, description="MLflow experiment; null means grpoflow-<experiment.name>.")
 
 
+class OrchestrationConfig(_Section):
+    """How Prefect runs the stages (deployments in prefect.yaml read the work pool from here)."""
+
+    work_pool: str = Field("grpoflow-local", description="Prefect work pool the deployments submit to (`make serve` creates it as a process pool).")
+    gpu_concurrency_limit: str | None = Field("gpu", description="Prefect global concurrency limit a GPU stage holds one slot of while it runs (null: none).")
+    gpu_stages: list[str] = Field(["sft", "grpo", "ppo", "evaluate"], description="dvc.yaml stages that need the accelerator.")
+    stage_retries: int = Field(1, ge=0, description="Prefect retries of a failed stage (training resumes from its last checkpoint).")
+    retry_delay_seconds: float = Field(10.0, ge=0, description="Wait before a retry.")
+    record_experiment: bool = Field(True, description="Save every successful flow run as a DVC experiment (`dvc exp show`).")
+    dvc_remote: str | None = Field(None, description="DVC remote to push data and models to after a successful run (null: no push).")
+
+
 class Params(_Section):
     experiment: ExperimentConfig = Field(default_factory=ExperimentConfig, description="Identity and seed of the run.")
     data: DataConfig = Field(default_factory=DataConfig, description="The prepare stage.")
@@ -293,6 +308,7 @@ class Params(_Section):
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="The PPO baseline stage.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="The evaluate stage.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
+    orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig, description="Prefect runs: pool, GPU limit, retries, DVC experiments.")
 
     @property
     def mlflow_experiment(self) -> str:

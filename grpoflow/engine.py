@@ -27,9 +27,11 @@ def init_distributed() -> tuple[int, int]:
     import deepspeed
     import torch.distributed as dist
 
+    # A launcher sets these; without one this is the single process, also when the group exists
+    # already and the variables were lost since (DeepSpeed reads LOCAL_RANK at every initialize).
+    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
+        os.environ.setdefault(key, value)
     if not dist.is_initialized():
-        for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
-            os.environ.setdefault(key, value)
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         deepspeed.init_distributed(dist_backend=backend)

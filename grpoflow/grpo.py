@@ -13,7 +13,7 @@ import torch
 from grpoflow.advantages import group_advantages
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import grpo_loss
-from grpoflow.rl import Batch, PolicyTrainer, masked_mean
+from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
 
 
 class GRPOTrainer(PolicyTrainer):
@@ -22,13 +22,12 @@ class GRPOTrainer(PolicyTrainer):
         adv = group_advantages(b.rewards, b.group_size, scale=cfg.advantage_scale, ddof=cfg.advantage_ddof, eps=cfg.advantage_eps)
         ref_logp = self._frozen_logprobs(self.ref, b.ids, b.attn, b.start) if self.state.beta > 0 else None
         old_logp = self._frozen_logprobs(eng.module, b.ids, b.attn, b.start) if cfg.num_iterations > 1 else None
-        micro = eng.train_micro_batch_size_per_gpu()
+        micro, engines = eng.train_micro_batch_size_per_gpu(), (eng,)
         sums = {"loss": 0.0, "kl": 0.0, "clip_ratio": 0.0, "entropy": 0.0}
         n = 0
         eng.train()
         for _ in range(cfg.num_iterations):
-            for i in range(0, len(b.ids), micro):
-                sl = slice(i, i + micro)
+            for sl in micro_slices(len(b.ids), micro, *engines):
                 logp, ent = completion_logprobs(eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True)
                 old = old_logp[sl] if old_logp is not None else logp.detach()
                 loss, m = grpo_loss(

@@ -39,6 +39,13 @@ class HealthMonitor:
     flat_after: int = 20
     history: list[dict] = field(default_factory=list)
     symptoms: dict[str, Symptom] = field(default_factory=dict)
+    pending: list[Symptom] = field(default_factory=list)
+
+    def record(self, symptom: Symptom) -> None:
+        """An event seen outside the metrics (an out-of-memory back-off, a corrupt checkpoint):
+        kept with the symptoms, and returned by the next :meth:`observe` as new."""
+        self.symptoms[symptom.name] = symptom
+        self.pending.append(symptom)
 
     def observe(self, step: int, metrics: dict) -> list[Symptom]:
         """Record one step's metrics; returns the symptoms first seen at this step."""
@@ -54,6 +61,7 @@ class HealthMonitor:
         new = [s for s in self._rules(step) if s.name not in self.symptoms]
         for s in new:
             self.symptoms[s.name] = s
+        new, self.pending = self.pending + new, []
         return new
 
     def _rules(self, step: int) -> list[Symptom]:

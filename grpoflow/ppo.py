@@ -13,7 +13,7 @@ from grpoflow.advantages import gae, masked_whiten
 from grpoflow.config import PPOConfig
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import grpo_loss, kl_k3
-from grpoflow.rl import Batch, PolicyTrainer, masked_mean
+from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
 
 
 class ValueModel(torch.nn.Module):
@@ -72,6 +72,7 @@ class PPOTrainer(PolicyTrainer):
 
     def update(self, step: int, b: Batch) -> dict[str, float]:
         cfg, ppo, eng, critic = self.cfg, self.ppo, self.engine, self.critic
+        critic.set_train_micro_batch_size(eng.train_micro_batch_size_per_gpu())
         critic.set_train_batch_size(len(b.ids) * self.world)
         old_logp = self._frozen_logprobs(eng.module, b.ids, b.attn, b.start)
         ref_logp = self._frozen_logprobs(self.ref, b.ids, b.attn, b.start) if self.ref is not None else None
@@ -81,14 +82,13 @@ class PPOTrainer(PolicyTrainer):
         adv, returns = gae(rewards, old_values, b.mask, gamma=ppo.gamma, lam=ppo.lam)
         if ppo.whiten_advantages:
             adv = masked_whiten(adv, b.mask)
-        micro = eng.train_micro_batch_size_per_gpu()
+        micro, engines = eng.train_micro_batch_size_per_gpu(), (eng, critic)
         sums = {"loss": 0.0, "value_loss": 0.0, "clip_ratio": 0.0, "entropy": 0.0}
         n = 0
         eng.train()
         critic.train()
         for _ in range(cfg.num_iterations):
-            for i in range(0, len(b.ids), micro):
-                sl = slice(i, i + micro)
+            for sl in micro_slices(len(b.ids), micro, *engines):
                 logp, ent = completion_logprobs(eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True)
                 loss, m = grpo_loss(logp, old_logp[sl], None, adv[sl], b.mask[sl], clip_eps=cfg.clip_eps,
                                     clip_eps_high=cfg.clip_eps_high, beta=0.0, aggregation=cfg.aggregation)

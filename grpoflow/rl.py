@@ -11,13 +11,14 @@ import random
 import resource
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from math import gcd
+from typing import Callable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
 
 from grpoflow.config import GRPOConfig
-from grpoflow.health import HealthMonitor
+from grpoflow.health import HealthMonitor, Symptom
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.prompting import format_prompt
 from grpoflow.rewards import WeightedReward
@@ -31,6 +32,37 @@ class LoopState:
     step: int = 0
     beta: float = 0.0
     rng: dict = field(default_factory=dict)
+    # Caps set by out-of-memory back-off: num_generations, max_completion_length, micro_batch_size.
+    backoff: dict = field(default_factory=dict)
+
+
+class OutOfMemoryAfterBackoff(RuntimeError):
+    """Out of memory with every back-off exhausted; the message says what was tried."""
+
+
+def next_backoff(g: int, max_len: int, micro: int, min_len: int) -> tuple[str, int] | None:
+    """The next setting to shrink after an out-of-memory error, as ``(key, new value)``, or None
+    when nothing is left. The order follows the memory cost of a step: G multiplies every
+    sequence of the batch, so fewer samples per prompt go first (down to 2, the least that still
+    gives a group baseline); then shorter completions (down to ``min_len``); the micro-batch last,
+    because it changes no result, only the speed."""
+    if g > 2:
+        return "num_generations", max(2, g // 2)
+    if max_len > min_len:
+        return "max_completion_length", max(min_len, max_len // 2)
+    if micro > 1:
+        return "micro_batch_size", micro // 2
+    return None
+
+
+def micro_slices(n: int, micro: int, *engines) -> Iterator[slice]:
+    """The micro-batches of one optimizer step over ``n`` sequences. The last is marked as the
+    accumulation boundary on every engine, so a step never depends on DeepSpeed's running
+    micro-step count, which G schedules and OOM back-off would otherwise put out of phase."""
+    for i in range(0, n, micro):
+        for engine in engines:
+            engine.set_gradient_accumulation_boundary(i + micro >= n)
+        yield slice(i, i + micro)
 
 
 def prompt_indices(n_prompts: int, per_step: int, step: int, seed: int) -> list[int]:
@@ -126,7 +158,7 @@ class PolicyTrainer:
         idx = prompt_indices(len(self.prompts), self.cfg.prompts_per_step, step, self.seed)[self.rank :: self.world]
         rows = [self.prompts[i] for i in idx]
         s = self.cfg.sampling
-        sampling = Sampling(s.temperature, s.top_p, s.max_completion_length)
+        sampling = Sampling(s.temperature, s.top_p, self.max_completion_length)
         ro = self.rollout.generate([format_prompt(r["prompt"]) for r in rows], g, sampling, seed=hash((self.seed, step, self.rank)) % 2**31)
         return ro, [r["reference_answer"] for r in rows for _ in range(g)]
 
@@ -148,16 +180,57 @@ class PolicyTrainer:
         """The algorithm's optimizer step(s) on ``batch``; returns its own metrics."""
         raise NotImplementedError
 
+    # -- budget under out-of-memory back-off ------------------------------------------------
+    def generations(self, step: int) -> int:
+        return min(self.cfg.generations_at(step), self.state.backoff.get("num_generations", 10**9))
+
+    @property
+    def max_completion_length(self) -> int:
+        return min(self.cfg.sampling.max_completion_length, self.state.backoff.get("max_completion_length", 10**9))
+
+    @property
+    def micro_batch_size(self) -> int:
+        return min(self.cfg.engine.micro_batch_size, self.state.backoff.get("micro_batch_size", 10**9))
+
+    def _set_batch(self, sequences: int) -> None:
+        """Size the engine's step for ``sequences`` per process: the configured (or backed-off)
+        micro-batch, shrunk to divide the batch when G changed it."""
+        self.engine.set_train_micro_batch_size(gcd(self.micro_batch_size, sequences))
+        self.engine.set_train_batch_size(sequences * self.world)
+
+    def _back_off(self, step: int, exc: BaseException) -> None:
+        """Shrink the next setting after an OOM at ``step``, record it as a health event, drop
+        any half-accumulated gradients; raise when nothing is left to shrink."""
+        g, max_len, micro = self.generations(step), self.max_completion_length, self.micro_batch_size
+        change = next_backoff(g, max_len, micro, self.cfg.oom_min_completion_length) if self.cfg.oom_backoff else None
+        if change is None:
+            raise OutOfMemoryAfterBackoff(
+                f"out of memory at step {step + 1} with num_generations={g}, max_completion_length={max_len}, "
+                f"micro_batch_size={micro}: nothing left to back off"
+                + ("" if self.cfg.oom_backoff else " (grpo.oom_backoff is false)")
+                + "; use a smaller model or more GPUs (higher ZeRO stage), or lower grpo.prompts_per_step"
+            ) from exc
+        key, value = change
+        old = {"num_generations": g, "max_completion_length": max_len, "micro_batch_size": micro}[key]
+        self.state.backoff[key] = value
+        self.engine.zero_grad()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        self.health.record(Symptom(
+            f"oom_backoff_{key}_{value}", step, f"out of memory ({str(exc).splitlines()[0][:120]}); {key} {old} -> {value}",
+            "the step did not fit in accelerator memory", "fewer prompts per step, a smaller model, or more GPUs",
+        ))
+
     def step(self, step: int) -> dict[str, float]:
         cfg, eng = self.cfg, self.engine
-        g = cfg.generations_at(step)
+        g = self.generations(step)
         t0 = time.perf_counter()
         ro, refs = self._rollouts(step, g)
         t_rollout = time.perf_counter() - t0
         total, parts = self.reward(ro.texts, refs)
         ids, attn, mask, start = self._inputs(ro)
         t1 = time.perf_counter()
-        eng.set_train_batch_size(len(ids) * self.world)  # G may change with the schedule
+        self._set_batch(len(ids))  # G may change with the schedule or a back-off
         local = self.update(step, Batch(ids, attn, mask, start, total, g))
         t_update = time.perf_counter() - t1
         self.rollout.sync_weights(eng.module)
@@ -180,7 +253,8 @@ class PolicyTrainer:
         metrics.update(
             step_seconds=time.perf_counter() - t0, rollout_seconds=t_rollout, update_seconds=t_update,
             grad_norm=float(grad_norm) if grad_norm is not None else 0.0, beta=self.state.beta,
-            num_generations=g, lr=eng.get_lr()[0], peak_memory_mb=peak_memory_mb(),
+            num_generations=g, max_completion_length=self.max_completion_length,
+            micro_batch_size=eng.train_micro_batch_size_per_gpu(), lr=eng.get_lr()[0], peak_memory_mb=peak_memory_mb(),
         )
         if cfg.adaptive_beta.enabled and self.state.beta > 0:
             a = cfg.adaptive_beta
@@ -198,7 +272,11 @@ class PolicyTrainer:
         """Run from ``self.state.step`` to ``cfg.steps``; ``on_checkpoint`` every ``checkpoint_every``."""
         while self.state.step < self.cfg.steps:
             step = self.state.step
-            metrics = self.step(step)
+            try:
+                metrics = self.step(step)
+            except torch.OutOfMemoryError as exc:
+                self._back_off(step, exc)
+                continue  # the same step again, smaller
             if evaluate and ((step + 1) % self.cfg.eval_every == 0 or step + 1 == self.cfg.steps):
                 metrics.update(evaluate(step))
             new = self.health.observe(step, metrics)

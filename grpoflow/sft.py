@@ -66,5 +66,5 @@ def train_sft(
             step_loss += loss.item() * micro / batch_size
         losses.append(step_loss)
         if on_step:
-            on_step(step, {"loss": step_loss, "lr": engine.get_lr()[0]})
+            on_step(step, {"loss": step_loss, "lr": engine.get_lr()[0], "steps": steps})
     return losses

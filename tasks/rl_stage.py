@@ -30,7 +30,7 @@ from grpoflow.lint import format_findings, lint
 from grpoflow.modeling import load_pretrained
 from grpoflow.ppo import PPOTrainer, ValueModel
 from grpoflow.provenance import code_hash
-from grpoflow.rl import LoopState
+from grpoflow.rl import LoopState, OutOfMemoryAfterBackoff
 from grpoflow.rollout.hf import HFRolloutEngine
 from tasks import tracking
 from tasks.cli import run_stage_cli, stage_parser
@@ -113,13 +113,20 @@ def run(args: argparse.Namespace, params: Params, algorithm: str) -> None:
     health = HealthMonitor()
     trainer, extra_engines = build_trainer(algorithm, params, engine, reference, rollout, tokenizer, train, rank, world, health, ref_dir, seed)
     fp = fingerprint(params, data, ref_dir, algorithm, seed)
-    resumed = checkpoint.load(engine, ckpt_dir, fp, extra_engines)
+    resumed, skipped = checkpoint.load(engine, ckpt_dir, fp, extra_engines)
+    for problem in skipped:
+        tag = problem.split(":")[0]
+        health.symptoms[f"checkpoint_corrupt_{tag}"] = Symptom(
+            "checkpoint_corrupt", resumed.state.step if resumed else 0, problem,
+            "the save was interrupted, or the file was damaged on disk", "none needed: the newest intact checkpoint was used")
+        if lead:
+            print(f"{algorithm}: HEALTH checkpoint skipped: {problem}", flush=True)
     extra: dict = {}
     if resumed:
-        state, extra = resumed
+        state, extra = resumed.state, resumed.extra
         trainer.restore(state)
         health.history = extra.get("health_history", [])
-        health.symptoms = {k: Symptom(**v) for k, v in extra.get("health_symptoms", {}).items()}
+        health.symptoms |= {k: Symptom(**v) for k, v in extra.get("health_symptoms", {}).items()}
         rollout.sync_weights(engine.module)
         if lead:
             print(f"grpo: resuming from step {state.step} ({ckpt_dir})", flush=True)
@@ -158,7 +165,7 @@ def run(args: argparse.Namespace, params: Params, algorithm: str) -> None:
                   + (f" val_acc {m['val_accuracy']:.3f}" if "val_accuracy" in m else ""), flush=True)
 
         def on_checkpoint(step: int, state: LoopState) -> None:
-            checkpoint.save(engine, ckpt_dir, state, fp, extra_engines=extra_engines, extra={
+            checkpoint.save(engine, ckpt_dir, state, fp, extra_engines=extra_engines, keep=cfg.keep_checkpoints, extra={
                 "health_history": health.history,
                 "health_symptoms": {k: s.to_dict() for k, s in health.symptoms.items()},
                 "val_accuracy_start": val_start,
@@ -167,9 +174,9 @@ def run(args: argparse.Namespace, params: Params, algorithm: str) -> None:
 
         try:
             trainer.train(on_step=on_step, on_checkpoint=on_checkpoint, evaluate=evaluate)
-        except TrainingDiverged as exc:
+        except (TrainingDiverged, OutOfMemoryAfterBackoff) as exc:
             if lead:
-                mlflow.set_tag("health", "diverged")
+                mlflow.set_tag("health", "diverged" if isinstance(exc, TrainingDiverged) else "out_of_memory")
                 print(f"{algorithm}: STOPPED: {exc}", file=sys.stderr)
             raise SystemExit(1) from None
         checkpoint.export_model(engine, tokenizer, out)

@@ -51,9 +51,11 @@ def main(args: argparse.Namespace, params: Params) -> None:
             engine = build_engine(model, cfg.engine, cfg.batch_size)
 
             def on_step(step: int, m: dict) -> None:
+                total = m.pop("steps")
                 history.append({"step": step, **m})
-                if step % 10 == 0:
+                if step % 10 == 0 or step + 1 == total:
                     mlflow.log_metrics({"train_loss": m["loss"], "lr": m["lr"]}, step=step)
+                    print(f"sft step {step + 1}/{total}: loss {m['loss']:.4f}", flush=True)
 
             train_sft(engine, examples, epochs=cfg.epochs, batch_size=cfg.batch_size, pad_id=tokenizer.pad_token_id,
                       seed=params.experiment.seed, on_step=on_step)

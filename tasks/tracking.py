@@ -58,6 +58,12 @@ def numeric_metrics(d: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def data_hash(prepare_metrics: str | Path = "metrics/prepare.json") -> str:
+    """The digest the prepare stage computed of the splits in the workspace ("none" before it ran)."""
+    path = Path(prepare_metrics)
+    return str(json.loads(path.read_text()).get("data_hash", "none")) if path.is_file() else "none"
+
+
 def provenance_tags(params: Params, params_file: str) -> dict[str, str]:
     commit, dirty = git_commit()
     return {
@@ -67,6 +73,7 @@ def provenance_tags(params: Params, params_file: str) -> dict[str, str]:
         "params_hash": sha256_paths([params_file]) if Path(params_file).is_file() else "none",
         "seed": str(params.experiment.seed),
         "verifier_hash": code_hash(*VERIFIER_CODE),
+        "data_hash": data_hash(),
         "prefect_flow_run_id": os.environ.get(FLOW_RUN_ENV, "none"),
     }
 

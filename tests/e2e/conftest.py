@@ -3,7 +3,9 @@ and Prefect home, so that the real tools run exactly as a user's clone would run
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +44,29 @@ def run_env(tmp_path: Path) -> dict[str, str]:
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    """A free local port: servers and torchrun's static rendezvous hang on port 0."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def prefect_query(project: Path, env: dict[str, str], body: str):
+    """The JSON value that ``body`` (async Python, a Prefect client as ``c``, returning it) gives
+    against the Prefect API that ``env`` points at."""
+    code = ("import asyncio, json\nfrom prefect.client.orchestration import get_client\n"
+            "async def main():\n    async with get_client() as c:\n"
+            + "\n".join("        " + line for line in body.strip().splitlines())
+            + "\nprint(json.dumps(asyncio.run(main()), default=str))")
+    out = run([sys.executable, "-c", code], project, env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def prefect_artifact_keys(project: Path, env: dict[str, str]) -> list[str]:
+    return prefect_query(project, env, "return [a.key or '' for a in await c.read_artifacts()]")
 
 
 # The tiny default, shrunk to seconds: same stages, same code paths, few steps.

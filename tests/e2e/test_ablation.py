@@ -4,7 +4,6 @@ children of one parent, tagged by algorithm, with the same metric names (PPO add
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -12,21 +11,15 @@ import urllib.request
 
 import pytest
 
-from tests.e2e.conftest import run
+from tests.e2e.conftest import free_port, run
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def mlflow_server(tmp_path, run_env):
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [PY, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
          "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination", str(tmp_path / "artifacts")],

@@ -1,4 +1,5 @@
-"""The real pipeline on the tiny default: Prefect (ephemeral server), DVC, MLflow (SQLite)."""
+"""The real pipeline on the tiny default: Prefect (ephemeral server), DVC, MLflow (SQLite). The
+whole pipeline run twice (ran, then cached) is in test_operations.py, through the served worker."""
 
 from __future__ import annotations
 
@@ -6,70 +7,11 @@ import json
 import sys
 
 import pytest
-from mlflow.tracking import MlflowClient
 
-from tests.e2e.conftest import run
+from tests.e2e.conftest import prefect_artifact_keys, run
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
-
-
-def runs_by_name(project):
-    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("grpoflow-default")  # experiment.name is kept by the smoke params
-    return client, client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
-
-
-STAGES = ("prepare", "validate_verifiers", "sft", "grpo", "ppo", "evaluate", "compare")
-
-
-def test_flow_runs_stages_through_dvc_then_reuses_the_cache(smoke, run_env):
-    project, params_file = smoke
-    first = run([PY, "-m", "flows.pipeline", "--params", params_file], project, run_env)
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert all(f"{stage}: ran" in first.stdout for stage in STAGES)
-    metrics = json.loads((project / "metrics" / "prepare.json").read_text())
-    rows = metrics["rows"]
-    assert rows["train"] + rows["val"] + rows["test"] == rows["kept"] > 0
-    assert (project / "dvc.lock").is_file()
-
-    second = run([PY, "-m", "flows.pipeline", "--params", params_file], project, run_env)
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert all(f"{stage}: cached" in second.stdout for stage in STAGES)
-    assert {"prepare-report", "validate-verifiers-report", "pipeline-stages", "mlflow-run"} <= prefect_artifact_keys(project, run_env)
-
-    client, runs = runs_by_name(project)
-    parents = [r for r in runs if r.data.tags.get("grpoflow.stage") == "pipeline"]
-    children = [r for r in runs if r.data.tags.get("grpoflow.stage") == "prepare"]
-    assert len(parents) == 2 and len(children) == 2
-    for parent, child in zip(parents, children):
-        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
-        assert child.data.tags["git_commit"] == parent.data.tags["git_commit"] != "unknown"
-        assert child.data.params["experiment.seed"] == "0"
-        assert child.data.metrics["rows.train"] == rows["train"]
-        assert child.data.tags["prefect_flow_run_id"] not in ("", "none")
-    assert children[0].data.tags["data_hash"] == metrics["data_hash"]
-    assert children[1].data.tags.get("dvc_cached") == "true"
-    validation = [r for r in runs if r.data.tags.get("grpoflow.stage") == "validate_verifiers"]
-    assert len(validation) == 2 and validation[0].data.metrics["verifiers.math.val.recall"] == 1.0
-    assert validation[0].data.tags["verifier_hash"] == children[0].data.tags["verifier_hash"] != ""
-    grpo = [r for r in runs if r.data.tags.get("grpoflow.stage") == "grpo"][0]
-    assert grpo.data.tags["algorithm"] == "grpo" and grpo.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
-    assert [m.step for m in client.get_metric_history(grpo.info.run_id, "reward_mean")] == [0, 1, 2, 3]
-    grpo_metrics = json.loads((project / "metrics" / "grpo.json").read_text())
-    assert grpo_metrics["steps"] == 4 and grpo_metrics["val_accuracy"] is not None
-    assert (project / "models" / "grpo" / "model.safetensors").is_file()
-
-
-def prefect_artifact_keys(project, env) -> set[str]:
-    code = (
-        "import asyncio\nfrom prefect.client.orchestration import get_client\n"
-        "async def main():\n    async with get_client() as c:\n        print(' '.join(a.key or '' for a in await c.read_artifacts()))\n"
-        "asyncio.run(main())"
-    )
-    out = run([PY, "-c", code], project, env, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return set(out.stdout.split())
 
 
 def test_leakage_gate_fails_the_flow_with_a_report(project, run_env):
@@ -125,3 +67,12 @@ def test_bad_params_fail_fast_naming_the_key_and_write_nothing(project, run_env)
     assert not (project / "data" / "prepared").exists()
     flow = run([PY, "-m", "flows.pipeline", "--params", "params/bad.yaml"], project, run_env, timeout=60)
     assert flow.returncode == 2 and "num_exmples" in flow.stderr
+    # Overrides of a flow run are validated as strictly, before anything starts.
+    for override, message in [("grpo.num_generations=1", "grpo.num_generations: Input should be greater than or equal to 2 (got 1)"),
+                              ("grpo.num_generatoins=4", "grpo.num_generatoins: unknown key (did you mean 'num_generations'?)"),
+                              ("grpo.steps", "override 'grpo.steps': expected KEY=VALUE")]:
+        flow = run([PY, "-m", "flows.pipeline", "--set", override], project, run_env, timeout=60)
+        assert flow.returncode == 2 and message in flow.stderr, flow.stderr
+    unknown = run([PY, "-m", "flows.pipeline", "--stages", "prepare", "trian"], project, run_env, timeout=120)
+    assert unknown.returncode != 0 and "unknown stage(s) ['trian']" in unknown.stderr
+    assert not (project / "data" / "prepared").exists() and not (project / "mlflow.db").exists()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ import time
 import pytest
 from safetensors.torch import load_file
 
-from tests.e2e.conftest import SMOKE_OVERRIDES, run, use_params, write_params
+from tests.e2e.conftest import SMOKE_OVERRIDES, free_port, run, use_params, write_params
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -46,7 +45,7 @@ def test_resumed_run_reaches_the_same_state_as_an_uninterrupted_one(prepared, ru
 
     proc = subprocess.Popen([PY, *grpo_cmd(rel, "killed")], cwd=project, env=run_env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    latest = project / "checkpoints" / "killed" / "latest"
+    latest = project / "checkpoints" / "killed" / "latest"  # written after the checksum manifest
     deadline = time.monotonic() + 300
     while not (latest.is_file() and latest.read_text().strip() >= "step_000002") and time.monotonic() < deadline:
         assert proc.poll() is None, "training ended before it could be killed"
@@ -64,6 +63,19 @@ def test_resumed_run_reaches_the_same_state_as_an_uninterrupted_one(prepared, ru
     history = (project / "metrics" / "killed_history.csv").read_text().splitlines()
     assert [line.split(",")[0] for line in history[1:]] == ["0", "1", "2", "3", "4", "5"]
 
+    # keep_checkpoints = 2: step 2 is gone. Damage the newest (step 6): the run detects it by its
+    # checksum, reports it, resumes from step 4 and still ends where the uninterrupted run did.
+    ckpt = project / "checkpoints" / "killed"
+    assert sorted(p.name for p in ckpt.glob("step_*")) == ["step_000004", "step_000006"]
+    victim = max((p for p in (ckpt / "step_000006").rglob("*.pt")), key=lambda p: p.stat().st_size)
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    again = run([PY, *grpo_cmd(rel, "killed")], project, run_env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"checkpoint skipped: step_000006: {victim.relative_to(ckpt)} does not match its checksum" in again.stdout
+    assert "resuming from step 4" in again.stdout
+    b = weights(project, "killed")
+    assert all((a[k] - b[k]).abs().max() < 1e-6 for k in a)
+
 
 def test_a_checkpoint_of_other_params_is_never_loaded(prepared, run_env):
     project, rel = prepared
@@ -80,10 +92,7 @@ def test_a_checkpoint_of_other_params_is_never_loaded(prepared, run_env):
 
 def test_two_processes_under_torchrun(prepared, run_env):
     project, rel = prepared
-    with socket.socket() as sock:  # torchrun's static rendezvous hangs on port 0: pick a free one
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cmd = [PY, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", *grpo_cmd(rel, "ddp")]
+    cmd = [PY, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}", *grpo_cmd(rel, "ddp")]
     out = run(cmd, project, run_env, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = json.loads((project / "metrics" / "ddp.json").read_text())

@@ -43,6 +43,10 @@ def test_wrong_type_names_key_and_value():
         ({"data": {"synthetic": {"min_ops": 3, "max_ops": 2}}}, "min_ops"),
         ({"data": {"synthetic": {"ops": ["^"]}}}, r"data.synthetic.ops.0"),
         ({"model": {"hidden_size": 100, "num_heads": 3}}, "divisible"),
+        ({"grpo": {"num_generations": 1}}, r"grpo.num_generations: Input should be greater than or equal to 2"),
+        ({"grpo": {"generation_schedule": [{"from_step": 5, "num_generations": 1}]}}, r"grpo.generation_schedule.0.num_generations"),
+        ({"rewards": [{"name": "maths"}]}, r"rewards.0: .*unknown verifier 'maths' \(did you mean 'math'\?\)"),
+        ({"evaluate": {"k": 8, "n_samples": 4}}, r"k \(8\) must be <= n_samples \(4\)"),
     ],
 )
 def test_impossible_combinations_are_errors(raw, message):

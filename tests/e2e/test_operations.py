@@ -1,0 +1,215 @@
+"""Running unattended: the served deployments (Prefect server, process pool, worker), two runs
+at once in one workspace, the DVC experiment and remote of every run, and the faults a flow
+must survive: a transient stage failure, a permanent one, and SIGKILL in the middle of training."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.e2e.conftest import free_port, prefect_artifact_keys, prefect_query, run, write_params
+
+pytestmark = pytest.mark.e2e
+PY = sys.executable
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+STAGES = ("prepare", "validate_verifiers", "sft", "grpo", "ppo", "evaluate", "compare")
+
+
+@pytest.fixture
+def served(smoke, run_env, tmp_path):
+    """`python -m flows.serve` on the smoke project: server, pool, limit, deployments, worker."""
+    project, params_file = smoke
+    remote = tmp_path / "dvc-remote"
+    assert run([PY, "-m", "dvc", "remote", "add", "storage", str(remote)], project, run_env).returncode == 0
+    subprocess.run(["git", "-c", "user.email=ci@grpoflow.local", "-c", "user.name=ci", "commit", "-qam", "remote"], cwd=project, check=True)
+    port = free_port()
+    env = {**run_env, "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen([PY, "-m", "flows.serve", "--params", params_file, "--port", str(port)], cwd=project,
+                            env=run_env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while "worker started" not in (tmp_path / "serve.log").read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+        time.sleep(0.5)
+    yield project, params_file, env, remote
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    log.close()
+
+
+def trigger(project: Path, env: dict, deployment: str, **parameters) -> str:
+    args = [a for k, v in parameters.items() for a in ("--param", f"{k}={json.dumps(v)}")]
+    out = run([PY, "-m", "prefect", "deployment", "run", deployment, *args], project, env, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return next(line.split()[-1] for line in out.stdout.splitlines() if "UUID" in line)
+
+
+def wait_for(project: Path, env: dict, run_ids: list[str], timeout_s: float = 600) -> dict[str, str]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = prefect_query(project, env, f"""
+ids = {run_ids!r}
+return {{i: (await c.read_flow_run(i)).state.type.value for i in ids}}""")
+        if all(s in TERMINAL for s in states.values()) or time.monotonic() > deadline:
+            return states
+        time.sleep(3)
+
+
+def flow_run_logs(project: Path, env: dict, run_id: str) -> str:
+    return "\n".join(prefect_query(project, env, f"""
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+logs = await c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[{run_id!r}])), limit=200)
+return [log.message for log in logs]"""))
+
+
+def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_overrides(served):
+    project, params_file, env, remote = served
+    first = trigger(project, env, "grpoflow-pipeline/scheduled", params_file=params_file,
+                    overrides={"orchestration.dvc_remote": "storage", "grpo.steps": 3})
+    second = trigger(project, env, "grpoflow-pipeline/scheduled", params_file=params_file, overrides={"grpo.steps": 3})
+    bad = trigger(project, env, "grpoflow-pipeline/scheduled", params_file=params_file, overrides={"grpo.num_generations": 1})
+    states = wait_for(project, env, [first, second, bad])
+    assert states[first] == states[second] == "COMPLETED", {i: flow_run_logs(project, env, i)[-3000:] for i in states}
+
+    # The two good runs shared the workspace one after the other; the bad one never got that far.
+    logs = {i: flow_run_logs(project, env, i) for i in (first, second, bad)}
+    assert sum("is busy with flow run" in logs[i] for i in (first, second)) >= 1
+    assert states[bad] == "FAILED"
+    assert "grpo.num_generations" in logs[bad] and "greater than or equal to 2" in logs[bad]
+    assert "Running stage" not in logs[bad]
+
+    # Both are in MLflow: one parent per run, a child per stage; the later run's children are cached.
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("grpoflow-default")  # experiment.name is kept by the smoke params
+    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+    parents = [r for r in runs if r.data.tags.get("grpoflow.stage") == "pipeline"]
+    assert {p.data.tags["prefect_flow_run_id"] for p in parents} == {first, second}
+    prepare = json.loads((project / "metrics" / "prepare.json").read_text())
+    rows = prepare["rows"]
+    assert rows["train"] + rows["val"] + rows["test"] == rows["kept"] > 0
+    for stage in STAGES:
+        for parent, cached in zip(parents, (False, True)):
+            (child,) = [r for r in runs if r.data.tags.get("grpoflow.stage") == stage
+                        and r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+            assert (child.data.tags.get("dvc_cached") == "true") == cached, stage
+            assert child.data.tags["git_commit"] == parent.data.tags["git_commit"] != "unknown"
+            assert child.data.tags["verifier_hash"] == parent.data.tags["verifier_hash"] != ""
+    first_prepare = next(r for r in runs if r.data.tags.get("grpoflow.stage") == "prepare")
+    assert first_prepare.data.tags["data_hash"] == prepare["data_hash"] and first_prepare.data.metrics["rows.train"] == rows["train"]
+    validation = next(r for r in runs if r.data.tags.get("grpoflow.stage") == "validate_verifiers")
+    assert validation.data.metrics["verifiers.math.val.recall"] == 1.0
+    grpo = next(r for r in runs if r.data.tags.get("grpoflow.stage") == "grpo")
+    assert grpo.data.tags["algorithm"] == "grpo"
+    assert [m.step for m in client.get_metric_history(grpo.info.run_id, "reward_mean")] == [0, 1, 2]
+    assert json.loads((project / "metrics" / "grpo.json").read_text())["steps"] == 3
+    assert (project / "models" / "grpo" / "model.safetensors").is_file()
+
+    # Each good run is a DVC experiment that names its MLflow run, and the MLflow run names it back.
+    shown = run([PY, "-m", "dvc", "exp", "show", "--json"], project, env)
+    assert shown.returncode == 0, shown.stderr
+    exps = dvc_experiments(json.loads(shown.stdout))
+    for parent in parents:
+        name = parent.data.tags["dvc_experiment"]
+        record = exps[name]["metrics/run.json"]
+        assert record["mlflow_run_id"] == parent.info.run_id and record["prefect_flow_run_id"] == parent.data.tags["prefect_flow_run_id"]
+        assert record["git_commit"] == parent.data.tags["git_commit"] and record["overrides"]["grpo.steps"] == 3
+        assert exps[name]["metrics/grpo.json"]["steps"] == 3  # the run's metrics travel with it
+        assert parent.data.tags["data_hash"] == prepare["data_hash"]
+        assert exps[name]["rev"] == parent.data.tags["dvc_experiment_rev"]
+    # The run's overrides were undone in the workspace once it ended; the remote holds its outputs.
+    assert run(["git", "status", "--porcelain", "--untracked-files=no"], project, env).stdout == ""
+    status = run([PY, "-m", "dvc", "status", "--cloud", "--remote", "storage"], project, env)
+    assert status.returncode == 0 and "in sync" in status.stdout, status.stdout + status.stderr
+    assert any(remote.rglob("*")), "nothing was pushed to the DVC remote"
+
+    keys = set(prefect_artifact_keys(project, env))
+    assert {"grpo-progress", "sft-progress", "mlflow-run", "pipeline-stages", "pipeline-metrics", "prepare-report",
+            "validate-verifiers-report"} <= keys
+    limits = prefect_query(project, env, "return [l.name for l in await c.read_global_concurrency_limits()]")
+    assert "gpu" in limits
+
+
+def dvc_experiments(shown: list) -> dict:
+    """``dvc exp show --json`` as {experiment name: {"rev": ..., metrics file: values}}."""
+    out = {}
+    for baseline in shown:
+        for exp in baseline.get("experiments") or []:
+            for rev in exp.get("revs") or []:
+                data = rev.get("data") or {}
+                metrics = {path: v.get("data", {}) for path, v in (data.get("metrics") or {}).items()}
+                out[rev.get("name") or exp.get("name")] = {"rev": rev["rev"], **metrics}
+    return out
+
+
+def fault_before(project: Path, stage: str, *flags: str) -> None:
+    """Put tests/e2e/fail_once.py in front of ``stage``'s command in dvc.yaml."""
+    dvc_yaml = project / "dvc.yaml"
+    text = dvc_yaml.read_text()
+    cmd = f"    cmd: python -m tasks.{stage} "
+    assert cmd in text
+    dvc_yaml.write_text(text.replace(cmd, f"    cmd: python tests/e2e/fail_once.py .attempts {' '.join(flags)} && python -m tasks.{stage} ", 1))
+
+
+def test_a_transient_stage_failure_is_retried_and_a_lasting_one_reported_once(smoke, run_env):
+    project, params_file = smoke
+    fault_before(project, "prepare")
+    flow = [PY, "-m", "flows.pipeline", "--params", params_file, "--set", "orchestration.retry_delay_seconds=0", "--stages", "prepare"]
+    ok = run(flow, project, run_env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert (project / ".attempts").read_text() == "2"
+    assert "failed-prepare" not in prefect_artifact_keys(project, run_env)  # the failure was not the last attempt
+
+    (project / ".attempts").unlink()
+    subprocess.run(["git", "checkout", "dvc.yaml"], cwd=project, check=True)
+    fault_before(project, "prepare", "--always")
+    failed = run(flow, project, run_env)
+    assert failed.returncode != 0
+    assert (project / ".attempts").read_text() == "2"  # one retry, then it gave up
+    assert prefect_artifact_keys(project, run_env).count("failed-prepare") == 1
+    report = prefect_query(project, run_env, """
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+arts = await c.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["failed-prepare"])))
+return arts[0].data""")
+    assert "injected fault: attempt 2 fails" in report and "Health diagnosis" in report and "attempt 2" in report
+
+
+def test_a_flow_killed_mid_training_resumes_and_skips_finished_stages(smoke, run_env):
+    project, _ = smoke
+    params_file = write_params(project, "long", {"grpo.steps": 8, "grpo.checkpoint_every": 2, "grpo.eval_every": 8,
+                                                 "data.synthetic.num_examples": 400, "verifier_gate.max_examples": 50,
+                                                 "sft.epochs": 0.5, "sft.eval_examples": 16, "grpo.prompts_per_step": 4,
+                                                 "grpo.num_generations": 4, "grpo.engine.micro_batch_size": 8})
+    # Another params set and an override: the run edits dvc.yaml and the params file, and a kill
+    # must not leave those edits behind for the next run to mistake for the user's.
+    flow = [PY, "-m", "flows.pipeline", "--params", params_file, "--set", "grpo.sampling.temperature=0.9",
+            "--stages", "prepare", "validate_verifiers", "sft", "grpo"]
+    proc = subprocess.Popen(flow, cwd=project, env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    latest = project / "checkpoints" / "grpo" / "latest"
+    deadline = time.monotonic() + 400
+    while not (latest.is_file() and latest.read_text().strip() >= "step_000002"):
+        assert proc.poll() is None and time.monotonic() < deadline, "training ended before it could be killed"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (project / "models" / "grpo" / "model.safetensors").exists()
+    assert "temperature: 0.9" in (project / params_file).read_text()  # the kill left the run's edits behind
+
+    again = run(flow, project, run_env)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    out = again.stdout + again.stderr
+    assert "left edited by an interrupted run" in out
+    for stage in ("prepare", "validate_verifiers", "sft"):
+        assert f"{stage}: cached" in again.stdout
+    assert "grpo: ran" in again.stdout and "resuming from step" in out
+    history = (project / "metrics" / "grpo_history.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in history[1:]] == [str(i) for i in range(8)]
+    assert run(["git", "status", "--porcelain", "--untracked-files=no"], project, run_env).stdout == ""

@@ -1,0 +1,123 @@
+"""Out-of-memory back-off: the order of the changes, and a real GRPO trainer (tiny model, real
+DeepSpeed engine on CPU, real HF rollouts) that meets injected OOMs during rollout and update."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grpoflow.config import GRPOConfig, ModelConfig
+from grpoflow.engine import build_engine
+from grpoflow.grpo import GRPOTrainer
+from grpoflow.modeling import build_tiny_model, train_tokenizer
+from grpoflow.rewards import RewardComponent, WeightedReward
+from grpoflow.rl import OutOfMemoryAfterBackoff, next_backoff
+from grpoflow.rollout.hf import HFRolloutEngine
+
+
+def test_backoff_order_is_generations_then_length_then_micro_batch():
+    settings = {"num_generations": 8, "max_completion_length": 64, "micro_batch_size": 4}
+    seen = []
+    while (change := next_backoff(settings["num_generations"], settings["max_completion_length"], settings["micro_batch_size"], 16)):
+        settings[change[0]] = change[1]
+        seen.append(change)
+    assert seen == [
+        ("num_generations", 4), ("num_generations", 2),
+        ("max_completion_length", 32), ("max_completion_length", 16),
+        ("micro_batch_size", 2), ("micro_batch_size", 1),
+    ]
+
+
+@given(st.integers(2, 64), st.integers(1, 512), st.integers(1, 128), st.integers(1, 64))
+def test_backoff_always_shrinks_stays_valid_and_ends(g, max_len, micro, min_len):
+    max_len = max(max_len, min_len)
+    for _ in range(64):
+        change = next_backoff(g, max_len, micro, min_len)
+        if change is None:
+            assert (g, max_len, micro) == (2, min_len, 1)
+            return
+        key, value = change
+        old = {"num_generations": g, "max_completion_length": max_len, "micro_batch_size": micro}[key]
+        assert value < old
+        g, max_len, micro = (value if key == "num_generations" else g, value if key == "max_completion_length" else max_len,
+                             value if key == "micro_batch_size" else micro)
+        assert g >= 2 and max_len >= min_len and micro >= 1
+    pytest.fail("back-off did not end")
+
+
+class MemoryBudget:
+    """Raises torch.OutOfMemoryError, as CUDA would, while a request exceeds the budget."""
+
+    def __init__(self, max_rollout_tokens: int, max_micro_batch: int):
+        self.max_rollout_tokens, self.max_micro_batch = max_rollout_tokens, max_micro_batch
+        self.raised = 0
+
+    def check(self, what: str, used: int, limit: int) -> None:
+        if used > limit:
+            self.raised += 1
+            raise torch.OutOfMemoryError(f"CUDA out of memory (injected): {what} {used} > {limit}")
+
+
+@pytest.fixture(scope="module")
+def parts():
+    texts = [f"Tom has {a} apples and gets {b} more. How many? #### {a + b}" for a in range(10) for b in range(10)]
+    tok = train_tokenizer(texts, vocab_size=96)
+    model = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=128), tok, seed=0)
+    prompts = [{"prompt": t.split(" How")[0] + " How many?", "reference_answer": t.split("#### ")[1]} for t in texts]
+    return tok, model, prompts
+
+
+def trainer_with_budget(parts, budget: MemoryBudget, **cfg_overrides) -> GRPOTrainer:
+    tok, model, prompts = parts
+    cfg = GRPOConfig(steps=2, prompts_per_step=2, num_generations=8, beta=0.0, checkpoint_every=100, eval_every=100,
+                     sampling={"max_completion_length": 32}, engine={"micro_batch_size": 4, "lr": 1e-3},
+                     oom_min_completion_length=8, **cfg_overrides)
+    engine = build_engine(model, cfg.engine, cfg.prompts_per_step * cfg.num_generations)
+    rollout = HFRolloutEngine(engine.module, tok)
+    generate = rollout.generate
+
+    def generate_within_budget(batch, n, sampling, seed):
+        budget.check("rollout tokens", len(batch) * n * sampling.max_new_tokens, budget.max_rollout_tokens)
+        return generate(batch, n, sampling, seed)
+
+    rollout.generate = generate_within_budget
+    reward = WeightedReward([RewardComponent("len", lambda c, r: [float(len(x) % 3) for x in c], 1.0)])
+    trainer = GRPOTrainer(cfg, engine, None, rollout, tok, reward, prompts, seed=0)
+    update = trainer.update
+
+    def update_within_budget(step, batch):
+        budget.check("micro-batch", engine.train_micro_batch_size_per_gpu(), budget.max_micro_batch)
+        return update(step, batch)
+
+    trainer.update = update_within_budget
+    return trainer
+
+
+def test_trainer_backs_off_in_order_records_each_change_and_finishes(parts):
+    # 2 prompts x G=8 x 32 tokens = 512 rollout tokens; the budget fits 2 x 2 x 16 = 64, and a micro-batch
+    # of 1. The update's OOMs shorten completions once more (16 -> 8) before the micro-batch: that is the order.
+    budget = MemoryBudget(max_rollout_tokens=64, max_micro_batch=1)
+    trainer = trainer_with_budget(parts, budget)
+    steps = []
+    trainer.train(on_step=lambda step, m: steps.append((step, m["num_generations"], m["max_completion_length"], m["micro_batch_size"])))
+    assert steps == [(0, 2, 8, 1), (1, 2, 8, 1)]
+    assert trainer.state.backoff == {"num_generations": 2, "max_completion_length": 8, "micro_batch_size": 1}
+    events = sorted(s.evidence.split("; ")[1] for s in trainer.health.symptoms.values() if s.name.startswith("oom_backoff"))
+    assert events == sorted(["num_generations 8 -> 4", "num_generations 4 -> 2", "max_completion_length 32 -> 16",
+                             "max_completion_length 16 -> 8",
+                             "micro_batch_size 4 -> 2", "micro_batch_size 2 -> 1"])
+    assert budget.raised == 6
+
+
+def test_trainer_fails_clearly_when_nothing_fits(parts):
+    trainer = trainer_with_budget(parts, MemoryBudget(max_rollout_tokens=10, max_micro_batch=1))
+    with pytest.raises(OutOfMemoryAfterBackoff, match=r"num_generations=2, max_completion_length=8, micro_batch_size=1"):
+        trainer.train()
+
+
+def test_backoff_can_be_switched_off(parts):
+    trainer = trainer_with_budget(parts, MemoryBudget(max_rollout_tokens=64, max_micro_batch=1), oom_backoff=False)
+    with pytest.raises(OutOfMemoryAfterBackoff, match="oom_backoff is false"):
+        trainer.train()
