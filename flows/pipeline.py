@@ -33,6 +33,7 @@ from prefect.runtime import flow_run, task_run
 from flows import experiments, workspace
 from flows.dag import Stage, pipeline_params_file, stage_order
 from grpoflow.config import ConfigError, Params, load_params, set_dotted
+from grpoflow.modeling import model_unavailable
 from tasks import tracking
 
 DVC_YAML = "dvc.yaml"
@@ -178,11 +179,15 @@ def _check_params_file(params_file: str, overrides: dict[str, Any] | None = None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     try:
-        return load_params(params_file, overrides)
+        params = load_params(params_file, overrides)
     except ConfigError as exc:
         if overrides:
             raise ConfigError(f"{exc}\n(with the flow's overrides {overrides})") from None
         raise
+    # The model is first needed by sft, after the data stages: find out now, not minutes later.
+    if params.model.name_or_path and (problem := model_unavailable(params.model.name_or_path)):
+        raise ConfigError(f"{params_file}: model.name_or_path: {problem}")
+    return params
 
 
 def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, str]:

@@ -10,6 +10,7 @@ import hashlib
 import json
 import random
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,13 +60,20 @@ def verify(directory: str | Path, step: int) -> str | None:
         listed = json.loads(manifest.read_text())
     except json.JSONDecodeError:
         return f"{manifest} is not valid JSON"
-    for rel, digest in listed["files"].items():
-        path = directory / rel
-        if not path.is_file():
-            return f"{rel} is missing"
-        if _sha256(path) != digest:
+    missing = [rel for rel in listed["files"] if not (directory / rel).is_file()]
+    if missing:
+        return f"{missing[0]} is missing"
+    actual = _sha256_all([directory / rel for rel in listed["files"]])
+    for (rel, digest), got in zip(listed["files"].items(), actual):
+        if got != digest:
             return f"{rel} does not match its checksum"
     return None
+
+
+def _sha256_all(paths: list[Path]) -> list[str]:
+    """Digests of ``paths``, hashed in parallel (hashlib releases the GIL on large buffers)."""
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(paths)))) as pool:
+        return list(pool.map(_sha256, paths))
 
 
 def save(engine, directory: str | Path, state: LoopState, fingerprint: str, *,
@@ -87,7 +95,8 @@ def save(engine, directory: str | Path, state: LoopState, fingerprint: str, *,
     if rank == 0:
         # Read before any weights are loaded: a checkpoint of other inputs must not touch the engine.
         (directory / tag / "fingerprint.json").write_text(json.dumps({"fingerprint": fingerprint, "step": state.step}))
-        files = {str(p.relative_to(directory)): _sha256(p) for p in _files_of(directory, tag, list(extra_engines or {}))}
+        paths = _files_of(directory, tag, list(extra_engines or {}))
+        files = {str(p.relative_to(directory)): digest for p, digest in zip(paths, _sha256_all(paths))}
         write_json(directory / tag / MANIFEST, {"step": state.step, "files": files})
         with atomic_write(directory / "latest") as fh:
             fh.write(tag)

@@ -104,11 +104,11 @@ def adapt_beta(beta: float, kl: float, target: float, horizon: int) -> float:
     return beta * (1.0 + error / horizon * 10)
 
 
-def _all_mean(values: dict[str, float], world: int) -> dict[str, float]:
+def _all_mean(values: dict[str, float], world: int, device: torch.device | str = "cpu") -> dict[str, float]:
     if world == 1:
         return values
     keys = sorted(values)
-    t = torch.tensor([values[k] for k in keys], dtype=torch.float64)
+    t = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=device)  # NCCL reduces only CUDA tensors
     dist.all_reduce(t)
     return {k: float(v) / world for k, v in zip(keys, t)}
 
@@ -221,11 +221,27 @@ class PolicyTrainer:
             "the step did not fit in accelerator memory", "fewer prompts per step, a smaller model, or more GPUs",
         ))
 
+    def _rollouts_on_every_rank(self, step: int, g: int) -> tuple[Rollouts, list[str]]:
+        """Rollouts, with an out-of-memory error on any process raised on all of them: before
+        the update's first collective, so that every process backs off together."""
+        try:
+            out, error = self._rollouts(step, g), None
+        except torch.OutOfMemoryError as exc:
+            out, error = None, exc
+        if self.world > 1:
+            flag = torch.tensor([0.0 if error is None else 1.0], device=self.engine.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            if flag.item() and error is None:
+                error = torch.OutOfMemoryError(f"out of memory during rollouts on another process at step {step + 1}")
+        if error is not None:
+            raise error
+        return out
+
     def step(self, step: int) -> dict[str, float]:
         cfg, eng = self.cfg, self.engine
         g = self.generations(step)
         t0 = time.perf_counter()
-        ro, refs = self._rollouts(step, g)
+        ro, refs = self._rollouts_on_every_rank(step, g)
         t_rollout = time.perf_counter() - t0
         total, parts = self.reward(ro.texts, refs)
         ids, attn, mask, start = self._inputs(ro)
@@ -248,7 +264,7 @@ class PolicyTrainer:
             "update_tokens_per_s": float(attn.sum()) * cfg.num_iterations / max(t_update, 1e-9),
             **{f"reward/{k}": float(v.mean()) for k, v in parts.items()},
         })
-        metrics = _all_mean(local, self.world)
+        metrics = _all_mean(local, self.world, self.engine.device)
         grad_norm = eng.get_global_grad_norm()
         metrics.update(
             step_seconds=time.perf_counter() - t0, rollout_seconds=t_rollout, update_seconds=t_update,

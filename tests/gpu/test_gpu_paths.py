@@ -51,3 +51,32 @@ def test_vllm_cuda_rollout_and_weight_sync(tmp_path):
     b = engine.generate(["1+1="], 4, Sampling(temperature=1.0, max_new_tokens=8), seed=0)
     assert a.completion_ids.shape == b.completion_ids.shape == (4, 8)
     assert not torch.allclose(a.sampler_logprobs, b.sampler_logprobs)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_grpo_zero2_across_two_gpus_with_vllm_rollouts(tmp_path):
+    """The multi-GPU launch of the README: torchrun, one process per GPU, ZeRO-2, bf16, a vLLM
+    engine colocated on each rank, on the tiny default shrunk to a few steps."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from grpoflow.provenance import copy_checkout
+    from tests.e2e.conftest import SMOKE_OVERRIDES, free_port, use_params, write_params
+
+    project = copy_checkout(Path(__file__).resolve().parents[2], tmp_path / "project")
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    rel = write_params(project, "gpu2", {**SMOKE_OVERRIDES, "grpo.rollout_engine": "vllm", "grpo.engine.zero_stage": 2,
+                                         "grpo.engine.bf16": "auto"})
+    use_params(project, rel)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1"}
+    sft = subprocess.run([sys.executable, "-m", "dvc", "repro", "sft"], cwd=project, env=env, capture_output=True, text=True)
+    assert sft.returncode == 0, sft.stdout[-3000:] + sft.stderr[-3000:]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+           "-m", "tasks.grpo", "--params", rel, "--metrics", "metrics/gpu2.json", "--history", "metrics/gpu2.csv"]
+    out = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    metrics = json.loads((project / "metrics" / "gpu2.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["steps"] == SMOKE_OVERRIDES["grpo.steps"]

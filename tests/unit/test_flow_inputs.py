@@ -41,6 +41,15 @@ def test_bad_overrides_and_stages_fail_naming_them(project):
         _check_params_file("params/nope.yaml")
 
 
+def test_a_missing_model_fails_before_any_stage(project, monkeypatch):
+    with pytest.raises(ConfigError, match=r"model.name_or_path: model path './models/nope' does not exist"):
+        _check_params_file("params/default.yaml", {"model.name_or_path": "./models/nope"})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(project / "empty-hf-home"))
+    with pytest.raises(ConfigError, match=r"'Qwen/Qwen2.5-0.5B-Instruct' is not in the local Hugging Face cache"):
+        _check_params_file("params/gsm8k-qwen2.5-0.5b.yaml")
+
+
 def test_no_edits_for_the_wired_set_without_overrides(project):
     assert run_edits("params/default.yaml", None) == {}
 

@@ -121,3 +121,39 @@ def test_backoff_can_be_switched_off(parts):
     trainer = trainer_with_budget(parts, MemoryBudget(max_rollout_tokens=64, max_micro_batch=1), oom_backoff=False)
     with pytest.raises(OutOfMemoryAfterBackoff, match="oom_backoff is false"):
         trainer.train()
+
+
+def _two_process_worker(rank: int, port: int, results) -> None:
+    import os
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    tok = train_tokenizer([f"Tom has {a} apples. How many? #### {a}" for a in range(50)], vocab_size=96)
+    model = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=128), tok, seed=0)
+    prompts = [{"prompt": f"Tom has {a} apples. How many?", "reference_answer": str(a)} for a in range(50)]
+    cfg = GRPOConfig(steps=2, prompts_per_step=2, num_generations=8, beta=0.0, checkpoint_every=100, eval_every=100,
+                     sampling={"max_completion_length": 8}, engine={"micro_batch_size": 8, "lr": 1e-3}, oom_min_completion_length=8)
+    engine = build_engine(model, cfg.engine, cfg.prompts_per_step * cfg.num_generations)
+    rollout = HFRolloutEngine(engine.module, tok)
+    generate = rollout.generate
+
+    def generate_rank1_oom_at_g8(batch, n, sampling, seed):
+        if rank == 1 and n == 8:  # only this process runs out of memory
+            raise torch.OutOfMemoryError("CUDA out of memory (injected on rank 1)")
+        return generate(batch, n, sampling, seed)
+
+    rollout.generate = generate_rank1_oom_at_g8
+    reward = WeightedReward([RewardComponent("len", lambda c, r: [float(len(x) % 3) for x in c], 1.0)])
+    trainer = GRPOTrainer(cfg, engine, None, rollout, tok, reward, prompts, seed=0, rank=rank, world=2)
+    gs = []
+    trainer.train(on_step=lambda step, m: gs.append(m["num_generations"]))
+    results[rank] = (gs, dict(trainer.state.backoff))
+
+
+def test_an_oom_on_one_process_backs_off_every_process():
+    import torch.multiprocessing as mp
+
+    from tests.e2e.conftest import free_port
+
+    results = mp.Manager().dict()
+    mp.spawn(_two_process_worker, args=(free_port(), results), nprocs=2, join=True)
+    assert results[0] == results[1] == ([4, 4], {"num_generations": 4})
