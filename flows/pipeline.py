@@ -28,12 +28,13 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import (create_link_artifact, create_markdown_artifact, create_progress_artifact,
                                create_table_artifact, update_progress_artifact)
 from prefect.concurrency.sync import concurrency
+from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run, task_run
 
 from flows import experiments, workspace
 from flows.dag import Stage, pipeline_params_file, stage_order
 from grpoflow.config import ConfigError, Params, load_params, set_dotted
-from grpoflow.modeling import model_unavailable
+from grpoflow.model_source import model_unavailable
 from tasks import tracking
 
 DVC_YAML = "dvc.yaml"
@@ -217,6 +218,23 @@ def _metrics_markdown(results: list[StageResult]) -> str:
     return "\n".join(parts)
 
 
+def _gpu_limit(name: str | None) -> str | None:
+    """``name`` if the server has that global concurrency limit; else None, said once. (Acquiring
+    a missing limit costs seconds per stage and guards nothing: e.g. Prefect's temporary server.)"""
+    if not name:
+        return None
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+            return name
+        except ObjectNotFound:
+            get_run_logger().warning(f"no global concurrency limit {name!r} on this Prefect server: GPU stages run "
+                                     f"unthrottled (`make serve` creates it; or `prefect gcl create {name} --limit N`)")
+            return None
+
+
 def _record_experiment(params: Params, params_file: str, overrides: dict | None, parent_id: str, experiment_id: str,
                        whole: bool) -> None:
     """Save this run as a DVC experiment naming its MLflow run (only a ``whole`` run: an
@@ -253,6 +271,7 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None,
     flow_run_id = str(flow_run.id or "none")
     results: list[StageResult] = []
     stage_task = run_dvc_stage.with_options(retries=orch.stage_retries, retry_delay_seconds=orch.retry_delay_seconds)
+    gpu_limit = _gpu_limit(orch.gpu_concurrency_limit)
     with tracking.pipeline_run(params, params_file, f"{flow_run.flow_name or 'pipeline'}-{flow_run.name or 'local'}", flow_run_id) as parent:
         parent_id = parent.info.run_id
         experiment_id = parent.info.experiment_id
@@ -263,7 +282,7 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None,
         )
         env = {tracking.PARENT_ENV: parent_id, tracking.FLOW_RUN_ENV: flow_run_id}
         for stage in order:
-            gpu = orch.gpu_concurrency_limit if stage.name in orch.gpu_stages else None
+            gpu = gpu_limit if stage.name in orch.gpu_stages else None
             result = stage_task(stage, env, gpu_limit=gpu, retries=orch.stage_retries)
             if not result.ran:
                 tracking.log_cached_stage(stage.name, params, params_file, parent_id, flow_run_id, list(stage.metrics))

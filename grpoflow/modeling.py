@@ -7,7 +7,6 @@ Both end up as an ordinary Hugging Face checkpoint directory, loadable with
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Iterable
 
@@ -23,6 +22,7 @@ from transformers import (
 )
 
 from grpoflow.config import ModelConfig
+from grpoflow.model_source import hub_offline, looks_local_path
 
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
@@ -81,33 +81,6 @@ def save_pretrained(model: PreTrainedModel, tokenizer, path: str | Path) -> Path
     return path
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
-
-
-def _looks_local(name: str) -> bool:
-    local = Path(name)
-    return local.is_absolute() or name.startswith((".", "~")) or local.exists() or name.count("/") > 1
-
-
-def model_unavailable(name_or_path: str | Path) -> str | None:
-    """Why ``load_pretrained`` would fail to find this model, or None: checked in a moment,
-    before a pipeline starts, without loading or downloading anything."""
-    name = str(name_or_path)
-    if _looks_local(name):
-        return None if Path(name).is_dir() else f"model path {name!r} does not exist (or is not a directory)"
-    if _offline():
-        from huggingface_hub import try_to_load_from_cache
-
-        # The cache location as the environment says now (huggingface_hub fixed it at import).
-        home = os.environ.get("HF_HOME")
-        cache = os.environ.get("HF_HUB_CACHE") or (str(Path(home) / "hub") if home else None)
-        if not isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache), str):
-            return (f"model {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
-                    "download it where a hub is reachable, or point name_or_path at a local directory")
-    return None
-
-
 def load_pretrained(name_or_path: str | Path, dtype: torch.dtype = torch.float32):
     """``(model, tokenizer)`` from a local checkpoint directory or a hub name.
 
@@ -115,12 +88,12 @@ def load_pretrained(name_or_path: str | Path, dtype: torch.dtype = torch.float32
     while ``HF_HUB_OFFLINE`` is set and the name is not in the local cache.
     """
     name = str(name_or_path)
-    looks_local = _looks_local(name)
+    looks_local = looks_local_path(name)
     if looks_local and not Path(name).is_dir():
         raise FileNotFoundError(f"model path {name!r} does not exist (or is not a directory)")
     # huggingface_hub reads HF_HUB_OFFLINE once, at import; ask again here so that setting it
     # later still means "never touch the network" instead of minutes of connection retries.
-    local_only = _offline() or looks_local
+    local_only = hub_offline() or looks_local
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, local_files_only=local_only)

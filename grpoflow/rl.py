@@ -42,9 +42,10 @@ class OutOfMemoryAfterBackoff(RuntimeError):
 
 def next_backoff(g: int, max_len: int, micro: int, min_len: int) -> tuple[str, int] | None:
     """The next setting to shrink after an out-of-memory error, as ``(key, new value)``, or None
-    when nothing is left. The order follows the memory cost of a step: G multiplies every
-    sequence of the batch, so fewer samples per prompt go first (down to 2, the least that still
-    gives a group baseline); then shorter completions (down to ``min_len``); the micro-batch last,
+    when nothing is left. The order is the GRPO spec's troubleshooting row for out-of-memory
+    ("lower G first, then max completion length, then batch size"): G multiplies every sequence
+    of the batch, so fewer samples per prompt go first (down to 2, the least that still gives a
+    group baseline); then shorter completions (down to ``min_len``); the micro-batch last,
     because it changes no result, only the speed."""
     if g > 2:
         return "num_generations", max(2, g // 2)

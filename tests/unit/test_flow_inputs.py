@@ -35,6 +35,8 @@ def test_overrides_parse_as_yaml_values():
 def test_bad_overrides_and_stages_fail_naming_them(project):
     with pytest.raises(ConfigError, match=r"(?s)grpo.num_generations: Input should be greater than or equal to 2.*overrides"):
         _check_params_file("params/default.yaml", {"grpo.num_generations": 1})
+    with pytest.raises(ConfigError, match=r"grpo.num_generatoins: unknown key \(did you mean 'num_generations'\?\)"):
+        _check_params_file("params/default.yaml", {"grpo.num_generatoins": 4})
     with pytest.raises(ConfigError, match=r"unknown stage\(s\) \['trian'\]"):
         _check_params_file("params/default.yaml", None, ["trian"])
     with pytest.raises(ConfigError, match="params file not found"):
