@@ -218,6 +218,13 @@ def _metrics_markdown(results: list[StageResult]) -> str:
     return "\n".join(parts)
 
 
+def _mlflow_link(experiment_id: str, run_id: str) -> str:
+    """The run in the tracking server's UI; with the local SQLite store, in `make ui`'s."""
+    uri = tracking.tracking_uri()
+    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
 def _gpu_limit(name: str | None) -> str | None:
     """``name`` if the server has that global concurrency limit; else None, said once. (Acquiring
     a missing limit costs seconds per stage and guards nothing: e.g. Prefect's temporary server.)"""
@@ -275,11 +282,7 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None,
     with tracking.pipeline_run(params, params_file, f"{flow_run.flow_name or 'pipeline'}-{flow_run.name or 'local'}", flow_run_id) as parent:
         parent_id = parent.info.run_id
         experiment_id = parent.info.experiment_id
-        create_link_artifact(
-            f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{parent_id}",
-            link_text="MLflow parent run (make ui)",
-            key="mlflow-run",
-        )
+        create_link_artifact(_mlflow_link(experiment_id, parent_id), link_text="MLflow parent run", key="mlflow-run")
         env = {tracking.PARENT_ENV: parent_id, tracking.FLOW_RUN_ENV: flow_run_id}
         for stage in order:
             gpu = gpu_limit if stage.name in orch.gpu_stages else None

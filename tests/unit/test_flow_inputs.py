@@ -65,3 +65,12 @@ def test_edits_point_dvc_at_another_set_and_carry_the_overrides(project):
     params = load_params("params/gsm8k-qwen2.5-0.5b.yaml")
     assert params.grpo.steps == 7 and params.grpo.rollout_engine == "vllm"
     assert yaml.safe_load(edits["params/gsm8k-qwen2.5-0.5b.yaml"])["grpo"]["steps"] == 7
+
+
+def test_the_mlflow_link_points_at_the_tracking_server_in_use(monkeypatch):
+    from flows.pipeline import _mlflow_link
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://mlflow.example.org/")
+    assert _mlflow_link("3", "abc") == "https://mlflow.example.org/#/experiments/3/runs/abc"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert _mlflow_link("3", "abc") == "http://127.0.0.1:5000/#/experiments/3/runs/abc"  # make ui over mlflow.db
