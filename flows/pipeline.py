@@ -36,6 +36,7 @@ from flows.dag import Stage, pipeline_params_file, stage_order
 from grpoflow.config import ConfigError, Params, load_params, set_dotted
 from grpoflow.model_source import model_unavailable
 from tasks import tracking
+from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT
 
 DVC_YAML = "dvc.yaml"
 
@@ -50,6 +51,15 @@ class StageResult:
 
 class StageFailed(RuntimeError):
     pass
+
+
+class StageVerdict(StageFailed):
+    """A failure a retry would repeat: bad input, a gate's verdict, a diagnosed stop."""
+
+
+def _worth_retrying(task, task_run, state) -> bool:
+    """Prefect's retry condition: everything but a :class:`StageVerdict`."""
+    return not isinstance(state.data, StageVerdict)
 
 
 def _path_with_this_python() -> str:
@@ -78,6 +88,7 @@ def _read_metrics(stage: Stage) -> dict:
     return merged
 
 
+STAGE_EXIT = re.compile(r"failed to run: .*, exited with (-?\d+)")
 PROGRESS = re.compile(r"^(\w+) step (\d+)/(\d+)\b")
 DIAGNOSIS = re.compile(r"\b(HEALTH|STOPPED)\b")
 
@@ -133,22 +144,31 @@ def _stream(cmd: list[str], env: dict[str, str], marker: str = "", progress: _Pr
     return log
 
 
+def _stage_exit(log: StageLog) -> int:
+    """The stage command's own exit code (DVC reports it in words and exits 1 itself)."""
+    found = [int(m[1]) for line in log.tail if (m := STAGE_EXIT.search(line))]
+    return found[-1] if found else log.code
+
+
 def _fail(name: str, log: StageLog, reports: str = "", final: bool = True) -> None:
-    """Raise :class:`StageFailed`; on the last attempt, first publish what went wrong."""
+    """Raise :class:`StageFailed` (:class:`StageVerdict` when a retry would repeat it); on the
+    last attempt, first publish what went wrong."""
+    verdict = _stage_exit(log) in (EXIT_BAD_INPUT, EXIT_VERDICT)
+    final = final or verdict
     log_tail = "\n".join(log.tail)
     if final:
         diagnosis = "\n".join(f"- {line}" for line in log.diagnosis) or "No health symptoms were reported."
         attempt = task_run.get_run_count() or 1
         create_markdown_artifact(
-            f"## Stage `{name}` failed (exit {log.code}, attempt {attempt})\n\n### Health diagnosis\n\n{diagnosis}\n\n"
+            f"## Stage `{name}` failed (exit {_stage_exit(log)}, attempt {attempt})\n\n### Health diagnosis\n\n{diagnosis}\n\n"
             f"{reports}\n\n### Log tail\n\n```\n{log_tail}\n```",
             key=f"failed-{name.replace('_', '-')}",
             description=f"grpoflow stage {name} failed",
         )
-    raise StageFailed(f"stage {name!r} failed with exit code {log.code}:\n{log_tail}")
+    raise (StageVerdict if verdict else StageFailed)(f"stage {name!r} failed with exit code {_stage_exit(log)}:\n{log_tail}")
 
 
-@task(name="dvc-stage", task_run_name="{stage.name}")
+@task(name="dvc-stage", task_run_name="{stage.name}", retry_condition_fn=_worth_retrying)
 def run_dvc_stage(stage: Stage, env: dict[str, str], gpu_limit: str | None = None, retries: int = 0) -> StageResult:
     """``dvc repro --single-item`` one stage, streaming its output into the Prefect log; a GPU
     stage first takes a slot of the ``gpu_limit`` global concurrency limit."""

@@ -8,6 +8,10 @@ from typing import Callable
 
 from grpoflow.config import ConfigError, Params, load_params
 
+# Exit codes the flow reads: neither is worth a retry, the same inputs give the same answer.
+EXIT_BAD_INPUT = 2  # the configuration or data is wrong: fix it
+EXIT_VERDICT = 3  # a gate said no (leakage, verifier gate), or training stopped with a diagnosis
+
 
 def stage_parser(stage: str, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m tasks.{stage}", description=description)
@@ -23,5 +27,5 @@ def run_stage_cli(parser: argparse.ArgumentParser, body: Callable[[argparse.Name
         params = load_params(args.params)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(EXIT_BAD_INPUT) from None
     body(args, params)

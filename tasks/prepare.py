@@ -21,7 +21,7 @@ from grpoflow.data.prepare import Prepared, prepare
 from grpoflow.data.report import prepare_report
 from grpoflow.io import atomic_write, sha256_paths, write_json, write_jsonl
 from tasks import tracking
-from tasks.cli import run_stage_cli, stage_parser
+from tasks.cli import EXIT_VERDICT, run_stage_cli, stage_parser
 
 
 def write_outputs(prepared: Prepared, out: Path, report: str) -> str:
@@ -62,7 +62,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     print(report)
     if not metrics["passed"]:
         print("prepare: a data gate failed (see above and data/prepared/report.md)", file=sys.stderr)
-        raise SystemExit(1)
+        raise SystemExit(EXIT_VERDICT)
 
 
 if __name__ == "__main__":

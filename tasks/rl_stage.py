@@ -33,7 +33,7 @@ from grpoflow.provenance import code_hash
 from grpoflow.rl import LoopState, OutOfMemoryAfterBackoff
 from grpoflow.rollout.hf import HFRolloutEngine
 from tasks import tracking
-from tasks.cli import run_stage_cli, stage_parser
+from tasks.cli import EXIT_VERDICT, run_stage_cli, stage_parser
 from tasks.models import build_reward, build_rollout, load_frozen, math_scorer
 
 HISTORY_FIELDS = [
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace, params: Params, algorithm: str) -> None:
             if lead:
                 mlflow.set_tag("health", "diverged" if isinstance(exc, TrainingDiverged) else "out_of_memory")
                 print(f"{algorithm}: STOPPED: {exc}", file=sys.stderr)
-            raise SystemExit(1) from None
+            raise SystemExit(EXIT_VERDICT) from None
         checkpoint.export_model(engine, tokenizer, out)
         if lead:
             history.write()  # also when a finished checkpoint was resumed and no step ran

@@ -24,7 +24,7 @@ from grpoflow.config import Params
 from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
 from grpoflow.verifier_check import CODE_CASES, build_cases, check_references, format_cases, validate
 from tasks import tracking
-from tasks.cli import run_stage_cli, stage_parser
+from tasks.cli import EXIT_VERDICT, run_stage_cli, stage_parser
 from verifiers import math as math_verifier
 from verifiers.code import score_code
 from verifiers.sandbox import Limits, SandboxUnavailable
@@ -119,7 +119,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     print(text)
     if failures:
         print("validate_verifiers: the verifier gate failed (see above)", file=sys.stderr)
-        raise SystemExit(1)
+        raise SystemExit(EXIT_VERDICT)
 
 
 if __name__ == "__main__":
