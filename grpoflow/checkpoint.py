@@ -6,18 +6,16 @@ back to the newest intact one."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from grpoflow.io import atomic_write, write_json
+from grpoflow.io import atomic_write, sha256_file, write_json
 from grpoflow.rl import LoopState
 
 MANIFEST = "manifest.json"
@@ -42,14 +40,6 @@ def _files_of(directory: Path, tag: str, engines: list[str]) -> list[Path]:
     return sorted(p for d in dirs if d.is_dir() for p in d.rglob("*") if p.is_file() and p.name != MANIFEST)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def verify(directory: str | Path, step: int) -> str | None:
     """None when checkpoint ``step`` is complete and intact, else what is wrong with it."""
     directory = Path(directory)
@@ -60,20 +50,12 @@ def verify(directory: str | Path, step: int) -> str | None:
         listed = json.loads(manifest.read_text())
     except json.JSONDecodeError:
         return f"{manifest} is not valid JSON"
-    missing = [rel for rel in listed["files"] if not (directory / rel).is_file()]
-    if missing:
-        return f"{missing[0]} is missing"
-    actual = _sha256_all([directory / rel for rel in listed["files"]])
-    for (rel, digest), got in zip(listed["files"].items(), actual):
-        if got != digest:
+    for rel, digest in listed["files"].items():
+        if not (directory / rel).is_file():
+            return f"{rel} is missing"
+        if sha256_file(directory / rel) != digest:
             return f"{rel} does not match its checksum"
     return None
-
-
-def _sha256_all(paths: list[Path]) -> list[str]:
-    """Digests of ``paths``, hashed in parallel (hashlib releases the GIL on large buffers)."""
-    with ThreadPoolExecutor(max_workers=min(8, max(1, len(paths)))) as pool:
-        return list(pool.map(_sha256, paths))
 
 
 def save(engine, directory: str | Path, state: LoopState, fingerprint: str, *,
@@ -95,8 +77,7 @@ def save(engine, directory: str | Path, state: LoopState, fingerprint: str, *,
     if rank == 0:
         # Read before any weights are loaded: a checkpoint of other inputs must not touch the engine.
         (directory / tag / "fingerprint.json").write_text(json.dumps({"fingerprint": fingerprint, "step": state.step}))
-        paths = _files_of(directory, tag, list(extra_engines or {}))
-        files = {str(p.relative_to(directory)): digest for p, digest in zip(paths, _sha256_all(paths))}
+        files = {str(p.relative_to(directory)): sha256_file(p) for p in _files_of(directory, tag, list(extra_engines or {}))}
         write_json(directory / tag / MANIFEST, {"step": state.step, "files": files})
         with atomic_write(directory / "latest") as fh:
             fh.write(tag)

@@ -60,6 +60,15 @@ def write_json(path: str | Path, obj: Any) -> None:
         fh.write("\n")
 
 
+def sha256_file(path: str | Path) -> str:
+    """Hex digest of one file, read in 1 MiB blocks (checkpoints and models can be many GB)."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def sha256_paths(paths: Iterable[str | Path], root: str | Path | None = None) -> str:
     """One digest over files and directories (recursively), independent of listing order.
 
@@ -77,5 +86,5 @@ def sha256_paths(paths: Iterable[str | Path], root: str | Path | None = None) ->
     h = hashlib.sha256()
     for name, f in sorted(files):
         h.update(name.encode() + b"\0")
-        h.update(hashlib.sha256(f.read_bytes()).digest())
+        h.update(bytes.fromhex(sha256_file(f)))
     return h.hexdigest()
