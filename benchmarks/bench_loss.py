@@ -36,7 +36,7 @@ def run(prompts: int = 8, group: int = 8, length: int = 64) -> dict:
 
     def objective():
         adv = group_advantages(rewards, group)
-        loss, _ = grpo_loss(logp_leaf, old, ref, adv, mask)
+        loss, _ = grpo_loss(logp_leaf, old, adv, mask, ref_logp=ref)
         loss.backward()
 
     t_model, t_loss = best_of(policy_step), best_of(objective, repeats=20)

@@ -1,4 +1,4 @@
-"""The stage DAG as dvc.yaml defines it, so that the flow never restates it."""
+"""The stage DAG as dvc.yaml (generated from tasks/stages.py) defines it, so that the flow never restates it."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+from tasks.stages import params_file_var
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,4 @@ def stage_order(dvc_yaml: str | Path = "dvc.yaml", only: list[str] | None = None
 
 def pipeline_params_file(dvc_yaml: str | Path = "dvc.yaml") -> str | None:
     """The ``params_file`` var that dvc.yaml's stages read their parameters from."""
-    spec = yaml.safe_load(Path(dvc_yaml).read_text())
-    for entry in spec.get("vars") or []:
-        if isinstance(entry, dict) and "params_file" in entry:
-            return str(entry["params_file"])
-    return None
+    return params_file_var(dvc_yaml)

@@ -8,11 +8,30 @@ Estimation", eq. 16) is the critic-based estimator that the PPO baseline uses.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
-import torch
+# No module-level torch: the params schema validates estimator names against ESTIMATORS, and the
+# flow validates params without paying for torch's import. Tensor methods do all the work.
+if TYPE_CHECKING:
+    import torch
+
+    from grpoflow.config import GRPOConfig
 
 Scale = Literal["group", "batch", "none"]
+Estimator = Callable[["torch.Tensor", int, "GRPOConfig"], "torch.Tensor"]
+ESTIMATORS: dict[str, Estimator] = {}
+
+
+def estimator(name: str) -> Callable[[Estimator], Estimator]:
+    """Register an advantage estimator under ``name`` (the value of ``grpo.advantage_estimator``)."""
+
+    def add(fn: Estimator) -> Estimator:
+        if name in ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ESTIMATORS[name] = fn
+        return fn
+
+    return add
 
 
 def _check_rewards(rewards: torch.Tensor, group_size: int) -> None:
@@ -25,8 +44,8 @@ def _check_rewards(rewards: torch.Tensor, group_size: int) -> None:
             f"len(rewards)={rewards.numel()} is not divisible by group_size={group_size}: "
             "rewards must be ordered group by group, G completions per prompt"
         )
-    if not torch.isfinite(rewards).all():
-        bad = torch.nonzero(~torch.isfinite(rewards)).flatten().tolist()
+    if not rewards.isfinite().all():
+        bad = (~rewards.isfinite()).nonzero().flatten().tolist()
         raise ValueError(f"rewards contain non-finite values at positions {bad[:10]}")
 
 
@@ -55,13 +74,20 @@ def group_advantages(
     if ddof not in (0, 1):
         raise ValueError(f"ddof must be 0 or 1, got {ddof}")
     _check_rewards(rewards, group_size)
-    r = rewards.to(torch.float64).view(-1, group_size)
+    r = rewards.double().view(-1, group_size)
     centered = r - r.mean(dim=1, keepdim=True)
     if scale == "group":
         centered = centered / (r.std(dim=1, correction=ddof, keepdim=True) + eps)
     elif scale == "batch":
         centered = centered / (r.flatten().std(correction=ddof) + eps)
-    return centered.flatten().to(rewards.dtype if rewards.is_floating_point() else torch.float32)
+    flat = centered.flatten()
+    return flat.to(rewards.dtype) if rewards.is_floating_point() else flat.float()
+
+
+@estimator("grpo")
+def grpo_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> torch.Tensor:
+    """GRPO's group-relative advantage, scaled as ``grpo.advantage_scale`` says."""
+    return group_advantages(rewards, group_size, scale=cfg.advantage_scale, ddof=cfg.advantage_ddof, eps=cfg.advantage_eps)
 
 
 def gae(
@@ -89,9 +115,9 @@ def gae(
             f"{tuple(rewards.shape)}, {tuple(values.shape)}, {tuple(mask.shape)}"
         )
     m = mask.to(values.dtype)
-    advantages = torch.zeros_like(values)
-    next_value = torch.zeros_like(values[:, 0])
-    next_adv = torch.zeros_like(values[:, 0])
+    advantages = values.new_zeros(values.shape)
+    next_value = values.new_zeros(values[:, 0].shape)
+    next_adv = values.new_zeros(values[:, 0].shape)
     for t in reversed(range(values.shape[1])):
         delta = rewards[:, t] + gamma * next_value - values[:, t]
         adv_t = (delta + gamma * lam * next_adv) * m[:, t]
@@ -109,4 +135,4 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
     n = m.sum().clamp(min=1)
     mean = (x * m).sum() / n
     var = (((x - mean) * m) ** 2).sum() / n
-    return (x - mean) * torch.rsqrt(var + eps) * m
+    return (x - mean) * (var + eps).rsqrt() * m

@@ -19,6 +19,13 @@ class ConfigError(ValueError):
     """A params file that does not validate; the message names the file and each bad key."""
 
 
+def _unknown(what: str, name: str, known: list[str]) -> str:
+    """'unknown <what> <name> (did you mean ...?); registered: [...]' for a name not in ``known``."""
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"unknown {what} {name!r}{hint}; registered: {known}"
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -29,14 +36,14 @@ class ExperimentConfig(_Section):
 
 
 class SyntheticConfig(_Section):
-    num_examples: int = Field(3000, ge=1, description="Problems to generate before de-duplication and splitting.")
+    num_examples: int = Field(4000, ge=1, description="Problems to generate before de-duplication and splitting.")
     min_ops: int = Field(1, ge=1, description="Fewest arithmetic steps in one problem.")
     max_ops: int = Field(2, ge=1, description="Most arithmetic steps in one problem.")
     operand_min: int = Field(1, ge=0, description="Smallest starting amount and addend/subtrahend.")
-    operand_max: int = Field(20, ge=1, description="Largest starting amount and addend/subtrahend.")
-    factor_max: int = Field(5, ge=2, description="Largest multiplier or divisor for '*' and '/' steps.")
+    operand_max: int = Field(9, ge=1, description="Largest starting amount and addend/subtrahend.")
+    factor_max: int = Field(3, ge=2, description="Largest multiplier or divisor for '*' and '/' steps.")
     ops: list[Literal["+", "-", "*", "/"]] = Field(
-        ["+", "-", "*"], min_length=1, description="Operations a step may use."
+        ["+", "-"], min_length=1, description="Operations a step may use."
     )
 
     @model_validator(mode="after")
@@ -156,9 +163,7 @@ class RewardConfig(_Section):
         import verifiers
 
         if self.name not in verifiers.names():
-            close = difflib.get_close_matches(self.name, verifiers.names(), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ValueError(f"unknown verifier {self.name!r}{hint}; registered: {verifiers.names()}")
+            raise ValueError(_unknown("verifier", self.name, verifiers.names()))
         return self
 
 
@@ -192,74 +197,127 @@ class EngineConfig(_Section):
 
 class SFTConfig(_Section):
     enabled: bool = Field(True, description="Train the reference; false uses model.name_or_path as the reference as is.")
-    epochs: float = Field(3.0, gt=0, description="Passes over the train split's solutions.")
+    epochs: float = Field(2.0, gt=0, description="Passes over the train split's solutions.")
     batch_size: int = Field(32, ge=1, description="Sequences per optimizer step.")
-    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(lr=3e-3, warmup_steps=20), description="DeepSpeed settings for SFT.")
-    eval_examples: int = Field(256, ge=1, description="Val prompts scored greedily for val exact-match.")
+    engine: EngineConfig = Field(
+        default_factory=lambda: EngineConfig(lr=3e-3, warmup_steps=20, micro_batch_size=32), description="DeepSpeed settings for SFT."
+    )
+    eval_examples: int = Field(300, ge=1, description="Val prompts scored greedily for val exact-match.")
 
 
 class SamplingConfig(_Section):
+    """How rollouts sample completions."""
+
     temperature: float = Field(1.0, ge=0, description="Sampling temperature for rollouts (0: greedy).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
-    max_completion_length: int = Field(48, ge=1, description="Most tokens generated per completion.")
+    max_completion_length: int = Field(24, ge=1, description="Most tokens generated per completion.")
 
 
-class AdaptiveBetaConfig(_Section):
-    enabled: bool = Field(False, description="Adapt beta toward target_kl (Ziegler et al. 2019 adaptive KL controller).")
+class AdaptiveKLConfig(_Section):
+    """Adaptive control of the running algorithm's KL coefficient (grpo.beta or ppo.kl_coef)."""
+
+    enabled: bool = Field(False, description="Adapt the KL coefficient toward target_kl (Ziegler et al. 2019 controller).")
     target_kl: float = Field(0.02, gt=0, description="KL per token the controller steers toward.")
-    horizon: int = Field(50, ge=1, description="Steps over which beta may change by about e-fold.")
+    horizon: int = Field(50, ge=1, description="Steps over which the coefficient may change by about e-fold.")
 
 
 class GenerationScheduleStep(_Section):
+    """One entry of an annealed G schedule."""
+
     from_step: int = Field(..., ge=0, description="First optimizer step this G applies to.")
     num_generations: int = Field(..., ge=2, description="G from that step on.")
 
 
-class GRPOConfig(_Section):
-    steps: int = Field(60, ge=1, description="Optimizer steps (one batch of prompts each).")
+class RLConfig(_Section):
+    """What every RL algorithm shares, so that GRPO and the PPO baseline compare on one budget:
+    prompts, samples per prompt, sampling, the rollout and policy engines, mu, the clip range, steps."""
+
+    steps: int = Field(150, ge=1, description="Optimizer steps (one batch of prompts each).")
     prompts_per_step: int = Field(8, ge=1, description="Prompts per step, across all processes.")
-    num_generations: int = Field(8, ge=2, description="G, completions per prompt.")
+    num_generations: int = Field(8, ge=2, description="G, completions sampled per prompt.")
     generation_schedule: list[GenerationScheduleStep] = Field(
         default_factory=list, description="Anneal G: entries (from_step, num_generations), e.g. large early, smaller later."
     )
     num_iterations: int = Field(1, ge=1, description="mu, updates per batch; old log-probs are taken once before the first.")
-    beta: float = Field(0.04, ge=0, description="KL penalty weight toward the SFT reference (0: no reference needed).")
-    adaptive_beta: AdaptiveBetaConfig = Field(default_factory=AdaptiveBetaConfig, description="Adaptive KL control.")
     clip_eps: float = Field(0.2, gt=0, description="Lower (and default upper) clip range of the ratio.")
     clip_eps_high: float | None = Field(None, gt=0, description="Upper clip range (DAPO clip-higher); null = clip_eps.")
-    ratio_level: Literal["token", "sequence"] = Field("token", description="Importance ratio per token or per sequence.")
-    aggregation: Literal["grpo", "bnpo", "dr_grpo"] = Field("grpo", description="Token aggregation of the loss.")
-    advantage_scale: Literal["group", "batch", "none"] = Field("group", description="Std used to scale advantages.")
-    advantage_ddof: int = Field(0, ge=0, le=1, description="0: population std (the paper), 1: Bessel (TRL, verl).")
-    advantage_eps: float = Field(1e-4, gt=0, description="Added to the std before dividing.")
+    aggregation: Literal["grpo", "bnpo", "dr_grpo"] = Field("grpo", description="Token aggregation of the policy loss.")
     mask_truncated_completions: bool = Field(False, description="Exclude completions that hit the length cap from the loss.")
+    adaptive_kl: AdaptiveKLConfig = Field(default_factory=AdaptiveKLConfig, description="Adaptive KL control.")
     rollout_engine: Literal["hf", "vllm"] = Field("hf", description="Rollouts with transformers generate or vLLM.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Rollout sampling.")
-    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(lr=5e-4), description="DeepSpeed settings for GRPO.")
-    checkpoint_every: int = Field(10, ge=1, description="Save a resumable checkpoint every N steps.")
+    engine: EngineConfig = Field(
+        default_factory=lambda: EngineConfig(lr=2e-4, micro_batch_size=64), description="DeepSpeed settings for the policy."
+    )
+    checkpoint_every: int = Field(25, ge=1, description="Save a resumable checkpoint every N steps.")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept; older ones are deleted (a corrupt newest falls back to the one before).")
     oom_backoff: bool = Field(True, description="On out-of-memory: halve G (to 2), then max_completion_length, then the micro-batch, and go on.")
     oom_min_completion_length: int = Field(16, ge=1, description="Back-off never shortens completions below this many tokens.")
-    eval_every: int = Field(20, ge=1, description="Greedy val accuracy every N steps.")
+    eval_every: int = Field(50, ge=1, description="Greedy val accuracy every N steps.")
 
     def generations_at(self, step: int) -> int:
+        """G at optimizer step ``step`` under the schedule."""
         g = self.num_generations
         for entry in sorted(self.generation_schedule, key=lambda e: e.from_step):
             if step >= entry.from_step:
                 g = entry.num_generations
         return g
 
+    def generation_sizes(self) -> list[int]:
+        """Every G the schedule can use, smallest first."""
+        return sorted({self.num_generations, *(e.num_generations for e in self.generation_schedule)})
+
+
+def batch_problems(rl: RLConfig, world_size: int) -> list[str]:
+    """Why the batch arithmetic cannot work on ``world_size`` processes (empty when it can).
+
+    Checked at load for one process (a set that splits over W processes also fits one), and by
+    the training stage for the real world size."""
+    problems = []
+    if rl.prompts_per_step % world_size:
+        problems.append(f"rl.prompts_per_step={rl.prompts_per_step} is not divisible by {world_size} processes")
+        return problems
+    micro = rl.engine.micro_batch_size
+    for g in rl.generation_sizes():
+        per_rank = rl.prompts_per_step // world_size * g
+        if per_rank % min(micro, per_rank):
+            problems.append(
+                f"{per_rank} sequences per process (rl.prompts_per_step / {world_size} processes x G={g}) are not a "
+                f"multiple of rl.engine.micro_batch_size={micro}"
+            )
+    return problems
+
+
+class GRPOConfig(_Section):
+    """GRPO's own settings (DeepSeekMath, Shao et al. 2024): its KL penalty and its advantages."""
+
+    beta: float = Field(0.04, ge=0, description="KL penalty weight toward the reference (0: no reference is loaded).")
+    ratio_level: Literal["token", "sequence"] = Field("token", description="Importance ratio per token or per sequence.")
+    advantage_estimator: str = Field("grpo", description="Advantage estimator (grpoflow.advantages.ESTIMATORS), e.g. grpo.")
+    advantage_scale: Literal["group", "batch", "none"] = Field("group", description="Std used to scale advantages.")
+    advantage_ddof: int = Field(0, ge=0, le=1, description="0: population std (the paper), 1: Bessel (TRL, verl).")
+    advantage_eps: float = Field(1e-4, gt=0, description="Added to the std before dividing.")
+
+    @model_validator(mode="after")
+    def _known_estimator(self) -> "GRPOConfig":
+        from grpoflow.advantages import ESTIMATORS
+
+        if self.advantage_estimator not in ESTIMATORS:
+            raise ValueError(_unknown("advantage estimator", self.advantage_estimator, sorted(ESTIMATORS)))
+        return self
+
 
 class PPOConfig(_Section):
-    """The PPO baseline. Its rollout and update budget (steps, prompts, samples per prompt,
-    sampling, policy engine, mu, clip range) is the ``grpo`` section's, so the two compare."""
+    """The PPO baseline's own settings (critic, GAE, its KL penalty); its budget is the ``rl`` section's."""
 
     gamma: float = Field(1.0, gt=0, le=1, description="Discount of GAE (1: none, as usual for one reward at the end).")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
-    kl_coef: float = Field(0.04, ge=0, description="Per-token KL penalty folded into the reward (InstructGPT-style).")
+    kl_coef: float = Field(0.04, ge=0, description="Per-token KL penalty folded into the reward, InstructGPT-style (0: no reference).")
     cliprange_value: float = Field(0.2, gt=0, description="Clip range of the value update around the old values.")
     whiten_advantages: bool = Field(True, description="Normalise GAE advantages over the batch's tokens.")
-    critic_engine: EngineConfig = Field(default_factory=lambda: EngineConfig(lr=1e-3), description="DeepSpeed settings for the critic.")
+    critic_engine: EngineConfig = Field(
+        default_factory=lambda: EngineConfig(lr=1e-3, micro_batch_size=64), description="DeepSpeed settings for the critic."
+    )
 
 
 class EvaluateConfig(_Section):
@@ -304,15 +362,29 @@ class Params(_Section):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Limits for executing completions (code reward).")
     verifier_gate: VerifierGateConfig = Field(default_factory=VerifierGateConfig, description="The validate_verifiers gate.")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="The SFT reference stage.")
-    grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="The GRPO stage.")
-    ppo: PPOConfig = Field(default_factory=PPOConfig, description="The PPO baseline stage.")
+    rl: RLConfig = Field(default_factory=RLConfig, description="The budget every RL stage shares (GRPO and the PPO baseline).")
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="The GRPO stage's own settings.")
+    ppo: PPOConfig = Field(default_factory=PPOConfig, description="The PPO baseline stage's own settings.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="The evaluate stage.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig, description="Prefect runs: pool, GPU limit, retries, DVC experiments.")
 
     @property
     def mlflow_experiment(self) -> str:
+        """The MLflow experiment of this parameter set."""
         return self.tracking.experiment or f"grpoflow-{self.experiment.name}"
+
+    @model_validator(mode="after")
+    def _runnable(self) -> "Params":
+        """Errors that need no model: found when the file is loaded, before any stage runs."""
+        problems = batch_problems(self.rl, 1)
+        if self.rl.sampling.temperature == 0:
+            problems.append("rl.sampling.temperature 0 makes every completion of a group identical: all advantages are 0")
+        if self.rl.adaptive_kl.enabled and self.grpo.beta == 0 and self.ppo.kl_coef == 0:
+            problems.append("rl.adaptive_kl needs a starting KL coefficient > 0 (grpo.beta or ppo.kl_coef)")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 def _submodel(annotation: Any) -> type[BaseModel] | None:
@@ -344,7 +416,9 @@ def _describe(err: dict[str, Any]) -> str:
     key = ".".join(str(p) for p in loc) or "<top level>"
     if err["type"] == "extra_forbidden":
         close = difflib.get_close_matches(str(loc[-1]), _allowed_keys(Params, loc[:-1]), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        every = {".".join(k.split(".")[:i]) for k, _, _ in describe_schema() for i in range(1, k.count(".") + 2)}
+        moved = [k for k in sorted(every) if k.endswith(f".{loc[-1]}") and k.count(".") == len(loc) - 1]
+        hint = f" (did you mean '{close[0]}'?)" if close else f" (it lives at '{moved[0]}')" if len(moved) == 1 else ""
         return f"{key}: unknown key{hint}"
     got = err.get("input")
     got_text = "" if isinstance(got, dict) else f" (got {got!r})"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from grpoflow.prompting import format_prompt
-from grpoflow.rewards import BatchVerifier
+from grpoflow.rewards import BatchScorer
 from grpoflow.rollout import RolloutEngine, Sampling
 
 
@@ -17,15 +17,14 @@ class EvalResult:
 
 
 def greedy_accuracy(
-    engine: RolloutEngine, rows: Sequence[dict], score: BatchVerifier, *, max_new_tokens: int, seed: int = 0
+    engine: RolloutEngine, rows: Sequence[dict], score: BatchScorer, *, max_new_tokens: int, seed: int = 0
 ) -> EvalResult:
     """Share of ``rows`` (dicts with ``prompt`` and ``reference_answer``) answered right greedily."""
     prompts = [format_prompt(r["prompt"]) for r in rows]
     rollouts = engine.generate(prompts, 1, Sampling(temperature=0.0, max_new_tokens=max_new_tokens), seed)
-    refs = [r["reference_answer"] for r in rows]
-    scores = score(rollouts.texts, refs)
-    outputs = [{"id": r["id"], "completion": t, "reference": ref, "correct": s >= 0.5}
-               for r, t, ref, s in zip(rows, rollouts.texts, refs, scores)]
+    scores = score(rollouts.texts, rows)
+    outputs = [{"id": r["id"], "completion": t, "reference": r["reference_answer"], "correct": s >= 0.5}
+               for r, t, s in zip(rows, rollouts.texts, scores)]
     return EvalResult(sum(o["correct"] for o in outputs) / max(len(outputs), 1), outputs)
 
 
@@ -61,7 +60,7 @@ class SampledResult:
 def sampled_metrics(
     engine: RolloutEngine,
     rows: Sequence[dict],
-    score: BatchVerifier,
+    score: BatchScorer,
     canonical: Callable[[str], str | None],
     *,
     n: int,
@@ -72,10 +71,9 @@ def sampled_metrics(
     """pass@k (unbiased, from n samples) and maj@k (vote over the first k samples' answers)."""
     prompts = [format_prompt(r["prompt"]) for r in rows]
     ro = engine.generate(prompts, n, sampling, seed)
-    refs = [r["reference_answer"] for r in rows for _ in range(n)]
-    scores = score(ro.texts, refs)
+    scores = score(ro.texts, [r for r in rows for _ in range(n)])
     voted = [majority_answer([canonical(t) for t in ro.texts[i * n : i * n + k]]) for i in range(len(rows))]
-    vote_scores = score([f"#### {v}" if v is not None else "" for v in voted], [r["reference_answer"] for r in rows])
+    vote_scores = score([f"#### {v}" if v is not None else "" for v in voted], rows)
     outputs, p_sum = [], 0.0
     for i, r in enumerate(rows):
         correct = sum(s >= 0.5 for s in scores[i * n : (i + 1) * n])

@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from statistics import mean, pstdev
 
+from grpoflow import metric_names as M
+
 
 class TrainingDiverged(RuntimeError):
     pass
@@ -49,12 +51,12 @@ class HealthMonitor:
 
     def observe(self, step: int, metrics: dict) -> list[Symptom]:
         """Record one step's metrics; returns the symptoms first seen at this step."""
-        for key in ("loss", "grad_norm"):
+        for key in (M.LOSS, M.GRAD_NORM):
             value = metrics.get(key)
             if value is not None and not math.isfinite(value):
                 raise TrainingDiverged(
                     f"step {step}: {key} is {value}. Likely causes: learning rate too high, bf16 overflow, a reward "
-                    "of inf/NaN. Remedy: lower engine.lr, raise gradient clipping, check the verifiers; the last "
+                    "of inf/NaN. Remedy: lower rl.engine.lr, raise rl.engine.gradient_clipping, check the verifiers; the last "
                     "checkpoint is intact."
                 )
         self.history.append({"step": step, **metrics})
@@ -67,12 +69,12 @@ class HealthMonitor:
     def _rules(self, step: int) -> list[Symptom]:
         found = []
         w = self.window
-        kl = _window(self.history, "kl", w)
+        kl = _window(self.history, M.KL, w)
         if len(kl) >= 3 and kl[-1] > self.kl_limit and kl[-1] > 2 * max(kl[0], 1e-3):
             found.append(Symptom("kl_rising_fast", step, f"kl {kl[0]:.3g} -> {kl[-1]:.3g} over {len(kl)} steps",
-                                 "beta too small, policy drifting from the reference",
-                                 "raise grpo.beta (or enable adaptive_beta), lower engine.lr"))
-        rewards = [h["reward_mean"] for h in self.history if "reward_mean" in h]
+                                 "KL coefficient too small, policy drifting from the reference",
+                                 "raise the KL coefficient (grpo.beta or ppo.kl_coef) or enable rl.adaptive_kl, lower rl.engine.lr"))
+        rewards = [h[M.REWARD_MEAN] for h in self.history if M.REWARD_MEAN in h]
         n = self.flat_after
         if len(rewards) >= 2 * n:
             first, last = rewards[:n], rewards[-n:]
@@ -82,24 +84,24 @@ class HealthMonitor:
                 found.append(Symptom("reward_flat", step, f"reward_mean {mean(first):.3f} (first {n} steps) -> "
                                      f"{mean(last):.3f} (last {n}), standard error {se:.3f}",
                                      "noisy verifier or misaligned reward", "hand-check verifier labels on samples; fix the verifier"))
-        loss = _window(self.history, "loss", w)
-        g = self.history[-1].get("num_generations", 0)
+        loss = _window(self.history, M.LOSS, w)
+        g = self.history[-1].get(M.NUM_GENERATIONS, 0)
         if len(loss) >= w and pstdev(loss) > 2 * abs(mean(loss)) + 0.05 and g and g < 8:
             found.append(Symptom("unstable_loss", step, f"loss std {pstdev(loss):.3g} vs mean {mean(loss):.3g} with G={g}",
-                                 "G too small: unstable group statistics", "raise grpo.num_generations or the temperature"))
-        zero = _window(self.history, "frac_zero_std_groups", 5)
+                                 "G too small: unstable group statistics", "raise rl.num_generations or rl.sampling.temperature"))
+        zero = _window(self.history, M.FRAC_ZERO_STD_GROUPS, 5)
         if len(zero) >= 5 and mean(zero) >= 0.9:
             found.append(Symptom("degenerate_groups", step, f"{mean(zero):.0%} of groups have zero reward std",
                                  "groups degenerate (greedy-like sampling, or the task too easy/hard)",
                                  "sample with more randomness (temperature, top_p); adjust task difficulty"))
-        ent = _window(self.history, "entropy", len(self.history))
+        ent = _window(self.history, M.ENTROPY, len(self.history))
         if len(ent) >= 5 and ent[-1] < max(0.05, 0.2 * ent[0]):
             found.append(Symptom("entropy_collapse", step, f"entropy {ent[0]:.3g} -> {ent[-1]:.3g}",
-                                 "the policy became nearly deterministic", "raise temperature, lower lr, raise beta"))
-        trunc = _window(self.history, "frac_truncated", 5)
+                                 "the policy became nearly deterministic", "raise rl.sampling.temperature, lower rl.engine.lr, raise the KL coefficient"))
+        trunc = _window(self.history, M.FRAC_TRUNCATED, 5)
         if len(trunc) >= 5 and mean(trunc) > 0.3:
             found.append(Symptom("length_cap", step, f"{mean(trunc):.0%} of completions hit max_completion_length",
-                                 "completions longer than the cap", "raise sampling.max_completion_length, or mask truncated completions"))
+                                 "completions longer than the cap", "raise rl.sampling.max_completion_length, or set rl.mask_truncated_completions"))
         return found
 
     def report(self) -> str:

@@ -19,6 +19,8 @@ from typing import Literal
 
 import torch
 
+from grpoflow import metric_names as M
+
 RatioLevel = Literal["token", "sequence"]
 Aggregation = Literal["grpo", "bnpo", "dr_grpo"]
 
@@ -30,17 +32,15 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) ->
 
 
 def _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level, aggregation, clip_eps):
+    """Shapes and values the loss can use; a ValueError naming the argument otherwise."""
     shape = tuple(logp.shape)
     if logp.dim() != 2:
         raise ValueError(f"logp must be (N, T), got shape {shape}")
     for name, t in (("old_logp", old_logp), ("mask", mask)):
         if tuple(t.shape) != shape:
             raise ValueError(f"{name} must have logp's shape {shape}, got {tuple(t.shape)}")
-    if beta > 0:
-        if ref_logp is None:
-            raise ValueError("ref_logp is required when beta > 0 (the KL penalty needs the reference)")
-        if tuple(ref_logp.shape) != shape:
-            raise ValueError(f"ref_logp must have logp's shape {shape}, got {tuple(ref_logp.shape)}")
+    if ref_logp is not None and tuple(ref_logp.shape) != shape:
+        raise ValueError(f"ref_logp must have logp's shape {shape}, got {tuple(ref_logp.shape)}")
     if beta < 0:
         raise ValueError(f"beta must be >= 0, got {beta}")
     if tuple(advantages.shape) not in ((shape[0],), shape):
@@ -70,13 +70,13 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 def grpo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
-    ref_logp: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
+    ref_logp: torch.Tensor | None = None,
+    beta: float = 0.0,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
-    beta: float = 0.04,
     ratio_level: RatioLevel = "token",
     aggregation: Aggregation = "grpo",
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -85,17 +85,18 @@ def grpo_loss(
     Args:
         logp: ``(N, T)`` per-token log-probs of the completions under the policy being trained.
         old_logp: same, under the policy that sampled them (no gradient flows through it).
-        ref_logp: same, under the frozen reference; may be ``None`` when ``beta == 0``.
         advantages: ``(N,)``, one per completion, broadcast over its tokens (GRPO); or ``(N, T)``
             per token (PPO with GAE).
         mask: ``(N, T)`` 0/1, 1 on completion tokens that count.
+        ref_logp: same as ``logp``, under the frozen reference; the KL term is added, weighted by
+            ``beta``, exactly when it is given (a run without a reference has no KL term).
+        beta: weight of the KL penalty.
         clip_eps, clip_eps_high: the clip range is ``[1 - clip_eps, 1 + (clip_eps_high or clip_eps)]``.
-        beta: weight of the KL penalty; at 0 the term is left out entirely.
         ratio_level: ``"token"`` (one ratio per token) or ``"sequence"`` (``exp`` of the masked mean
             of the token log-ratio, broadcast over the sequence; GSPO-style length-normalised).
         aggregation: ``"grpo"``, ``"bnpo"`` or ``"dr_grpo"`` (see the module docstring).
     Returns:
-        ``(loss, metrics)`` with metrics ``kl`` (when beta > 0), ``clip_ratio``, ``ratio_mean``.
+        ``(loss, metrics)`` with metrics ``kl`` (with a reference), ``clip_ratio``, ``ratio_mean``.
     """
     _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level, aggregation, clip_eps)
     keep = mask.bool()
@@ -113,12 +114,12 @@ def grpo_loss(
     low, high = 1.0 - clip_eps, 1.0 + (clip_eps if clip_eps_high is None else clip_eps_high)
     per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, low, high) * adv)
     metrics: dict[str, float] = {}
-    if beta > 0:
+    if ref_logp is not None:
         kl = kl_k3(lp, torch.where(keep, ref_logp.detach(), zeros))
         per_token = per_token + beta * kl
-        metrics["kl"] = _masked_mean(kl.detach(), m).item()
+        metrics[M.KL] = _masked_mean(kl.detach(), m).item()
     loss = _aggregate(per_token, m, aggregation)
     clipped = ((ratio < low) & (adv < 0)) | ((ratio > high) & (adv > 0))
-    metrics["clip_ratio"] = _masked_mean(clipped.to(logp.dtype), m).item()
+    metrics[M.CLIP_RATIO] = _masked_mean(clipped.to(logp.dtype), m).item()
     metrics["ratio_mean"] = _masked_mean(ratio.detach(), m).item()
     return loss, metrics

@@ -107,3 +107,9 @@ def load_pretrained(name_or_path: str | Path, dtype: torch.dtype = torch.float32
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+def load_frozen(path: str | Path) -> torch.nn.Module:
+    """A model in eval mode with no gradients: the reference policy."""
+    model, _ = load_pretrained(path)
+    return model.eval().requires_grad_(False)

@@ -10,7 +10,10 @@ import torch
 from transformers import AutoModel
 
 from grpoflow.advantages import gae, masked_whiten
-from grpoflow.config import PPOConfig
+from grpoflow.algorithm import Algorithm
+from grpoflow.config import Params, PPOConfig
+from grpoflow.engine import build_engine
+from grpoflow import metric_names as M
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import grpo_loss, kl_k3
 from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
@@ -54,14 +57,17 @@ def token_rewards(rewards: torch.Tensor, mask: torch.Tensor, kl: torch.Tensor | 
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - Var(returns - values) / Var(returns) over the counted tokens (0 when returns are constant)."""
     m = mask.bool()
     var = returns[m].var(correction=0)
     return float(1 - (returns[m] - values[m]).var(correction=0) / var) if var > 0 else 0.0
 
 
 class PPOTrainer(PolicyTrainer):
+    """The PPO baseline: the shared loop with a critic, GAE and the KL penalty in the reward."""
+
     def __init__(self, *args, ppo: PPOConfig, critic_engine, **kwargs):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, kl_coef=ppo.kl_coef, **kwargs)
         self.ppo, self.critic = ppo, critic_engine
 
     @torch.no_grad()
@@ -71,6 +77,7 @@ class PPOTrainer(PolicyTrainer):
                           for i in range(0, len(b.ids), micro)])
 
     def update(self, step: int, b: Batch) -> dict[str, float]:
+        """mu clipped updates of the policy and the critic on one batch."""
         cfg, ppo, eng, critic = self.cfg, self.ppo, self.engine, self.critic
         critic.set_train_micro_batch_size(eng.train_micro_batch_size_per_gpu())
         critic.set_train_batch_size(len(b.ids) * self.world)
@@ -78,22 +85,22 @@ class PPOTrainer(PolicyTrainer):
         ref_logp = self._frozen_logprobs(self.ref, b.ids, b.attn, b.start) if self.ref is not None else None
         kl = kl_k3(old_logp, ref_logp) if ref_logp is not None else None
         old_values = self._old_values(b) * b.mask
-        rewards = token_rewards(b.rewards, b.mask, kl, ppo.kl_coef)
+        rewards = token_rewards(b.rewards, b.mask, kl, self.state.beta)
         adv, returns = gae(rewards, old_values, b.mask, gamma=ppo.gamma, lam=ppo.lam)
         if ppo.whiten_advantages:
             adv = masked_whiten(adv, b.mask)
         micro, engines = eng.train_micro_batch_size_per_gpu(), (eng, critic)
-        sums = {"loss": 0.0, "value_loss": 0.0, "clip_ratio": 0.0, "entropy": 0.0}
+        sums = {M.LOSS: 0.0, M.VALUE_LOSS: 0.0, M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
         n = 0
         eng.train()
         critic.train()
         for _ in range(cfg.num_iterations):
             for sl in micro_slices(len(b.ids), micro, *engines):
                 logp, ent = completion_logprobs(eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True)
-                loss, m = grpo_loss(logp, old_logp[sl], None, adv[sl], b.mask[sl], clip_eps=cfg.clip_eps,
-                                    clip_eps_high=cfg.clip_eps_high, beta=0.0, aggregation=cfg.aggregation)
+                loss, m = grpo_loss(logp, old_logp[sl], adv[sl], b.mask[sl], clip_eps=cfg.clip_eps,
+                                    clip_eps_high=cfg.clip_eps_high, aggregation=cfg.aggregation)
                 if not torch.isfinite(loss):
-                    self.health.observe(step, {"loss": float(loss)})  # raises TrainingDiverged
+                    self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
                 eng.backward(loss)
                 eng.step()
                 values = completion_values(critic, b.ids[sl], b.attn[sl], b.start)
@@ -103,11 +110,22 @@ class PPOTrainer(PolicyTrainer):
                 critic.backward(value_loss)
                 critic.step()
                 n += 1
-                sums["loss"] += loss.item()
-                sums["value_loss"] += value_loss.item()
-                sums["clip_ratio"] += m["clip_ratio"]
-                sums["entropy"] += masked_mean(ent, b.mask[sl])
+                sums[M.LOSS] += loss.item()
+                sums[M.VALUE_LOSS] += value_loss.item()
+                sums[M.CLIP_RATIO] += m[M.CLIP_RATIO]
+                sums[M.ENTROPY] += masked_mean(ent, b.mask[sl])
         out = {k: v / n for k, v in sums.items()}
-        out["kl"] = masked_mean(kl, b.mask) if kl is not None else 0.0
-        out["explained_variance"] = explained_variance(old_values, returns, b.mask)
+        out[M.KL] = masked_mean(kl, b.mask) if kl is not None else 0.0
+        out[M.EXPLAINED_VARIANCE] = explained_variance(old_values, returns, b.mask)
         return out
+
+
+def _build(params: Params, args: tuple, kwargs: dict, *, engine, reference_dir) -> tuple[PolicyTrainer, dict]:
+    critic_model = ValueModel.from_pretrained(str(reference_dir))
+    # The critic steps with the policy, micro-batch for micro-batch (see PPOTrainer.update).
+    critic_cfg = params.ppo.critic_engine.model_copy(update={"micro_batch_size": params.rl.engine.micro_batch_size})
+    critic = build_engine(critic_model, critic_cfg, engine.train_batch_size())
+    return PPOTrainer(*args, ppo=params.ppo, critic_engine=critic, **kwargs), {"critic": critic}
+
+
+ALGORITHM = Algorithm("ppo", __name__, ("ppo",), lambda p: p.ppo.kl_coef, _build)

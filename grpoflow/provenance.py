@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 from pathlib import Path
@@ -38,3 +39,59 @@ def copy_checkout(src: str | Path, dest: str | Path) -> Path:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src / rel, dest / rel)
     return dest
+
+
+# The project's own top-level packages: the import graph is followed inside them only.
+PROJECT_PACKAGES = ("grpoflow", "verifiers", "tasks", "flows")
+
+
+def _module_path(name: str, root: Path) -> Path | None:
+    """The source file of project module ``name`` under ``root`` (a package's __init__.py), if any."""
+    base = root.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported(path: Path, name: str) -> set[str]:
+    """Project modules that the file of module ``name`` imports anywhere in it (lazy imports too),
+    with their parent packages, whose __init__ runs first."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(p for p in [*parent, base] if p)
+            # ``from pkg import x``: x may be a submodule or a name; a name simply has no file.
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    with_parents = {".".join(m.split(".")[:i]) for m in found for i in range(1, m.count(".") + 2)}
+    return {m for m in with_parents if m.split(".")[0] in PROJECT_PACKAGES}
+
+
+def module_files(*modules: str, root: str | Path = ".") -> list[str]:
+    """The project source files (paths relative to ``root``) that importing ``modules`` loads,
+    directly or not: the static import graph, lazy imports included, so that a change to any of
+    them is a change to what those modules do."""
+    root = Path(root)
+    seen: dict[str, Path] = {}
+    stack = [m for name in modules for m in _imported_self(name)]
+    while stack:
+        name = stack.pop()
+        path = _module_path(name, root)
+        if path is None or name in seen:
+            continue
+        seen[name] = path
+        stack.extend(_imported(path, name) - seen.keys())
+    return sorted({p.relative_to(root).as_posix() for p in seen.values()})
+
+
+def _imported_self(name: str) -> list[str]:
+    """``name`` and its parent packages."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]

@@ -17,7 +17,8 @@ from typing import Callable, Iterator, Sequence
 import torch
 import torch.distributed as dist
 
-from grpoflow.config import GRPOConfig
+from grpoflow import metric_names as M
+from grpoflow.config import RLConfig
 from grpoflow.health import HealthMonitor, Symptom
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.prompting import format_prompt
@@ -30,7 +31,7 @@ class LoopState:
     """Everything besides the engine that a resumed run needs to continue exactly."""
 
     step: int = 0
-    beta: float = 0.0
+    beta: float = 0.0  # the algorithm's KL coefficient (grpo.beta or ppo.kl_coef), moved by adaptive KL control
     rng: dict = field(default_factory=dict)
     # Caps set by out-of-memory back-off: num_generations, max_completion_length, micro_batch_size.
     backoff: dict = field(default_factory=dict)
@@ -129,11 +130,15 @@ class Batch:
 
 
 class PolicyTrainer:
-    """The loop shared by GRPO and PPO. ``cfg`` carries the rollout and update budget both use."""
+    """The loop shared by GRPO and PPO. ``cfg`` is the ``rl`` section: the budget both use.
+
+    ``kl_coef`` is the algorithm's own KL coefficient; ``ref_model`` is the frozen reference it
+    penalises against, present exactly when the run needs one (:func:`grpoflow.rl_run.needs_reference`).
+    """
 
     def __init__(
         self,
-        cfg: GRPOConfig,
+        cfg: RLConfig,
         engine,
         ref_model: torch.nn.Module | None,
         rollout: RolloutEngine,
@@ -141,27 +146,27 @@ class PolicyTrainer:
         reward: WeightedReward,
         prompts: Sequence[dict],
         *,
+        kl_coef: float,
         seed: int,
         rank: int = 0,
         world: int = 1,
         health: HealthMonitor | None = None,
     ):
-        if cfg.beta > 0 and ref_model is None:
-            raise ValueError("beta > 0 needs a reference model")
         self.cfg, self.engine, self.ref, self.rollout = cfg, engine, ref_model, rollout
         self.tok, self.reward, self.prompts = tokenizer, reward, list(prompts)
         self.seed, self.rank, self.world = seed, rank, world
         self.health = health or HealthMonitor()
-        self.state = LoopState(beta=cfg.beta)
+        self.state = LoopState(beta=kl_coef)
 
     # -- one step ---------------------------------------------------------------------------
-    def _rollouts(self, step: int, g: int) -> tuple[Rollouts, list[str]]:
+    def _rollouts(self, step: int, g: int) -> tuple[Rollouts, list[dict]]:
+        """This process's share of the step's prompts, G completions each, and each completion's row."""
         idx = prompt_indices(len(self.prompts), self.cfg.prompts_per_step, step, self.seed)[self.rank :: self.world]
         rows = [self.prompts[i] for i in idx]
         s = self.cfg.sampling
         sampling = Sampling(s.temperature, s.top_p, self.max_completion_length)
         ro = self.rollout.generate([format_prompt(r["prompt"]) for r in rows], g, sampling, seed=hash((self.seed, step, self.rank)) % 2**31)
-        return ro, [r["reference_answer"] for r in rows for _ in range(g)]
+        return ro, [r for r in rows for _ in range(g)]
 
     def _inputs(self, ro: Rollouts):
         ids = torch.cat([ro.prompt_ids, ro.completion_ids], dim=1)
@@ -208,8 +213,8 @@ class PolicyTrainer:
             raise OutOfMemoryAfterBackoff(
                 f"out of memory at step {step + 1} with num_generations={g}, max_completion_length={max_len}, "
                 f"micro_batch_size={micro}: nothing left to back off"
-                + ("" if self.cfg.oom_backoff else " (grpo.oom_backoff is false)")
-                + "; use a smaller model or more GPUs (higher ZeRO stage), or lower grpo.prompts_per_step"
+                + ("" if self.cfg.oom_backoff else " (rl.oom_backoff is false)")
+                + "; use a smaller model or more GPUs (higher ZeRO stage), or lower rl.prompts_per_step"
             ) from exc
         key, value = change
         old = {"num_generations": g, "max_completion_length": max_len, "micro_batch_size": micro}[key]
@@ -222,7 +227,7 @@ class PolicyTrainer:
             "the step did not fit in accelerator memory", "fewer prompts per step, a smaller model, or more GPUs",
         ))
 
-    def _rollouts_on_every_rank(self, step: int, g: int) -> tuple[Rollouts, list[str]]:
+    def _rollouts_on_every_rank(self, step: int, g: int) -> tuple[Rollouts, list[dict]]:
         """Rollouts, with an out-of-memory error on any process raised on all of them: before
         the update's first collective, so that every process backs off together."""
         try:
@@ -242,9 +247,9 @@ class PolicyTrainer:
         cfg, eng = self.cfg, self.engine
         g = self.generations(step)
         t0 = time.perf_counter()
-        ro, refs = self._rollouts_on_every_rank(step, g)
+        ro, rows = self._rollouts_on_every_rank(step, g)
         t_rollout = time.perf_counter() - t0
-        total, parts = self.reward(ro.texts, refs)
+        total, parts = self.reward(ro.texts, rows)
         ids, attn, mask, start = self._inputs(ro)
         t1 = time.perf_counter()
         self._set_batch(len(ids))  # G may change with the schedule or a back-off
@@ -254,28 +259,30 @@ class PolicyTrainer:
         grouped = total.view(-1, g)
         lengths = ro.completion_mask.sum(1).float()
         local.update({
-            "reward_mean": float(total.mean()),
-            "reward_std": float(total.std(correction=0)),
-            "group_reward_std": float(grouped.std(dim=1, correction=0).mean()),
-            "frac_zero_std_groups": float((grouped.std(dim=1, correction=0) < 1e-6).float().mean()),
-            "completion_length_mean": float(lengths.mean()),
-            "completion_length_max": float(lengths.max()),
-            "frac_truncated": float(ro.truncated.float().mean()),
-            "rollout_tokens_per_s": ro.num_completion_tokens / max(ro.seconds, 1e-9),
-            "update_tokens_per_s": float(attn.sum()) * cfg.num_iterations / max(t_update, 1e-9),
-            **{f"reward/{k}": float(v.mean()) for k, v in parts.items()},
+            M.REWARD_MEAN: float(total.mean()),
+            M.REWARD_STD: float(total.std(correction=0)),
+            M.GROUP_REWARD_STD: float(grouped.std(dim=1, correction=0).mean()),
+            M.FRAC_ZERO_STD_GROUPS: float((grouped.std(dim=1, correction=0) < 1e-6).float().mean()),
+            M.COMPLETION_LENGTH_MEAN: float(lengths.mean()),
+            M.COMPLETION_LENGTH_MAX: float(lengths.max()),
+            M.FRAC_TRUNCATED: float(ro.truncated.float().mean()),
+            M.ROLLOUT_TOKENS_PER_S: ro.num_completion_tokens / max(ro.seconds, 1e-9),
+            M.UPDATE_TOKENS_PER_S: float(attn.sum()) * cfg.num_iterations / max(t_update, 1e-9),
+            **{f"{M.REWARD_PREFIX}{k}": float(v.mean()) for k, v in parts.items()},
         })
         metrics = _all_mean(local, self.world, self.engine.device)
+        metrics.update({
+            M.STEP_SECONDS: time.perf_counter() - t0, M.ROLLOUT_SECONDS: t_rollout, M.UPDATE_SECONDS: t_update,
+            M.KL_COEF: self.state.beta, M.NUM_GENERATIONS: g, M.MAX_COMPLETION_LENGTH: self.max_completion_length,
+            M.MICRO_BATCH_SIZE: eng.train_micro_batch_size_per_gpu(), M.LR: eng.get_lr()[0],
+            M.PEAK_MEMORY_MB: peak_memory_mb(),
+        })
         grad_norm = eng.get_global_grad_norm()
-        metrics.update(
-            step_seconds=time.perf_counter() - t0, rollout_seconds=t_rollout, update_seconds=t_update,
-            grad_norm=float(grad_norm) if grad_norm is not None else 0.0, beta=self.state.beta,
-            num_generations=g, max_completion_length=self.max_completion_length,
-            micro_batch_size=eng.train_micro_batch_size_per_gpu(), lr=eng.get_lr()[0], peak_memory_mb=peak_memory_mb(),
-        )
-        if cfg.adaptive_beta.enabled and self.state.beta > 0:
-            a = cfg.adaptive_beta
-            self.state.beta = adapt_beta(self.state.beta, metrics["kl"], a.target_kl, a.horizon)
+        if grad_norm is not None:  # DeepSpeed reports none for some optimizer set-ups: then none is logged
+            metrics[M.GRAD_NORM] = float(grad_norm)
+        if cfg.adaptive_kl.enabled and self.state.beta > 0:
+            a = cfg.adaptive_kl
+            self.state.beta = adapt_beta(self.state.beta, metrics[M.KL], a.target_kl, a.horizon)
         return metrics
 
     # -- the loop ----------------------------------------------------------------------------
@@ -297,7 +304,7 @@ class PolicyTrainer:
             if evaluate and ((step + 1) % self.cfg.eval_every == 0 or step + 1 == self.cfg.steps):
                 metrics.update(evaluate(step))
             new = self.health.observe(step, metrics)
-            metrics["health_symptoms"] = len(self.health.symptoms)
+            metrics[M.HEALTH_SYMPTOMS] = len(self.health.symptoms)
             self.state.step = step + 1
             if on_step:
                 on_step(step, {**metrics, "new_symptoms": [s.to_dict() for s in new]})

@@ -14,9 +14,21 @@ EXIT_VERDICT = 3  # a gate said no (leakage, verifier gate), or training stopped
 
 
 def stage_parser(stage: str, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"python -m tasks.{stage}", description=description)
+    """The stage's parser: ``--params`` and one option per path its declaration in tasks/stages.py
+    names, with that path as the default (so dvc.yaml, the CLI and the flow agree)."""
+    from tasks.stages import stage as declared
+
+    parser = argparse.ArgumentParser(prog=f"python -m tasks.{stage}", description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
-    parser.add_argument("--metrics", default=f"metrics/{stage}.json", help="where to write the stage's metrics JSON")
+    for io in declared(stage).io:
+        if io.flag is None:
+            continue
+        if isinstance(io.path, str):
+            parser.add_argument(f"--{io.flag}", default=io.path, help=f"{io.help} (default: {io.path})")
+        else:
+            parser.add_argument(f"--{io.flag}", nargs="+", default=list(io.path), metavar="NAME=PATH",
+                                help=f"{io.help} (default: {' '.join(io.path)})")
     return parser
 
 

@@ -21,6 +21,7 @@ from grpoflow.config import Params  # noqa: E402
 from grpoflow.io import atomic_write, write_json  # noqa: E402
 from tasks import tracking  # noqa: E402
 from tasks.cli import run_stage_cli, stage_parser  # noqa: E402
+from tasks.stages import stage  # noqa: E402
 
 ALGORITHMS = ("grpo", "ppo")
 
@@ -79,8 +80,9 @@ def main(args: argparse.Namespace, params: Params) -> None:
     out.mkdir(parents=True, exist_ok=True)
     evaluation = json.loads(Path(args.evaluation).read_text())
     k = evaluation["k"]
-    histories = {a: read_history(Path(f"metrics/{a}_history.csv")) for a in ALGORITHMS}
-    trains = {a: json.loads(Path(f"metrics/{a}.json").read_text()) for a in ALGORITHMS}
+    # Where each algorithm's stage writes (tasks/stages.py), read, like dvc.yaml, from the declaration.
+    histories = {a: read_history(Path(stage(a).option("history").path)) for a in ALGORITHMS}
+    trains = {a: json.loads(Path(stage(a).option("metrics").path).read_text()) for a in ALGORITHMS}
     summaries = {a: summarize(a, trains[a], histories[a], evaluation["models"].get(a, {}), k) for a in ALGORITHMS}
     critic_params = json.loads(Path(args.sft_metrics).read_text())["parameters"]
     memory = memory_breakdown(summaries["grpo"], summaries["ppo"], critic_params)
@@ -103,7 +105,4 @@ def main(args: argparse.Namespace, params: Params) -> None:
 
 if __name__ == "__main__":
     parser = stage_parser("compare", __doc__)
-    parser.add_argument("--evaluation", default="metrics/evaluate.json")
-    parser.add_argument("--sft-metrics", default="metrics/sft.json")
-    parser.add_argument("--out", default="reports/compare")
     run_stage_cli(parser, main)

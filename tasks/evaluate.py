@@ -18,10 +18,10 @@ from grpoflow.evaluation import greedy_accuracy, heldout_loss, sampled_metrics
 from grpoflow.io import read_jsonl, write_json, write_jsonl
 from grpoflow.modeling import load_pretrained
 from grpoflow.prompting import format_prompt, sft_completion
-from grpoflow.rollout import Sampling
+from grpoflow.rewards import correctness_scorer
+from grpoflow.rollout import Sampling, build_rollout
 from tasks import tracking
 from tasks.cli import run_stage_cli, stage_parser
-from tasks.models import build_rollout, math_scorer
 from verifiers.extract import extract_answer
 from verifiers.math import plain_number
 
@@ -45,9 +45,10 @@ def eval_sets(data: Path, limit: int, seed: int) -> dict[str, list[dict]]:
 def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: list, out: Path) -> dict:
     cfg = params.evaluate
     model, tokenizer = load_pretrained(path)
-    engine = build_rollout(params.grpo.rollout_engine, model, tokenizer, path, params)
-    score = math_scorer()
-    max_new = params.grpo.sampling.max_completion_length
+    engine = build_rollout(params.rl.rollout_engine, model, tokenizer, path, seed=params.experiment.seed,
+                           max_model_len=params.model.max_length)
+    score = correctness_scorer(params)
+    max_new = params.rl.sampling.max_completion_length
     result: dict = {"heldout_loss": heldout_loss(model, tokenizer, heldout)}
     for set_name, rows in sets.items():
         greedy = greedy_accuracy(engine, rows, score, max_new_tokens=max_new, seed=params.experiment.seed)
@@ -92,7 +93,4 @@ def main(args: argparse.Namespace, params: Params) -> None:
 
 if __name__ == "__main__":
     parser = stage_parser("evaluate", __doc__)
-    parser.add_argument("--data", default="data/prepared")
-    parser.add_argument("--out", default="data/evaluation")
-    parser.add_argument("--models", nargs="+", default=["sft=models/sft", "grpo=models/grpo", "ppo=models/ppo"])
     run_stage_cli(parser, main)

@@ -4,7 +4,8 @@
     torchrun --nproc_per_node=2 -m tasks.grpo --params ...        # several (CPU: gloo; GPU: nccl)
 """
 
+from grpoflow.grpo import ALGORITHM
 from tasks.rl_stage import cli
 
 if __name__ == "__main__":
-    cli("grpo", __doc__)
+    cli(ALGORITHM, __doc__)

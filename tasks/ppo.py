@@ -3,7 +3,8 @@
     python -m tasks.ppo --params params/default.yaml
 """
 
+from grpoflow.ppo import ALGORITHM
 from tasks.rl_stage import cli
 
 if __name__ == "__main__":
-    cli("ppo", __doc__)
+    cli(ALGORITHM, __doc__)

@@ -67,5 +67,4 @@ def main(args: argparse.Namespace, params: Params) -> None:
 
 if __name__ == "__main__":
     parser = stage_parser("prepare", __doc__)
-    parser.add_argument("--out", default="data/prepared", help="directory for the splits, quarantine and report")
     run_stage_cli(parser, main)

@@ -1,6 +1,6 @@
-"""The RL training stages (``grpo`` and the ``ppo`` baseline) share this body: the same data,
-rollout budget, engine, metrics, health checks, checkpoints and tracking; only the trainer (and
-PPO's critic) differ. ``tasks.grpo`` and ``tasks.ppo`` are the CLIs.
+"""The RL training stages (``grpo`` and the ``ppo`` baseline) share this CLI body: arguments,
+files, console, MLflow and events. The run itself is built in the core
+(:func:`grpoflow.rl_run.build_rl_run`); ``tasks.grpo`` and ``tasks.ppo`` name the algorithm.
 
 Re-running an interrupted stage continues from the last checkpoint in ``--checkpoints`` when it
 was made from the same parameters, data, reference and code; otherwise training starts over.
@@ -11,48 +11,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import hashlib
-import json
 import sys
 import time
 from pathlib import Path
 
-import torch
-
-from grpoflow import checkpoint
+from grpoflow import metric_names as M
+from grpoflow.algorithm import Algorithm
 from grpoflow.config import Params
-from grpoflow.engine import build_engine, init_distributed
-from grpoflow.evaluation import greedy_accuracy
-from grpoflow.grpo import GRPOTrainer
-from grpoflow.health import HealthMonitor, Symptom, TrainingDiverged
-from grpoflow.io import atomic_write, read_jsonl, sha256_paths, write_json
-from grpoflow.lint import format_findings, lint
-from grpoflow.modeling import load_pretrained
-from grpoflow.ppo import PPOTrainer, ValueModel
-from grpoflow.provenance import code_hash
-from grpoflow.rl import LoopState, OutOfMemoryAfterBackoff
-from grpoflow.rollout.hf import HFRolloutEngine
-from tasks import tracking
-from tasks.cli import EXIT_VERDICT, run_stage_cli, stage_parser
-from tasks.models import build_reward, build_rollout, load_frozen, math_scorer
-
-HISTORY_FIELDS = [
-    "step", "reward_mean", "reward_std", "group_reward_std", "frac_zero_std_groups", "kl", "beta", "loss", "clip_ratio",
-    "entropy", "grad_norm", "completion_length_mean", "completion_length_max", "frac_truncated", "rollout_tokens_per_s",
-    "update_tokens_per_s", "step_seconds", "peak_memory_mb", "num_generations", "val_accuracy",
-    "value_loss", "explained_variance",
-]
-
-
-def fingerprint(params: Params, data: Path, reference: Path, algorithm: str, seed: int) -> str:
-    """What a checkpoint must match to be resumed: the training params, the data, the reference,
-    and the code (training and verifiers): anything that would make the continuation differ."""
-    sections = {"experiment", "grpo", "rewards", "model"} | ({"ppo"} if algorithm == "ppo" else set())
-    h = hashlib.sha256(json.dumps(params.model_dump(mode="json", include=sections), sort_keys=True).encode())
-    h.update(f"{algorithm}:{seed}".encode())
-    h.update(sha256_paths([data / "train.jsonl", reference / "model.safetensors"]).encode())
-    h.update(code_hash("grpoflow", "verifiers", "tasks/rl_stage.py").encode())
-    return h.hexdigest()[:16]
+from tasks import events
+from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, run_stage_cli, stage_parser
 
 
 class History:
@@ -64,160 +31,132 @@ class History:
         self.rows = list(rows)
 
     def add(self, step: int, metrics: dict) -> None:
-        self.rows.append({k: metrics.get(k, "") for k in HISTORY_FIELDS} | {"step": step})
+        """Append step ``step``'s metrics and rewrite the file."""
+        self.rows.append({k: metrics.get(k, "") for k in M.HISTORY_FIELDS} | {M.STEP: step})
         self.write()
 
     def write(self) -> None:
+        """Write every row, atomically."""
+        from grpoflow.io import atomic_write
+
         with atomic_write(self.path) as fh:
-            writer = csv.DictWriter(fh, fieldnames=HISTORY_FIELDS)
+            writer = csv.DictWriter(fh, fieldnames=M.HISTORY_FIELDS)
             writer.writeheader()
             writer.writerows(self.rows)
 
 
-def build_trainer(algorithm: str, params: Params, engine, reference, rollout, tokenizer, train, rank, world, health, ref_dir, seed):
-    """The algorithm's trainer and the engines it checkpoints (name -> DeepSpeed engine)."""
-    common = dict(seed=seed, rank=rank, world=world, health=health)
-    args = (params.grpo, engine, reference, rollout, tokenizer, build_reward(params), train)
-    if algorithm == "grpo":
-        return GRPOTrainer(*args, **common), {}
-    critic_model = ValueModel.from_pretrained(str(ref_dir))
-    max_batch = engine.train_batch_size()
-    critic = build_engine(critic_model, params.ppo.critic_engine.model_copy(update={"micro_batch_size": params.grpo.engine.micro_batch_size}), max_batch)
-    return PPOTrainer(*args, ppo=params.ppo, critic_engine=critic, **common), {"critic": critic}
+def summary(rows: list[dict], val_start: float | None, health: list[str], run) -> dict:
+    """The stage's metrics JSON, from its history."""
+    final = next((float(r[M.VAL_ACCURACY]) for r in reversed(rows) if r[M.VAL_ACCURACY] != ""), None)
+    n = max(len(rows), 1)
+    return {
+        M.VAL_ACCURACY_START: val_start,
+        M.VAL_ACCURACY: final,
+        M.VAL_ACCURACY_GAIN: None if final is None or val_start is None else final - val_start,
+        M.REWARD_MEAN_LAST10: sum(float(r[M.REWARD_MEAN]) for r in rows[-10:]) / max(len(rows[-10:]), 1),
+        M.SECONDS_PER_STEP: sum(float(r[M.STEP_SECONDS]) for r in rows) / n,
+        M.ROLLOUT_TOKENS_PER_S: sum(float(r[M.ROLLOUT_TOKENS_PER_S]) for r in rows) / n,
+        M.PEAK_MEMORY_MB: max((float(r[M.PEAK_MEMORY_MB]) for r in rows), default=0.0),
+        M.STEPS: len(rows),
+        M.HEALTH_SYMPTOMS: health,
+        "world_size": run.world,
+        "algorithm": run.algorithm.name,
+        "train_seed": run.seed,
+    }
 
 
-def needs_reference(algorithm: str, params: Params) -> bool:
-    return params.grpo.beta > 0 if algorithm == "grpo" else params.ppo.kl_coef > 0
+def _console_line(name: str, step: int, total: int, m: dict) -> str:
+    val = f" val_acc {m[M.VAL_ACCURACY]:.3f}" if M.VAL_ACCURACY in m else ""
+    return (f"{name} step {step + 1}/{total}: reward {m[M.REWARD_MEAN]:.3f} kl {m[M.KL]:.4f} entropy {m[M.ENTROPY]:.3f} "
+            f"len {m[M.COMPLETION_LENGTH_MEAN]:.1f} {m[M.STEP_SECONDS]:.2f}s{val}")
 
 
-def run(args: argparse.Namespace, params: Params, algorithm: str) -> None:
+def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
+    """Train ``algorithm`` as the stage CLI does: resume, train, export, report."""
+    from grpoflow.engine import init_distributed
+    from grpoflow.health import TrainingDiverged
+    from grpoflow.io import atomic_write, write_json
+    from grpoflow.lint import format_findings, lint
+    from grpoflow.rl import LoopState, OutOfMemoryAfterBackoff
+    from grpoflow.rl_run import build_rl_run
+    from tasks import tracking
+
+    name = algorithm.name
     rank, world = init_distributed()
     lead = rank == 0
-    cfg = params.grpo
-    findings = lint(cfg, world)
+    findings = lint(params, name, world)
     if lead:
-        print("grpo config check:\n" + format_findings(findings), flush=True)
+        print(f"{name} config check:\n" + format_findings(findings), flush=True)
     if any(f.level == "error" for f in findings):
-        raise SystemExit(2)
-    # The training seed (sampling, prompt order) defaults to experiment.seed; --seed varies it
-    # alone, on the same data and reference, for the ablation's seed spread.
-    seed = params.experiment.seed if args.seed is None else args.seed
-    torch.manual_seed(seed + rank)
-    data, ref_dir, out, ckpt_dir = Path(args.data), Path(args.reference), Path(args.out), Path(args.checkpoints)
-    policy, tokenizer = load_pretrained(ref_dir)
-    reference = load_frozen(str(ref_dir)) if needs_reference(algorithm, params) else None
-    max_g = max([cfg.num_generations, *(e.num_generations for e in cfg.generation_schedule)])
-    engine = build_engine(policy, cfg.engine, cfg.prompts_per_step * max_g)
-    rollout = build_rollout(cfg.rollout_engine, engine.module, tokenizer, str(ref_dir), params)
-    train, val = read_jsonl(data / "train.jsonl"), read_jsonl(data / "val.jsonl")
-    health = HealthMonitor()
-    trainer, extra_engines = build_trainer(algorithm, params, engine, reference, rollout, tokenizer, train, rank, world, health, ref_dir, seed)
-    fp = fingerprint(params, data, ref_dir, algorithm, seed)
-    resumed, skipped = checkpoint.load(engine, ckpt_dir, fp, extra_engines)
-    for problem in skipped:
-        tag = problem.split(":")[0]
-        health.symptoms[f"checkpoint_corrupt_{tag}"] = Symptom(
-            "checkpoint_corrupt", resumed.state.step if resumed else 0, problem,
-            "the save was interrupted, or the file was damaged on disk", "none needed: the newest intact checkpoint was used")
-        if lead:
-            print(f"{algorithm}: HEALTH checkpoint skipped: {problem}", flush=True)
-    extra: dict = {}
-    if resumed:
-        state, extra = resumed.state, resumed.extra
-        trainer.restore(state)
-        health.history = extra.get("health_history", [])
-        health.symptoms |= {k: Symptom(**v) for k, v in extra.get("health_symptoms", {}).items()}
-        rollout.sync_weights(engine.module)
-        if lead:
-            print(f"grpo: resuming from step {state.step} ({ckpt_dir})", flush=True)
-    history = History(Path(args.history), extra.get("history_rows", [])) if lead else None
-    score = math_scorer()
+        raise SystemExit(EXIT_BAD_INPUT)
+    rl_run = build_rl_run(params, algorithm, data_dir=args.data, reference_dir=args.reference, seed=args.seed)
+    ckpt_dir, out = Path(args.checkpoints), Path(args.out)
+    stage_state, skipped = rl_run.resume(ckpt_dir)
+    if lead:
+        for problem in skipped:
+            print(f"{name}: HEALTH checkpoint skipped: {problem}", flush=True)
+            events.emit(events.HEALTH, name, name="checkpoint_corrupt", evidence=problem)
+        if stage_state is not None:
+            print(f"{name}: resuming from step {rl_run.trainer.state.step} ({ckpt_dir})", flush=True)
+    stage_state = stage_state or {}
+    history = History(Path(args.history), stage_state.get("history_rows", [])) if lead else None
+    total = params.rl.steps
 
-    def evaluate(step: int) -> dict:
-        if not lead:
-            return {}
-        res = greedy_accuracy(HFRolloutEngine(engine.module, tokenizer), val[: params.sft.eval_examples], score,
-                              max_new_tokens=cfg.sampling.max_completion_length)
-        return {"val_accuracy": res.accuracy}
-
-    run_ctx = tracking.stage_run(algorithm, params, args.params) if lead else contextlib.nullcontext()
-    with run_ctx:
+    with tracking.stage_run(name, params, args.params) if lead else contextlib.nullcontext():
         import mlflow
 
         start = time.perf_counter()
         if lead:
-            mlflow.set_tags({"algorithm": algorithm, "train_seed": str(seed), "resumed_from_step": str(trainer.state.step),
-                             "world_size": str(world)})
+            mlflow.set_tags({"algorithm": name, "train_seed": str(rl_run.seed), "world_size": str(world),
+                             "resumed_from_step": str(rl_run.trainer.state.step)})
             mlflow.log_text(format_findings(findings), "config_check.txt")
-        val_start = extra.get("val_accuracy_start")
+        val_start = stage_state.get(M.VAL_ACCURACY_START)
         if val_start is None and lead:
-            val_start = evaluate(-1)["val_accuracy"]
+            val_start = rl_run.evaluate(-1)[M.VAL_ACCURACY]
 
         def on_step(step: int, m: dict) -> None:
             if not lead:
                 return
             for s in m.pop("new_symptoms"):
-                print(f"{algorithm}: HEALTH step {s['step']}: {s['name']}: {s['evidence']} -> {s['remedy']}", flush=True)
+                print(f"{name}: HEALTH step {s['step']}: {s['name']}: {s['evidence']} -> {s['remedy']}", flush=True)
+                events.emit(events.HEALTH, name, **s)
             history.add(step, m)
             mlflow.log_metrics(tracking.numeric_metrics({k: v for k, v in m.items() if isinstance(v, (int, float))}), step=step)
-            print(f"{algorithm} step {step + 1}/{cfg.steps}: reward {m['reward_mean']:.3f} kl {m['kl']:.4f} "
-                  f"entropy {m['entropy']:.3f} len {m['completion_length_mean']:.1f} {m['step_seconds']:.2f}s"
-                  + (f" val_acc {m['val_accuracy']:.3f}" if "val_accuracy" in m else ""), flush=True)
+            print(_console_line(name, step, total, m), flush=True)
+            events.emit(events.PROGRESS, name, step=step + 1, total=total)
 
         def on_checkpoint(step: int, state: LoopState) -> None:
-            checkpoint.save(engine, ckpt_dir, state, fp, extra_engines=extra_engines, keep=cfg.keep_checkpoints, extra={
-                "health_history": health.history,
-                "health_symptoms": {k: s.to_dict() for k, s in health.symptoms.items()},
-                "val_accuracy_start": val_start,
-                "history_rows": history.rows if lead else [],
-            })
+            rl_run.save(ckpt_dir, state, {M.VAL_ACCURACY_START: val_start, "history_rows": history.rows if lead else []})
 
         try:
-            trainer.train(on_step=on_step, on_checkpoint=on_checkpoint, evaluate=evaluate)
+            rl_run.trainer.train(on_step=on_step, on_checkpoint=on_checkpoint, evaluate=rl_run.evaluate)
         except (TrainingDiverged, OutOfMemoryAfterBackoff) as exc:
+            reason = "diverged" if isinstance(exc, TrainingDiverged) else "out_of_memory"
             if lead:
-                mlflow.set_tag("health", "diverged" if isinstance(exc, TrainingDiverged) else "out_of_memory")
-                print(f"{algorithm}: STOPPED: {exc}", file=sys.stderr)
+                mlflow.set_tag("health", reason)
+                print(f"{name}: STOPPED: {exc}", file=sys.stderr)
+                events.emit(events.STOPPED, name, reason=reason, message=str(exc))
             raise SystemExit(EXIT_VERDICT) from None
-        checkpoint.export_model(engine, tokenizer, out)
-        if lead:
-            history.write()  # also when a finished checkpoint was resumed and no step ran
-            rows = history.rows
-            final_acc = next((float(r["val_accuracy"]) for r in reversed(rows) if r["val_accuracy"] != ""), None)
-            steps_timed = [float(r["step_seconds"]) for r in rows]
-            metrics = {
-                "val_accuracy_start": val_start,
-                "val_accuracy": final_acc,
-                "val_accuracy_gain": None if final_acc is None or val_start is None else final_acc - val_start,
-                "reward_mean_last10": sum(float(r["reward_mean"]) for r in rows[-10:]) / max(len(rows[-10:]), 1),
-                "seconds_per_step": sum(steps_timed) / max(len(steps_timed), 1),
-                "rollout_tokens_per_s": sum(float(r["rollout_tokens_per_s"]) for r in rows) / max(len(rows), 1),
-                "peak_memory_mb": max(float(r["peak_memory_mb"]) for r in rows),
-                "steps": len(rows),
-                "health_symptoms": sorted(health.symptoms),
-                "world_size": world,
-                "algorithm": algorithm,
-                "train_seed": seed,
-                "seconds": round(time.perf_counter() - start, 1),
-            }
-            write_json(args.metrics, metrics)
-            report = (f"# {algorithm.upper()} run\n\nval accuracy {val_start} -> {final_acc}\n\n## Config check\n\n```\n"
-                      f"{format_findings(findings)}\n```\n\n## Health\n\n{health.report()}\n")
-            with atomic_write(out / "report.md") as fh:
-                fh.write(report)
-            mlflow.set_tag("health", ",".join(sorted(health.symptoms)) or "ok")
-            mlflow.log_metrics(tracking.numeric_metrics({k: v for k, v in metrics.items() if k not in ("health_symptoms", "algorithm")}))
-            mlflow.log_artifact(str(out / "report.md"))
-            mlflow.log_artifact(args.metrics)
-            print(f"{algorithm}: val accuracy {val_start} -> {final_acc} in {metrics['seconds']} s", flush=True)
+        rl_run.export(out)
+        if not lead:
+            return
+        history.write()  # also when a finished checkpoint was resumed and no step ran
+        symptoms = sorted(rl_run.health.symptoms)
+        metrics = summary(history.rows, val_start, symptoms, rl_run) | {"seconds": round(time.perf_counter() - start, 1)}
+        write_json(args.metrics, metrics)
+        report = (f"# {name.upper()} run\n\nval accuracy {val_start} -> {metrics[M.VAL_ACCURACY]}\n\n## Config check\n\n```\n"
+                  f"{format_findings(findings)}\n```\n\n## Health\n\n{rl_run.health.report()}\n")
+        with atomic_write(out / "report.md") as fh:
+            fh.write(report)
+        mlflow.set_tag("health", ",".join(symptoms) or "ok")
+        mlflow.log_metrics(tracking.numeric_metrics({k: v for k, v in metrics.items() if k not in (M.HEALTH_SYMPTOMS, "algorithm")}))
+        mlflow.log_artifact(str(out / "report.md"))
+        mlflow.log_artifact(args.metrics)
+        print(f"{name}: val accuracy {val_start} -> {metrics[M.VAL_ACCURACY]} in {metrics['seconds']} s", flush=True)
 
 
-def cli(algorithm: str, doc: str) -> None:
-    parser = stage_parser(algorithm, doc)
-    parser.add_argument("--data", default="data/prepared")
-    parser.add_argument("--reference", default="models/sft")
-    parser.add_argument("--out", default=f"models/{algorithm}")
-    parser.add_argument("--checkpoints", default=f"checkpoints/{algorithm}")
-    parser.add_argument("--history", default=f"metrics/{algorithm}_history.csv", help="per-step metrics CSV (DVC plots)")
+def cli(algorithm: Algorithm, doc: str) -> None:
+    """The stage CLI of ``algorithm``: its paths and their defaults come from tasks/stages.py."""
+    parser = stage_parser(algorithm.name, doc)
     parser.add_argument("--seed", type=int, default=None, help="training seed (default: experiment.seed); data unchanged")
     run_stage_cli(parser, lambda args, params: run(args, params, algorithm))

@@ -22,11 +22,11 @@ from grpoflow.evaluation import greedy_accuracy
 from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
 from grpoflow.modeling import build_tiny_model, count_parameters, load_pretrained, save_pretrained, train_tokenizer
 from grpoflow.prompting import format_prompt, sft_completion
+from grpoflow.rewards import correctness_scorer
 from grpoflow.rollout.hf import HFRolloutEngine
 from grpoflow.sft import build_examples, train_sft
 from tasks import tracking
 from tasks.cli import run_stage_cli, stage_parser
-from tasks.models import math_scorer
 
 
 def initial_model(params: Params, train: list[dict]):
@@ -60,8 +60,8 @@ def main(args: argparse.Namespace, params: Params) -> None:
             train_sft(engine, examples, epochs=cfg.epochs, batch_size=cfg.batch_size, pad_id=tokenizer.pad_token_id,
                       seed=params.experiment.seed, on_step=on_step)
             model = engine.module
-        result = greedy_accuracy(HFRolloutEngine(model, tokenizer), val[: cfg.eval_examples], math_scorer(),
-                                 max_new_tokens=params.grpo.sampling.max_completion_length)
+        result = greedy_accuracy(HFRolloutEngine(model, tokenizer), val[: cfg.eval_examples], correctness_scorer(params),
+                                 max_new_tokens=params.rl.sampling.max_completion_length)
         save_pretrained(model, tokenizer, out)
         write_jsonl(out / "val_outputs.jsonl", result.outputs)
         with atomic_write(out / "history.csv") as fh:
@@ -84,6 +84,4 @@ def main(args: argparse.Namespace, params: Params) -> None:
 
 if __name__ == "__main__":
     parser = stage_parser("sft", __doc__)
-    parser.add_argument("--data", default="data/prepared")
-    parser.add_argument("--out", default="models/sft")
     run_stage_cli(parser, main)

@@ -124,6 +124,4 @@ def main(args: argparse.Namespace, params: Params) -> None:
 
 if __name__ == "__main__":
     parser = stage_parser("validate_verifiers", __doc__)
-    parser.add_argument("--data", default="data/prepared", help="the prepare stage's output directory")
-    parser.add_argument("--out", default="data/verifier_validation", help="directory for the report and confusions")
     run_stage_cli(parser, main)

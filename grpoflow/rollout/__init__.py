@@ -1,13 +1,14 @@
 """Rollout engines: generate G completions per prompt from the current policy.
 
 Two implementations behind one interface: ``transformers`` generation (:mod:`.hf`) and vLLM
-(:mod:`.vllm_engine`), chosen by ``grpo.rollout_engine``. After every optimizer step the trainer
+(:mod:`.vllm_engine`), chosen by ``rl.rollout_engine``. After every optimizer step the trainer
 calls :meth:`RolloutEngine.sync_weights` so that the next rollouts come from the updated policy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -51,3 +52,16 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> tuple[torch.Te
     first = torch.where(has_eos, is_eos.float().argmax(dim=1), torch.full_like(has_eos, completion_ids.shape[1], dtype=torch.long))
     positions = torch.arange(completion_ids.shape[1]).unsqueeze(0)
     return (positions <= first.unsqueeze(1)).long(), ~has_eos
+
+
+def build_rollout(kind: str, model: torch.nn.Module, tokenizer, model_path: str | Path, *, seed: int,
+                  max_model_len: int) -> RolloutEngine:
+    """The ``rl.rollout_engine`` named ``kind``: vLLM loads ``model_path`` itself (and is kept in
+    sync with ``model`` through :meth:`RolloutEngine.sync_weights`); transformers samples ``model``."""
+    if kind == "vllm":
+        from grpoflow.rollout.vllm_engine import VLLMRolloutEngine
+
+        return VLLMRolloutEngine(str(model_path), tokenizer, seed=seed, max_model_len=max_model_len)
+    from grpoflow.rollout.hf import HFRolloutEngine
+
+    return HFRolloutEngine(model, tokenizer, batch_size=128)

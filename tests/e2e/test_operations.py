@@ -73,9 +73,9 @@ return [log.message for log in logs]"""))
 def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_overrides(served):
     project, params_file, env, remote = served
     first = trigger(project, env, "grpoflow-pipeline/scheduled", params_file=params_file,
-                    overrides={"orchestration.dvc_remote": "storage", "grpo.steps": 3})
-    second = trigger(project, env, "grpoflow-pipeline/scheduled", params_file=params_file, overrides={"grpo.steps": 3})
-    bad = trigger(project, env, "grpoflow-pipeline/scheduled", params_file=params_file, overrides={"grpo.num_generations": 1})
+                    overrides={"orchestration.dvc_remote": "storage", "rl.steps": 3})
+    second = trigger(project, env, "grpoflow-pipeline/scheduled", params_file=params_file, overrides={"rl.steps": 3})
+    bad = trigger(project, env, "grpoflow-pipeline/scheduled", params_file=params_file, overrides={"rl.num_generations": 1})
     states = wait_for(project, env, [first, second, bad])
     assert states[first] == states[second] == "COMPLETED", {i: flow_run_logs(project, env, i)[-3000:] for i in states}
 
@@ -83,7 +83,7 @@ def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_
     logs = {i: flow_run_logs(project, env, i) for i in (first, second, bad)}
     assert sum("is busy with flow run" in logs[i] for i in (first, second)) >= 1
     assert states[bad] == "FAILED"
-    assert "grpo.num_generations" in logs[bad] and "greater than or equal to 2" in logs[bad]
+    assert "rl.num_generations" in logs[bad] and "greater than or equal to 2" in logs[bad]
     assert "Running stage" not in logs[bad]
 
     # Both are in MLflow: one parent per run, a child per stage; the later run's children are cached.
@@ -120,7 +120,7 @@ def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_
         name = parent.data.tags["dvc_experiment"]
         record = exps[name]["metrics/run.json"]
         assert record["mlflow_run_id"] == parent.info.run_id and record["prefect_flow_run_id"] == parent.data.tags["prefect_flow_run_id"]
-        assert record["git_commit"] == parent.data.tags["git_commit"] and record["overrides"]["grpo.steps"] == 3
+        assert record["git_commit"] == parent.data.tags["git_commit"] and record["overrides"]["rl.steps"] == 3
         assert exps[name]["metrics/grpo.json"]["steps"] == 3  # the run's metrics travel with it
         assert parent.data.tags["data_hash"] == prepare["data_hash"]
         assert exps[name]["rev"] == parent.data.tags["dvc_experiment_rev"]
@@ -180,13 +180,13 @@ return arts[0].data""")
 
 def test_a_flow_killed_mid_training_resumes_and_skips_finished_stages(smoke, run_env):
     project, _ = smoke
-    params_file = write_params(project, "long", {"grpo.steps": 8, "grpo.checkpoint_every": 2, "grpo.eval_every": 8,
+    params_file = write_params(project, "long", {"rl.steps": 8, "rl.checkpoint_every": 2, "rl.eval_every": 8,
                                                  "data.synthetic.num_examples": 400, "verifier_gate.max_examples": 50,
-                                                 "sft.epochs": 0.5, "sft.eval_examples": 16, "grpo.prompts_per_step": 4,
-                                                 "grpo.num_generations": 4, "grpo.engine.micro_batch_size": 8})
+                                                 "sft.epochs": 0.5, "sft.eval_examples": 16, "rl.prompts_per_step": 4,
+                                                 "rl.num_generations": 4, "rl.engine.micro_batch_size": 8})
     # Another params set and an override: the run edits dvc.yaml and the params file, and a kill
     # must not leave those edits behind for the next run to mistake for the user's.
-    flow = [PY, "-m", "flows.pipeline", "--params", params_file, "--set", "grpo.sampling.temperature=0.9",
+    flow = [PY, "-m", "flows.pipeline", "--params", params_file, "--set", "rl.sampling.temperature=0.9",
             "--stages", "prepare", "validate_verifiers", "sft", "grpo"]
     proc = subprocess.Popen(flow, cwd=project, env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

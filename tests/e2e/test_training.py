@@ -22,7 +22,7 @@ PY = sys.executable
 @pytest.fixture
 def prepared(project, run_env):
     """A project with data and the SFT reference built (by dvc), ready for the grpo stage."""
-    rel = write_params(project, "resume", {**SMOKE_OVERRIDES, "grpo.steps": 6, "grpo.checkpoint_every": 2, "grpo.eval_every": 6})
+    rel = write_params(project, "resume", {**SMOKE_OVERRIDES, "rl.steps": 6, "rl.checkpoint_every": 2, "rl.eval_every": 6})
     use_params(project, rel)
     out = run([PY, "-m", "dvc", "repro", "sft"], project, run_env)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -79,7 +79,7 @@ def test_resumed_run_reaches_the_same_state_as_an_uninterrupted_one(prepared, ru
 
 def test_a_checkpoint_of_other_params_is_never_loaded(prepared, run_env):
     project, rel = prepared
-    other = write_params(project, "other", {**SMOKE_OVERRIDES, "grpo.steps": 3, "grpo.checkpoint_every": 1, "grpo.engine.lr": 0.01})
+    other = write_params(project, "other", {**SMOKE_OVERRIDES, "rl.steps": 3, "rl.checkpoint_every": 1, "rl.engine.lr": 0.01})
     first = run([PY, *grpo_cmd(other, "mixed")], project, run_env)  # leaves checkpoints of other params
     assert first.returncode == 0, first.stdout + first.stderr
     mixed = run([PY, *grpo_cmd(rel, "mixed")], project, run_env)

@@ -68,8 +68,8 @@ def test_grpo_zero2_across_two_gpus_with_vllm_rollouts(tmp_path):
 
     project = copy_checkout(Path(__file__).resolve().parents[2], tmp_path / "project")
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    rel = write_params(project, "gpu2", {**SMOKE_OVERRIDES, "grpo.rollout_engine": "vllm", "grpo.engine.zero_stage": 2,
-                                         "grpo.engine.bf16": "auto"})
+    rel = write_params(project, "gpu2", {**SMOKE_OVERRIDES, "rl.rollout_engine": "vllm", "rl.engine.zero_stage": 2,
+                                         "rl.engine.bf16": "auto"})
     use_params(project, rel)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1"}
     sft = subprocess.run([sys.executable, "-m", "dvc", "repro", "sft"], cwd=project, env=env, capture_output=True, text=True)
@@ -79,4 +79,4 @@ def test_grpo_zero2_across_two_gpus_with_vllm_rollouts(tmp_path):
     out = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = json.loads((project / "metrics" / "gpu2.json").read_text())
-    assert metrics["world_size"] == 2 and metrics["steps"] == SMOKE_OVERRIDES["grpo.steps"]
+    assert metrics["world_size"] == 2 and metrics["steps"] == SMOKE_OVERRIDES["rl.steps"]

@@ -22,7 +22,7 @@ def test_token_level_hand_computed_all_aggregations():
     expected = {"grpo": (-0.9 + 0.95) / 2, "bnpo": -0.8 / 5, "dr_grpo": -0.8 / 6}
     for aggregation, value in expected.items():
         logp, old, mask = inputs()
-        loss, metrics = grpo_loss(logp, old, None, ADV, mask, beta=0.0, aggregation=aggregation)
+        loss, metrics = grpo_loss(logp, old, ADV, mask, beta=0.0, aggregation=aggregation)
         assert loss.item() == pytest.approx(value, abs=1e-9), aggregation
         assert metrics["clip_ratio"] == pytest.approx(2 / 5)
         assert metrics["ratio_mean"] == pytest.approx(4.8 / 5)
@@ -34,21 +34,21 @@ def test_kl_penalty_hand_computed():
     ref = logp.detach().clone()
     ref[0, 0] += math.log(2.0)  # k3 = 2 - ln 2 - 1 on one token, 0 elsewhere
     k3 = 1 - math.log(2.0)
-    loss, metrics = grpo_loss(logp, old, ref, ADV, mask, beta=0.1)
+    loss, metrics = grpo_loss(logp, old, ADV, mask, ref_logp=ref, beta=0.1)
     assert loss.item() == pytest.approx(((-2.7 + 0.1 * k3) / 3 + 0.95) / 2, abs=1e-9)
     assert metrics["kl"] == pytest.approx(k3 / 5)
 
 
 def test_sequence_level_ratio_hand_computed():
     logp, old, mask = inputs()
-    loss, _ = grpo_loss(logp, old, None, ADV, mask, beta=0.0, ratio_level="sequence")
+    loss, _ = grpo_loss(logp, old, ADV, mask, beta=0.0, ratio_level="sequence")
     r0, r1 = 0.75 ** (1 / 3), 0.77**0.5  # exp of the masked mean log-ratio of each row
     assert loss.item() == pytest.approx((-r0 + r1) / 2, abs=1e-9)
 
 
 def test_clip_higher_widens_only_the_upper_bound():
     logp, old, mask = inputs()
-    loss, metrics = grpo_loss(logp, old, None, ADV, mask, beta=0.0, clip_eps_high=0.6)
+    loss, metrics = grpo_loss(logp, old, ADV, mask, beta=0.0, clip_eps_high=0.6)
     # 1.5 is now inside [0.8, 1.6]: row 0 becomes (-1.5 - 1 - 0.5) / 3
     assert loss.item() == pytest.approx((-1.0 + 0.95) / 2, abs=1e-9)
     assert metrics["clip_ratio"] == pytest.approx(1 / 5)
@@ -56,7 +56,7 @@ def test_clip_higher_widens_only_the_upper_bound():
 
 def test_gradient_is_zero_exactly_where_clipping_is_active():
     logp, old, mask = inputs()
-    loss, _ = grpo_loss(logp, old, None, ADV, mask, beta=0.0)
+    loss, _ = grpo_loss(logp, old, ADV, mask, beta=0.0)
     loss.backward()
     g = logp.grad
     assert g[0, 0] == 0 and g[1, 0] == 0  # clipped: ratio 1.5 with A > 0, ratio 0.7 with A < 0
@@ -70,10 +70,15 @@ def test_kl_estimator_is_nonnegative_and_zero_at_equality():
     assert torch.equal(kl_k3(x, x), torch.zeros_like(x))
 
 
-def test_beta_zero_needs_no_reference_but_positive_beta_does():
+def test_the_kl_term_is_there_exactly_when_a_reference_is_given():
     logp, old, mask = inputs()
-    with pytest.raises(ValueError, match="ref_logp is required"):
-        grpo_loss(logp, old, None, ADV, mask, beta=0.04)
+    without, m0 = grpo_loss(logp, old, ADV, mask, beta=0.04)
+    same, _ = grpo_loss(logp, old, ADV, mask, ref_logp=logp.detach(), beta=0.04)  # KL of a policy to itself is 0
+    far, m1 = grpo_loss(logp, old, ADV, mask, ref_logp=logp.detach() - 1.0, beta=0.04)
+    assert "kl" not in m0 and torch.allclose(without, same)
+    # k3 at d = ref - logp = -1 is exp(-1) + 1 - 1 = exp(-1) on every token
+    assert m1["kl"] == pytest.approx(math.exp(-1), rel=1e-5)
+    assert float(far - without) == pytest.approx(0.04 * math.exp(-1), rel=1e-4)
 
 
 @pytest.mark.parametrize(
@@ -88,15 +93,15 @@ def test_beta_zero_needs_no_reference_but_positive_beta_does():
 def test_bad_options_raise(kwargs, message):
     logp, old, mask = inputs()
     with pytest.raises(ValueError, match=message):
-        grpo_loss(logp, old, logp.detach(), ADV, mask, **kwargs)
+        grpo_loss(logp, old, ADV, mask, ref_logp=logp.detach(), **kwargs)
 
 
 def test_shape_errors_name_the_tensor():
     logp, old, mask = inputs()
     with pytest.raises(ValueError, match="old_logp"):
-        grpo_loss(logp, old[:, :2], None, ADV, mask, beta=0.0)
+        grpo_loss(logp, old[:, :2], ADV, mask, beta=0.0)
     with pytest.raises(ValueError, match="advantages"):
-        grpo_loss(logp, old, None, ADV[:1], mask, beta=0.0)
+        grpo_loss(logp, old, ADV[:1], mask, beta=0.0)
 
 
 @st.composite
@@ -118,7 +123,7 @@ OPTIONS = st.tuples(st.sampled_from(["token", "sequence"]), st.sampled_from(["gr
 def test_on_policy_without_kl_the_loss_is_minus_mean_advantage(b):
     logp, _, _, adv, mask = b
     for level in ("token", "sequence"):
-        loss, metrics = grpo_loss(logp, logp.clone(), None, adv, mask, beta=0.0, ratio_level=level)
+        loss, metrics = grpo_loss(logp, logp.clone(), adv, mask, beta=0.0, ratio_level=level)
         assert loss.item() == pytest.approx(-adv.mean().item(), abs=1e-9)
         assert metrics["clip_ratio"] == 0.0
 
@@ -134,7 +139,7 @@ def test_masked_tokens_never_change_the_loss_or_gradient(b, options, junk):
     results = []
     for lp, o, r in ((logp, old, ref), tuple(dirty)):
         lp = lp.clone().requires_grad_(True)
-        loss, _ = grpo_loss(lp, o, r, adv, mask, beta=0.04, ratio_level=level, aggregation=agg)
+        loss, _ = grpo_loss(lp, o, adv, mask, ref_logp=r, beta=0.04, ratio_level=level, aggregation=agg)
         loss.backward()
         results.append((loss.detach(), lp.grad * mask))
     assert torch.isfinite(results[1][0])
@@ -147,7 +152,7 @@ def test_masked_tokens_never_change_the_loss_or_gradient(b, options, junk):
 def test_clipped_tokens_get_no_policy_gradient(b):
     logp, old, _, adv, mask = b
     lp = logp.clone().requires_grad_(True)
-    loss, _ = grpo_loss(lp, old, None, adv, mask, beta=0.0, aggregation="bnpo")
+    loss, _ = grpo_loss(lp, old, adv, mask, beta=0.0, aggregation="bnpo")
     loss.backward()
     ratio = (logp - old).exp()
     a = adv.unsqueeze(1)

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grpoflow.config import GRPOConfig, ModelConfig
+from grpoflow.config import GRPOConfig, ModelConfig, RLConfig
 from grpoflow.engine import build_engine
 from grpoflow.grpo import GRPOTrainer
 from grpoflow.modeling import build_tiny_model, train_tokenizer
@@ -71,9 +71,9 @@ def parts():
 
 def trainer_with_budget(parts, budget: MemoryBudget, **cfg_overrides) -> GRPOTrainer:
     tok, model, prompts = parts
-    cfg = GRPOConfig(steps=2, prompts_per_step=2, num_generations=8, beta=0.0, checkpoint_every=100, eval_every=100,
-                     sampling={"max_completion_length": 32}, engine={"micro_batch_size": 4, "lr": 1e-3},
-                     oom_min_completion_length=8, **cfg_overrides)
+    cfg = RLConfig(steps=2, prompts_per_step=2, num_generations=8, checkpoint_every=100, eval_every=100,
+                   sampling={"max_completion_length": 32}, engine={"micro_batch_size": 4, "lr": 1e-3},
+                   oom_min_completion_length=8, **cfg_overrides)
     engine = build_engine(model, cfg.engine, cfg.prompts_per_step * cfg.num_generations)
     rollout = HFRolloutEngine(engine.module, tok)
     generate = rollout.generate
@@ -84,7 +84,7 @@ def trainer_with_budget(parts, budget: MemoryBudget, **cfg_overrides) -> GRPOTra
 
     rollout.generate = generate_within_budget
     reward = WeightedReward([RewardComponent("len", lambda c, r: [float(len(x) % 3) for x in c], 1.0)])
-    trainer = GRPOTrainer(cfg, engine, None, rollout, tok, reward, prompts, seed=0)
+    trainer = GRPOTrainer(cfg, engine, None, rollout, tok, reward, prompts, grpo=GRPOConfig(beta=0.0), seed=0)
     update = trainer.update
 
     def update_within_budget(step, batch):
@@ -130,8 +130,8 @@ def _two_process_worker(rank: int, port: int, results) -> None:
     tok = train_tokenizer([f"Tom has {a} apples. How many? #### {a}" for a in range(50)], vocab_size=96)
     model = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=128), tok, seed=0)
     prompts = [{"prompt": f"Tom has {a} apples. How many?", "reference_answer": str(a)} for a in range(50)]
-    cfg = GRPOConfig(steps=2, prompts_per_step=2, num_generations=8, beta=0.0, checkpoint_every=100, eval_every=100,
-                     sampling={"max_completion_length": 8}, engine={"micro_batch_size": 8, "lr": 1e-3}, oom_min_completion_length=8)
+    cfg = RLConfig(steps=2, prompts_per_step=2, num_generations=8, checkpoint_every=100, eval_every=100,
+                   sampling={"max_completion_length": 8}, engine={"micro_batch_size": 8, "lr": 1e-3}, oom_min_completion_length=8)
     engine = build_engine(model, cfg.engine, cfg.prompts_per_step * cfg.num_generations)
     rollout = HFRolloutEngine(engine.module, tok)
     generate = rollout.generate
@@ -143,7 +143,8 @@ def _two_process_worker(rank: int, port: int, results) -> None:
 
     rollout.generate = generate_rank1_oom_at_g8
     reward = WeightedReward([RewardComponent("len", lambda c, r: [float(len(x) % 3) for x in c], 1.0)])
-    trainer = GRPOTrainer(cfg, engine, None, rollout, tok, reward, prompts, seed=0, rank=rank, world=2)
+    trainer = GRPOTrainer(cfg, engine, None, rollout, tok, reward, prompts, grpo=GRPOConfig(beta=0.0), seed=0, rank=rank,
+                          world=2)
     gs = []
     trainer.train(on_step=lambda step, m: gs.append(m["num_generations"]))
     results[rank] = (gs, dict(trainer.state.backoff))

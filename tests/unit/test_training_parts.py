@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from grpoflow.config import GRPOConfig, validate_params
+from grpoflow.config import ConfigError, RLConfig, validate_params
 from grpoflow.engine import deepspeed_config
 from grpoflow.rl import adapt_beta, prompt_indices
 from grpoflow.lint import lint
@@ -38,22 +38,36 @@ def test_adaptive_beta_moves_toward_the_target():
 
 
 def test_generation_schedule_anneals_g():
-    cfg = GRPOConfig(num_generations=16, generation_schedule=[{"from_step": 10, "num_generations": 8}, {"from_step": 20, "num_generations": 4}])
+    cfg = RLConfig(num_generations=16, generation_schedule=[{"from_step": 10, "num_generations": 8}, {"from_step": 20, "num_generations": 4}])
     assert [cfg.generations_at(s) for s in (0, 9, 10, 19, 20, 99)] == [16, 16, 8, 8, 4, 4]
 
 
-def test_lint_reports_differences_and_impossible_batches():
-    findings = lint(GRPOConfig(prompts_per_step=6, num_generations=4, engine={"micro_batch_size": 16}, sampling={"temperature": 0.0}), world_size=4)
-    errors = [f.message for f in findings if f.level == "error"]
-    assert any("not divisible by 4 processes" in m for m in errors)
-    assert any("temperature 0" in m for m in errors)
-    infos = [f.message for f in findings if f.level == "info"]
+def test_lint_reports_differences_and_batches_that_do_not_split_over_the_processes():
+    params = validate_params({"rl": {"prompts_per_step": 6, "num_generations": 4, "engine": {"micro_batch_size": 8}}})
+    errors = [f.message for f in lint(params, "grpo", world_size=4) if f.level == "error"]
+    assert errors == ["rl.prompts_per_step=6 is not divisible by 4 processes"]
+    errors = [f.message for f in lint(params, "grpo", world_size=2) if f.level == "error"]
+    assert errors == ["12 sequences per process (rl.prompts_per_step / 2 processes x G=4) are not a multiple of "
+                      "rl.engine.micro_batch_size=8"]
+    infos = [f.message for f in lint(params, "grpo") if f.level == "info"]
     assert any("DeepSeekMath: 64" in m for m in infos) and any("TRL default: 0.0" in m for m in infos)
-    assert not [f for f in lint(GRPOConfig(), 1) if f.level == "error"]
+    assert not any("grpo.beta" in f.message for f in lint(params, "ppo"))  # PPO is compared on the shared budget only
+    assert not [f for f in lint(validate_params({}), "grpo", 1) if f.level == "error"]
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"rl": {"prompts_per_step": 6, "num_generations": 4, "engine": {"micro_batch_size": 16}}},
+     r"24 sequences per process .* not a multiple of rl.engine.micro_batch_size=16"),
+    ({"rl": {"sampling": {"temperature": 0.0}}}, "temperature 0 makes every completion of a group identical"),
+    ({"rl": {"adaptive_kl": {"enabled": True}}, "grpo": {"beta": 0}, "ppo": {"kl_coef": 0}}, "adaptive_kl needs a starting"),
+])
+def test_config_errors_that_need_no_model_fail_when_the_params_are_loaded(raw, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_params(raw)
 
 
 def test_deepspeed_batch_arithmetic():
-    cfg = validate_params({}).grpo.engine.model_copy(update={"micro_batch_size": 8})
+    cfg = validate_params({}).rl.engine.model_copy(update={"micro_batch_size": 8})
     ds = deepspeed_config(cfg, batch_size=64, world_size=2)
     assert ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * 2 == 64
     with pytest.raises(ValueError, match="does not split"):

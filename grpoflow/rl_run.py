@@ -1,0 +1,139 @@
+"""An RL run, built in one place from :class:`~grpoflow.config.Params`: the policy engine, the
+reference (or none), the rollout engine, the reward, the algorithm's trainer (and its extra
+engines), the fingerprint that guards resuming, and the checkpoint state that travels with it.
+
+The training stages (``tasks.grpo``, ``tasks.ppo``) only parse arguments, read and write files and
+log to MLflow; everything that decides how training behaves is here, so that a new algorithm is a
+trainer class with its :class:`~grpoflow.algorithm.Algorithm` (see :mod:`grpoflow.grpo`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from grpoflow import checkpoint
+from grpoflow.config import Params
+from grpoflow.engine import build_engine, init_distributed
+from grpoflow.evaluation import greedy_accuracy
+from grpoflow.algorithm import Algorithm
+from grpoflow.health import HealthMonitor, Symptom
+from grpoflow.io import read_jsonl, sha256_paths
+from grpoflow.modeling import load_frozen, load_pretrained
+from grpoflow.provenance import module_files
+from grpoflow.rewards import build_reward, correctness_scorer
+from grpoflow.rl import LoopState, PolicyTrainer
+from grpoflow.rollout import build_rollout
+from grpoflow.rollout.hf import HFRolloutEngine
+
+# The core's entry point for training: its import closure is the code a checkpoint depends on.
+TRAINING_CODE = "grpoflow.rl_run"
+
+
+def needs_reference(params: Params, algorithm: Algorithm) -> bool:
+    """Whether a run loads the frozen reference: exactly when its algorithm penalises KL to it."""
+    return algorithm.kl_coef(params) > 0
+
+
+def fingerprint(params: Params, algorithm: Algorithm, data_dir: Path, reference_dir: Path, seed: int) -> str:
+    """What a checkpoint must match to be resumed: the params that shape training, the data, the
+    reference, and the training code (the import closure of this module and of the algorithm's,
+    verifiers included)."""
+    sections = {"experiment", "model", "rewards", "sandbox", "rl", *algorithm.sections}
+    h = hashlib.sha256(json.dumps(params.model_dump(mode="json", include=sections), sort_keys=True).encode())
+    h.update(f"{algorithm.name}:{seed}".encode())
+    h.update(sha256_paths([data_dir / "train.jsonl", reference_dir / "model.safetensors"]).encode())
+    h.update(sha256_paths(module_files(TRAINING_CODE, algorithm.module), root=".").encode())
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class RLRun:
+    """Everything one training process needs; built by :func:`build_rl_run`."""
+
+    algorithm: Algorithm
+    params: Params
+    seed: int
+    rank: int
+    world: int
+    engine: object
+    tokenizer: object
+    trainer: PolicyTrainer
+    engines: dict  # extra engines checkpointed beside the policy's, by name
+    fingerprint: str
+    val: list[dict]
+    health: HealthMonitor = field(default_factory=HealthMonitor)
+
+    @property
+    def lead(self) -> bool:
+        """Rank 0: the process that evaluates, writes files and logs."""
+        return self.rank == 0
+
+    def evaluate(self, step: int) -> dict:
+        """Greedy val accuracy of the current policy (on the lead process; {} elsewhere)."""
+        if not self.lead:
+            return {}
+        p = self.params
+        engine = HFRolloutEngine(self.engine.module, self.tokenizer)
+        res = greedy_accuracy(engine, self.val[: p.sft.eval_examples], correctness_scorer(p),
+                              max_new_tokens=p.rl.sampling.max_completion_length)
+        return {"val_accuracy": res.accuracy}
+
+    def resume(self, directory: str | Path) -> tuple[dict | None, list[str]]:
+        """Continue from the newest intact checkpoint of these inputs, if any: ``(the stage's own
+        extra state saved with it, or None when starting over; the checkpoints skipped as corrupt)``."""
+        resumed, skipped = checkpoint.load(self.engine, directory, self.fingerprint, self.engines)
+        for problem in skipped:
+            self.health.symptoms[f"checkpoint_corrupt_{problem.split(':')[0]}"] = Symptom(
+                "checkpoint_corrupt", resumed.state.step if resumed else 0, problem,
+                "the save was interrupted, or the file was damaged on disk",
+                "none needed: the newest intact checkpoint was used")
+        if resumed is None:
+            return None, skipped
+        self.trainer.restore(resumed.state)
+        self.health.history = resumed.extra.get("health_history", [])
+        self.health.symptoms |= {k: Symptom(**v) for k, v in resumed.extra.get("health_symptoms", {}).items()}
+        self.trainer.rollout.sync_weights(self.engine.module)
+        return resumed.extra.get("stage", {}), skipped
+
+    def save(self, directory: str | Path, state: LoopState, stage_state: dict) -> None:
+        """A resumable checkpoint of every engine, the loop, the health record and ``stage_state``."""
+        checkpoint.save(self.engine, directory, state, self.fingerprint, extra_engines=self.engines,
+                        keep=self.params.rl.keep_checkpoints, extra={
+                            "health_history": self.health.history,
+                            "health_symptoms": {k: s.to_dict() for k, s in self.health.symptoms.items()},
+                            "stage": stage_state,
+                        })
+
+    def export(self, out: str | Path) -> None:
+        """The trained policy as a plain Hugging Face checkpoint."""
+        checkpoint.export_model(self.engine, self.tokenizer, out)
+
+
+def build_rl_run(params: Params, algorithm: Algorithm, *, data_dir: str | Path, reference_dir: str | Path,
+                 seed: int | None = None) -> RLRun:
+    """Build the run of ``algorithm`` from ``params`` on the prepared data and the reference model.
+
+    ``seed`` (default ``experiment.seed``) varies sampling and prompt order alone, on the same data
+    and reference: the ablation's seed spread."""
+    import torch
+
+    rank, world = init_distributed()
+    seed = params.experiment.seed if seed is None else seed
+    torch.manual_seed(seed + rank)
+    data_dir, reference_dir = Path(data_dir), Path(reference_dir)
+    rl = params.rl
+    policy, tokenizer = load_pretrained(reference_dir)
+    reference = load_frozen(reference_dir) if needs_reference(params, algorithm) else None
+    engine = build_engine(policy, rl.engine, rl.prompts_per_step * max(rl.generation_sizes()))
+    rollout = build_rollout(rl.rollout_engine, engine.module, tokenizer, reference_dir,
+                            seed=params.experiment.seed, max_model_len=params.model.max_length)
+    health = HealthMonitor()
+    args = (rl, engine, reference, rollout, tokenizer, build_reward(params), read_jsonl(data_dir / "train.jsonl"))
+    kwargs = {"seed": seed, "rank": rank, "world": world, "health": health}
+    trainer, engines = algorithm.build(params, args, kwargs, engine=engine, reference_dir=reference_dir)
+    return RLRun(algorithm, params, seed, rank, world, engine, tokenizer, trainer, engines,
+                 fingerprint(params, algorithm, data_dir, reference_dir, seed), read_jsonl(data_dir / "val.jsonl"), health)

@@ -1,0 +1,249 @@
+"""Every pipeline stage, declared once: its CLI module, the paths it reads and writes (which are
+also its command-line defaults), and the params keys it depends on.
+
+dvc.yaml is generated from these declarations, each stage's code dependencies from the import
+graph of its module, so that editing any file a stage imports makes ``dvc repro`` run it again:
+
+    python -m tasks.stages --write     # regenerate dvc.yaml after changing a declaration
+    python -m tasks.stages --check     # exit 1 when dvc.yaml differs (a unit test does the same)
+
+The Prefect flow reads stage order, outputs and metrics from here as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from grpoflow.provenance import PROJECT_PACKAGES, module_files
+
+Kind = Literal["dep", "out", "persist", "report", "metric", "history"]
+# dep: read; out: written and cached by DVC; persist: kept across runs, uncached (checkpoints);
+# report: written, uncached (small files git or an experiment can carry); metric: a metrics JSON;
+# history: a per-step CSV, uncached, plotted.
+DVC_YAML = "dvc.yaml"
+PARAMS_VAR = "${params_file}"
+
+
+@dataclass(frozen=True)
+class Io:
+    """A path a stage reads or writes. With a ``flag`` it is also a command-line option, whose
+    default is ``path`` (a list of ``name=path`` items for a list option)."""
+
+    flag: str | None
+    path: str | tuple[str, ...]
+    kind: Kind
+    help: str = ""
+
+    @property
+    def paths(self) -> list[str]:
+        """The file-system paths (the part after ``=`` of ``name=path`` items)."""
+        items = [self.path] if isinstance(self.path, str) else list(self.path)
+        return [item.partition("=")[2] or item for item in items]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: ``python -m <module> --params <set> --<flag> <path> ...``."""
+
+    name: str
+    module: str
+    io: tuple[Io, ...]
+    params: tuple[str, ...] = ()
+    plot: dict = field(default_factory=dict)  # for a history: the curves (column names) to plot
+
+    def option(self, flag: str) -> Io:
+        """The :class:`Io` of command-line option ``--<flag>``."""
+        return next(i for i in self.io if i.flag == flag)
+
+    def paths(self, *kinds: Kind) -> list[str]:
+        """Every path of the given kinds."""
+        return [p for i in self.io if i.kind in kinds for p in i.paths]
+
+    @property
+    def outs(self) -> list[str]:
+        """Everything the stage writes."""
+        return self.paths("out", "persist", "report", "metric", "history")
+
+    @property
+    def metrics(self) -> list[str]:
+        """Its metrics JSON files."""
+        return self.paths("metric")
+
+    def command(self) -> str:
+        """The shell command dvc.yaml runs."""
+        args = [f"python -m {self.module} --params {PARAMS_VAR}"]
+        for i in self.io:
+            if i.flag:
+                value = i.path if isinstance(i.path, str) else " ".join(i.path)
+                args.append(f"--{i.flag} {value}")
+        return " ".join(args)
+
+    def code(self) -> list[str]:
+        """The project source the stage's module imports, a package directory where all of it is."""
+        return collapse(module_files(self.module))
+
+
+def collapse(files: list[str]) -> list[str]:
+    """``files`` with each project package directory whose every .py file is listed replaced by
+    the directory (shortest directories first)."""
+    chosen = set(files)
+    dirs = sorted({str(Path(f).parent) for f in files}, key=lambda d: (d.count("/"), d))
+    kept: list[str] = []
+    for d in dirs:
+        if any(d == k or d.startswith(k + "/") for k in kept) or d.split("/")[0] not in PROJECT_PACKAGES:
+            continue
+        in_dir = {p.as_posix() for p in Path(d).rglob("*.py") if "__pycache__" not in p.parts}
+        if in_dir and in_dir <= chosen:
+            kept.append(d)
+    loose = [f for f in files if not any(f.startswith(k + "/") for k in kept)]
+    return sorted(kept + loose)
+
+
+def _io(flag: str | None, path: str | tuple[str, ...], kind: Kind, help: str) -> Io:
+    return Io(flag, path, kind, help)
+
+
+STAGES: list[Stage] = [
+    Stage("prepare", "tasks.prepare", (
+        _io(None, "data/raw", "dep", "local source files (DVC-tracked)"),
+        _io("out", "data/prepared", "out", "directory for the splits, quarantine and report"),
+        _io("metrics", "metrics/prepare.json", "metric", "the stage's metrics JSON"),
+    ), params=("experiment.seed", "data")),
+    Stage("validate_verifiers", "tasks.validate_verifiers", (
+        _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
+        _io("out", "data/verifier_validation", "out", "directory for the report and confusions"),
+        _io("metrics", "metrics/validate_verifiers.json", "metric", "the stage's metrics JSON"),
+    ), params=("rewards", "sandbox", "verifier_gate")),
+    Stage("sft", "tasks.sft", (
+        _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
+        _io("out", "models/sft", "out", "where to save the reference model (Hugging Face format)"),
+        _io("metrics", "metrics/sft.json", "metric", "the stage's metrics JSON"),
+    ), params=("experiment.seed", "model", "rewards", "sandbox", "sft", "rl.sampling.max_completion_length")),
+    *[Stage(algo, f"tasks.{algo}", (
+        _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
+        _io(None, "data/verifier_validation", "dep", "the verifier gate must have passed"),
+        _io("reference", "models/sft", "dep", "the reference policy, and the policy's starting point"),
+        _io("out", f"models/{algo}", "out", "where to save the trained policy (Hugging Face format)"),
+        # Kept across interrupted runs (DVC empties ordinary outs before a stage runs), so that
+        # re-running the stage resumes from the last checkpoint.
+        _io("checkpoints", f"checkpoints/{algo}", "persist", "resumable checkpoints (kept across runs)"),
+        _io("metrics", f"metrics/{algo}.json", "metric", "the stage's metrics JSON"),
+        _io("history", f"metrics/{algo}_history.csv", "history", "per-step metrics CSV (DVC plots)"),
+    ), params=("experiment.seed", "model", "rewards", "sandbox", "rl", algo), plot=curves)
+      for algo, curves in (
+          ("grpo", {"title": "GRPO training curves", "y": ["reward_mean", "kl", "entropy", "val_accuracy"]}),
+          ("ppo", {"title": "PPO training curves", "y": ["reward_mean", "kl", "value_loss", "explained_variance", "val_accuracy"]}),
+      )],
+    Stage("evaluate", "tasks.evaluate", (
+        _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
+        _io("models", ("sft=models/sft", "grpo=models/grpo", "ppo=models/ppo"), "dep",
+            "the policies to evaluate, as name=path (sft is the reference of the forgetting check)"),
+        _io("out", "data/evaluation", "out", "directory for per-example outputs"),
+        _io("metrics", "metrics/evaluate.json", "metric", "the stage's metrics JSON"),
+    ), params=("evaluate", "rewards", "sandbox", "rl.rollout_engine", "rl.sampling.max_completion_length")),
+    Stage("compare", "tasks.compare", (
+        _io("evaluation", "metrics/evaluate.json", "dep", "the evaluate stage's metrics"),
+        _io("sft-metrics", "metrics/sft.json", "dep", "the sft stage's metrics"),
+        _io(None, "metrics/grpo.json", "dep", "the grpo stage's metrics"),
+        _io(None, "metrics/ppo.json", "dep", "the ppo stage's metrics"),
+        _io(None, "metrics/grpo_history.csv", "dep", "the grpo stage's history"),
+        _io(None, "metrics/ppo_history.csv", "dep", "the ppo stage's history"),
+        _io("out", "reports/compare", "report", "directory for the report and plots"),
+        _io("metrics", "metrics/compare.json", "metric", "the stage's metrics JSON"),
+    )),
+]
+BY_NAME = {s.name: s for s in STAGES}
+# Written by the Prefect flow when it saves a run as a DVC experiment (flows/experiments.py).
+RUN_RECORD = "metrics/run.json"
+REPORT_PLOTS = ["reports/compare/curves.png", "reports/compare/cost.png"]
+
+
+def stage(name: str) -> Stage:
+    """The declaration of stage ``name``."""
+    return BY_NAME[name]
+
+
+def _dvc_stage(s: Stage) -> dict:
+    deps = s.paths("dep") + s.code()
+    entry: dict = {"cmd": s.command(), "deps": list(dict.fromkeys(deps))}
+    if s.params:
+        entry["params"] = [{PARAMS_VAR: list(s.params)}]
+    outs: list = []
+    for i in s.io:
+        for p in i.paths:
+            if i.kind == "out":
+                outs.append(p)
+            elif i.kind == "persist":
+                outs.append({p: {"persist": True, "cache": False}})
+            elif i.kind in ("history", "report"):
+                outs.append({p: {"cache": False}})
+    if outs:
+        entry["outs"] = outs
+    metrics = [{p: {"cache": False}} for p in s.paths("metric")]
+    if metrics:
+        entry["metrics"] = metrics
+    return entry
+
+
+def dvc_spec(params_file: str = "params/default.yaml") -> dict:
+    """dvc.yaml's content for the declared stages, reading parameters from ``params_file``."""
+    plots: list = [{s.plot["title"]: {"x": "step", "y": {s.paths("history")[0]: s.plot["y"]}}} for s in STAGES if s.plot]
+    return {
+        "vars": [{"params_file": params_file}],
+        "stages": {s.name: _dvc_stage(s) for s in STAGES},
+        "metrics": [RUN_RECORD],
+        "plots": plots + REPORT_PLOTS,
+    }
+
+
+HEADER = """\
+# GENERATED from tasks/stages.py by `python -m tasks.stages --write`: edit the declarations there.
+# The pipeline DAG: `dvc repro` runs it; the Prefect flow (flows/pipeline.py) runs each stage
+# through `dvc repro --single-item`, so both share DVC's cache, lock and lineage. Each stage's
+# code deps are the project files its module imports (the import graph, lazy imports included).
+#
+# To run another parameter set, change params_file below; the flow does this for the length of
+# one run when it is given another set (python -m flows.pipeline --params params/x.yaml).
+"""
+
+
+def render(params_file: str = "params/default.yaml") -> str:
+    """dvc.yaml as text."""
+    return HEADER + yaml.safe_dump(dvc_spec(params_file), sort_keys=False, width=120)
+
+
+def params_file_var(path: str | Path = DVC_YAML) -> str | None:
+    """The ``params_file`` var that the stages of the dvc.yaml at ``path`` read their parameters from."""
+    spec = yaml.safe_load(Path(path).read_text()) or {}
+    return next((str(v["params_file"]) for v in spec.get("vars") or [] if isinstance(v, dict) and "params_file" in v), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``--write`` regenerates dvc.yaml; ``--check`` reports whether it is current."""
+    parser = argparse.ArgumentParser(prog="python -m tasks.stages", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--write", action="store_true", help="regenerate dvc.yaml from the declarations")
+    group.add_argument("--check", action="store_true", help="exit 1 if dvc.yaml is not what the declarations give")
+    args = parser.parse_args(argv)
+    params_file = (params_file_var() if Path(DVC_YAML).is_file() else None) or "params/default.yaml"
+    text = render(params_file)
+    if args.write:
+        Path(DVC_YAML).write_text(text)
+        print(f"wrote {DVC_YAML} ({len(STAGES)} stages)")
+        return 0
+    if yaml.safe_load(Path(DVC_YAML).read_text()) != yaml.safe_load(text):
+        print(f"{DVC_YAML} is out of date: run `python -m tasks.stages --write`", file=sys.stderr)
+        return 1
+    print(f"{DVC_YAML} is current")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
