@@ -89,6 +89,23 @@ class SourceConfig(_Section):
             raise ValueError(f"a {self.kind} source needs 'license' (record where the rows come from)")
         return self
 
+    @model_validator(mode="after")
+    def _safe_name(self) -> "SourceConfig":
+        problem = self.unsafe_file_name(self.name) if self.name is not None else None
+        if problem:
+            raise ValueError(f"name {self.name!r} {problem} (a benchmark's name becomes benchmarks/<name>.jsonl)")
+        return self
+
+    @staticmethod
+    def unsafe_file_name(name: str) -> str | None:
+        """Why ``name`` cannot be one file-name component inside an output folder; None if it can."""
+        bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c in "._-"))})
+        if bad:
+            return f"may hold only letters, digits, '.', '_' and '-' (not {''.join(bad)!r})"
+        if name.startswith("."):
+            return "must not start with '.'"
+        return None if 1 <= len(name) <= 100 else "must have 1 to 100 characters"
+
     @property
     def label(self) -> str:
         if self.name:
@@ -119,19 +136,41 @@ class DataConfig(_Section):
     synthetic_license: str = Field("CC0-1.0", description="Licence recorded for generated rows.")
     split: SplitConfig = Field(default_factory=SplitConfig, description="Train/val/test shares, by prompt hash.")
     benchmarks: list[SourceConfig] = Field(
-        default_factory=list, description="Evaluation sets checked for leakage and evaluated; each needs a unique name."
+        default_factory=list,
+        description="Evaluation sets checked for leakage and evaluated; each needs a unique name that is a safe file "
+        "name (letters, digits, '._-', no leading dot): it becomes benchmarks/<name>.jsonl.",
     )
     leakage: LeakageConfig = Field(default_factory=LeakageConfig, description="The leakage gate between train and val/test/benchmarks.")
     max_rejected_fraction: float = Field(
         0.05, ge=0, le=1, description="Share of a source's rows that may be quarantined before the stage fails."
     )
+    max_prompt_chars: int = Field(
+        8000,
+        ge=1,
+        description="Longest prompt in characters; longer rows are quarantined (prompt_too_long). GSM8K questions stay "
+        "under about 1,000 characters and MATH problems within a few thousand: 8000 (about 2,000 tokens) keeps them "
+        "all and stops runaway rows.",
+    )
+    max_row_bytes: int = Field(
+        1_048_576,
+        ge=1024,
+        description="Longest input row in bytes (a JSONL/CSV line, a .json list element); a longer one is "
+        "quarantined unparsed (row_too_long), read in blocks and never held whole.",
+    )
 
     @model_validator(mode="after")
     def _unique_benchmarks(self) -> "DataConfig":
-        labels = [b.label for b in self.benchmarks]
+        for i, bench in enumerate(self.benchmarks):
+            problem = SourceConfig.unsafe_file_name(bench.label)
+            if problem:
+                raise ValueError(
+                    f"benchmarks.{i}: the name {bench.label!r} {problem}; it becomes benchmarks/<name>.jsonl, "
+                    f"so set data.benchmarks.{i}.name"
+                )
+        labels = [b.label.casefold() for b in self.benchmarks]  # case-insensitive file systems
         dupes = sorted({x for x in labels if labels.count(x) > 1})
         if dupes:
-            raise ValueError(f"benchmark names must be unique, repeated: {dupes}")
+            raise ValueError(f"benchmark names must be unique (ignoring case), repeated: {dupes}")
         return self
 
 

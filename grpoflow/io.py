@@ -39,19 +39,32 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[Any]:
         raise
 
 
-def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> int:
-    """Write one JSON object per line, atomically; returns the row count."""
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]], *, allow_nan: bool = True) -> int:
+    """Write one JSON object per line as UTF-8, atomically; returns the row count.
+
+    ``allow_nan=False`` makes every line strict JSON (RFC 8259 has no NaN/Infinity): such a value
+    raises ``ValueError`` instead of being written as the bare ``NaN`` most JSON readers reject.
+    """
     n = 0
-    with atomic_write(path) as fh:
+    with atomic_write(path, "wb") as fh:  # bytes: UTF-8 whatever the locale
         for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+            fh.write(json.dumps(row, ensure_ascii=False, sort_keys=True, allow_nan=allow_nan).encode("utf-8") + b"\n")
             n += 1
     return n
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    """The rows of a JSON Lines file; a line that is not UTF-8 JSON raises ``ValueError`` naming file and line."""
+    rows = []
+    with open(path, "rb") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line.decode("utf-8")))
+            except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, an over-long int, deep nesting
+                raise ValueError(f"{path}, line {number}: not a UTF-8 JSON row ({type(exc).__name__}: {exc})") from None
+    return rows
 
 
 def write_json(path: str | Path, obj: Any) -> None:

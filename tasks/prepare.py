@@ -3,8 +3,9 @@
     python -m tasks.prepare --params params/default.yaml --out data/prepared --metrics metrics/prepare.json
 
 Writes ``train/val/test.jsonl``, ``benchmarks/<name>.jsonl``, ``quarantine.jsonl`` (every rejected
-row with its file, line and reason), ``leakage.jsonl`` and ``report.md``. Exits 1 with the report
-when a gate fails (too many rejected rows, leakage above the limit); the outputs stay for inspection.
+row with its file, line and reason, strict JSON), ``leakage.jsonl`` and ``report.md``. Exits 3 with the
+report when a gate fails (too many rejected rows, leakage above the limit; the outputs stay for
+inspection), and 2 with one message for bad input (a missing or unreadable file, an unsafe output name).
 """
 
 from __future__ import annotations
@@ -21,20 +22,48 @@ from grpoflow.data.prepare import Prepared, prepare
 from grpoflow.data.report import prepare_report
 from grpoflow.io import atomic_write, sha256_paths, write_json, write_jsonl
 from tasks import tracking
-from tasks.cli import EXIT_VERDICT, run_stage_cli, stage_parser
+from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, run_stage_cli, stage_parser
+
+
+def output_path(out: Path, *parts: str) -> Path:
+    """``out/<parts>``, refused unless each part is a plain name and the file stays inside ``out``.
+
+    The schema already admits only safe benchmark names; this is the second line of defence, so
+    no name, however it got here, writes outside the stage's folder. The parent folder is resolved
+    (symlinks followed) but not the file itself: DVC may link a cached output there, and
+    atomic_write replaces the link rather than writing through it.
+    """
+    for part in parts:
+        if part in ("", ".", "..") or "/" in part or "\\" in part or "\0" in part:
+            raise ValueError(f"output {'/'.join(parts)!r}: {part!r} is not a plain file or folder name")
+    path = out.joinpath(*parts)
+    if not path.parent.resolve().is_relative_to(out.resolve()):
+        raise ValueError(f"output {'/'.join(parts)!r} would be written outside {out}")
+    return path
+
+
+def output_paths(prepared: Prepared, out: Path) -> dict[str, Path]:
+    """Every file the stage writes, by role, each checked by :func:`output_path`."""
+    paths = {name: output_path(out, f"{name}.jsonl") for name in prepared.splits}
+    for name in prepared.benchmarks:
+        paths[f"benchmarks/{name}"] = output_path(out, "benchmarks", f"{name}.jsonl")
+    for name in ("quarantine.jsonl", "leakage.jsonl", "report.md"):
+        paths[name] = output_path(out, name)
+    return paths
 
 
 def write_outputs(prepared: Prepared, out: Path, report: str) -> str:
-    """Write every output of the stage; returns the data hash of the split files."""
+    """Write every output of the stage (strict JSON); returns the data hash of the split files."""
+    paths = output_paths(prepared, out)
     for name, rows in prepared.splits.items():
-        write_jsonl(out / f"{name}.jsonl", (r.to_dict() for r in rows))
+        write_jsonl(paths[name], (r.to_dict() for r in rows), allow_nan=False)
     for name, rows in prepared.benchmarks.items():
-        write_jsonl(out / "benchmarks" / f"{name}.jsonl", (r.to_dict() for r in rows))
-    write_jsonl(out / "quarantine.jsonl", (q.to_dict() for q in prepared.quarantine))
-    write_jsonl(out / "leakage.jsonl", (f.to_dict() for f in prepared.leaks))
-    with atomic_write(out / "report.md") as fh:
-        fh.write(report)
-    hashed = [out / f"{n}.jsonl" for n in prepared.splits] + [out / "benchmarks" / f"{n}.jsonl" for n in prepared.benchmarks]
+        write_jsonl(paths[f"benchmarks/{name}"], (r.to_dict() for r in rows), allow_nan=False)
+    write_jsonl(paths["quarantine.jsonl"], (q.to_dict() for q in prepared.quarantine), allow_nan=False)
+    write_jsonl(paths["leakage.jsonl"], (f.to_dict() for f in prepared.leaks), allow_nan=False)
+    with atomic_write(paths["report.md"], "wb") as fh:  # UTF-8 whatever the locale: prompts are any text
+        fh.write(report.encode("utf-8"))
+    hashed = [paths[n] for n in prepared.splits] + [paths[f"benchmarks/{n}"] for n in prepared.benchmarks]
     return sha256_paths(hashed, root=out)
 
 
@@ -44,10 +73,11 @@ def main(args: argparse.Namespace, params: Params) -> None:
         start = time.perf_counter()
         try:
             prepared = prepare(params.experiment.seed, params.data)
-        except (FileNotFoundError, ValueError) as exc:
+            output_paths(prepared, out)
+        except (FileNotFoundError, ValueError) as exc:  # bad input: a file, a row layout, an output name
             print(f"error: {exc}", file=sys.stderr)
             mlflow.set_tag("gate", "error")
-            raise SystemExit(2) from None
+            raise SystemExit(EXIT_BAD_INPUT) from None
         report = prepare_report(prepared, params.data.leakage.report_examples)
         data_hash = write_outputs(prepared, out, report)
         metrics = {**prepared.summary(), "data_hash": data_hash, "seed": params.experiment.seed}

@@ -7,62 +7,127 @@ Two input forms are understood:
 - **math** (Hendrycks MATH): ``problem`` and ``solution``, the final answer in the last ``\\boxed{...}``.
 
 A row that fails validation is never dropped: it becomes a :class:`Rejected` naming the source
-file, the line (1-based; for CSV the file line, header counted) and the reason.
+file, the line and the reason. ``line`` is 1-based: the file line where the row starts for JSONL
+and CSV (header counted, a quoted field's embedded newlines too), the position in the list for a
+``.json`` file and in the table for Parquet and hub datasets.
+
+Hostile input stays a row's problem, never the file's: an undecodable byte, an integer too long for
+Python (``sys.get_int_max_str_digits``), nesting too deep for the JSON parser, a line longer than
+``data.max_row_bytes`` (read in blocks, only its start kept), control characters or a prompt longer
+than ``data.max_prompt_chars``. Only a file that cannot be read as rows at all (a ``.json`` that is
+not a list, an unreadable Parquet file, a CSV header with repeated names) raises ``ValueError``
+naming the file.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
-from grpoflow.data.records import Record, Rejected
+from grpoflow.config import DataConfig
+from grpoflow.data.records import QUARANTINE_TEXT_CHARS, Record, Rejected
 from verifiers.extract import last_boxed
 
 FIELDS = {"gsm8k": ("question", "answer"), "math": ("problem", "solution")}
-_GSM8K_FINAL = re.compile(r"####\s*(.+?)\s*$")
+DEFAULT_MAX_PROMPT_CHARS: int = DataConfig.model_fields["max_prompt_chars"].default
+DEFAULT_MAX_ROW_BYTES: int = DataConfig.model_fields["max_row_bytes"].default
+MAX_ID_CHARS = 200
 _NUMBER = re.compile(r"^-?\d+(?:,\d{3})*(?:\.\d+)?$|^-?\d*\.\d+$")
+# Unicode category Cc (C0, DEL, C1) except tab and newline, and lone surrogates (UTF-8 cannot encode them).
+_BAD_CHAR = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNDECODED = re.compile(r"[\udc80-\udcff]")  # what errors="surrogateescape" makes of a bad byte
+_KEEP_BYTES = 4 * QUARANTINE_TEXT_CHARS  # of an over-long line: enough for the quarantine's excerpt
+_BLOCK = 1 << 20
+_DETAIL_CHARS = 300
 
 
 class RowError(ValueError):
     """One row's problem; ``reason`` is ``kind: detail`` (the kind is what the summary counts)."""
 
     def __init__(self, kind: str, detail: str):
+        if len(detail) > _DETAIL_CHARS:
+            detail = detail[: _DETAIL_CHARS - 1] + "…"
         super().__init__(f"{kind}: {detail}")
         self.reason = f"{kind}: {detail}"
 
 
+def _excerpt(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
 def gsm8k_final_answer(answer: str) -> str:
-    """The number after ``####`` on the last line, commas removed; raises :class:`RowError`."""
-    lines = [line for line in answer.strip().splitlines() if line.strip()]
-    match = _GSM8K_FINAL.search(lines[-1]) if lines else None
-    if not match:
+    """The number after ``####`` on the last line, commas removed; raises :class:`RowError`.
+
+    Linear in the answer's length: a plain ``find`` and ``strip`` instead of a backtracking regex
+    (``####\\s*(.+?)\\s*$`` took seconds on ``"#### x" + 20000 spaces + "y"``).
+    """
+    last = next((line for line in reversed(answer.splitlines()) if line.strip()), "")
+    hashes = last.find("####")
+    value = last[hashes + 4 :].strip() if hashes >= 0 else ""
+    if not value:
         raise RowError("unparseable_answer", "no '#### <number>' final line")
-    value = match.group(1).replace("$", "").strip()
-    if not _NUMBER.match(value):
-        raise RowError("unparseable_answer", f"final answer {match.group(1)!r} is not a number")
-    return value.replace(",", "")
+    number = value.replace("$", "").strip()
+    if not _NUMBER.match(number):
+        raise RowError("unparseable_answer", f"final answer {_excerpt(value)} is not a number")
+    return number.replace(",", "")
 
 
-def _text_field(raw: dict[str, Any], name: str) -> str:
+def _check_characters(name: str, value: str) -> None:
+    bad = _BAD_CHAR.search(value)
+    if bad is None:
+        return
+    char, at = bad.group(), bad.start() + 1
+    if "\ud800" <= char <= "\udfff":
+        raise RowError("invalid_unicode", f"{name} has a lone surrogate U+{ord(char):04X} at character {at}")
+    detail = f"{name} has U+{ord(char):04X} at character {at} (only tab and newline allowed)"
+    raise RowError("control_character", detail)
+
+
+def _text_field(raw: dict[str, Any], name: str, max_chars: int | None = None) -> str:
     if name not in raw or raw[name] is None:
         raise RowError("missing_field", name)
     value = raw[name]
     if not isinstance(value, str):
         raise RowError("wrong_type", f"{name} is {type(value).__name__}, expected str")
-    if not value.strip():
+    value = value.strip()
+    if not value:
         raise RowError("empty_field", name)
-    return value.strip()
+    if max_chars is not None and len(value) > max_chars:
+        detail = f"{name} has {len(value)} characters, above data.max_prompt_chars={max_chars}"
+        raise RowError("prompt_too_long", detail)
+    _check_characters(name, value)
+    return value
 
 
-def normalise_row(raw: Any, fmt: str, *, row_id: str, source: str, license: str) -> Record:
+def _row_id(raw: dict[str, Any], default: str) -> str:
+    rid = raw.get("id")
+    if rid is None or (isinstance(rid, str) and not rid):
+        return default
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        raise RowError("invalid_id", f"id is {type(rid).__name__}, expected str or int")
+    text = str(rid)
+    if len(text) > MAX_ID_CHARS:
+        raise RowError("invalid_id", f"id has {len(text)} characters, at most {MAX_ID_CHARS}")
+    try:
+        _check_characters("id", text)
+    except RowError as err:
+        raise RowError("invalid_id", err.reason) from None
+    return text
+
+
+def normalise_row(
+    raw: Any, fmt: str, *, row_id: str, source: str, license: str, max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
+) -> Record:
     """One raw row in ``fmt`` form as a :class:`Record`, or :class:`RowError`."""
     if not isinstance(raw, dict):
         raise RowError("wrong_type", f"row is {type(raw).__name__}, expected an object")
     prompt_field, solution_field = FIELDS[fmt]
-    prompt = _text_field(raw, prompt_field)
+    prompt = _text_field(raw, prompt_field, max_prompt_chars)
     solution = _text_field(raw, solution_field)
     if fmt == "gsm8k":
         answer = gsm8k_final_answer(solution)
@@ -70,42 +135,403 @@ def normalise_row(raw: Any, fmt: str, *, row_id: str, source: str, license: str)
         answer = last_boxed(solution)
         if not answer:
             raise RowError("unparseable_answer", "no \\boxed{...} final answer in solution")
-    rid = raw.get("id") if raw.get("id") not in (None, "") else row_id
-    return Record(id=str(rid), prompt=prompt, reference_answer=answer, solution=solution, source=source, license=license)
+    rid = _row_id(raw, row_id)
+    return Record(id=rid, prompt=prompt, reference_answer=answer, solution=solution, source=source, license=license)
 
 
 @dataclass(frozen=True)
 class RawRow:
+    """One row as read: where it starts, and the parsed value or the :class:`RowError` that stopped it.
+
+    ``text`` is the row's original text (possibly only its start) when it could not be parsed, and
+    ``size`` the original length in bytes, for the quarantine.
+    """
+
     line: int | None
-    value: Any  # the parsed row, or the exception that stopped it from parsing
+    value: Any
+    text: str | None = None
+    size: int | None = None
 
 
-def read_raw(path: str | Path) -> Iterator[RawRow]:
+def read_raw(path: str | Path, *, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES) -> Iterator[RawRow]:
     """Rows of a JSONL, JSON (a list), Parquet or CSV file, each with its line number."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"data file {path} does not exist")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        with open(path, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, start=1):
-                if line.strip():
-                    try:
-                        yield RawRow(n, json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        yield RawRow(n, RowError("invalid_json", str(exc)))
-    elif suffix == ".json":
-        for n, row in enumerate(json.loads(path.read_text(encoding="utf-8")), start=1):
-            yield RawRow(n, row)
-    elif suffix in (".parquet", ".csv"):
-        import pandas as pd
+        return _read_jsonl(path, max_row_bytes)
+    if suffix == ".json":
+        return _read_json(path, max_row_bytes)
+    if suffix == ".parquet":
+        return _read_parquet(path)
+    if suffix == ".csv":
+        return _read_csv(path, max_row_bytes)
+    raise ValueError(f"data file {path}: unsupported format {suffix!r} (use .jsonl, .json, .parquet or .csv)")
 
-        frame = pd.read_parquet(path) if suffix == ".parquet" else pd.read_csv(path, dtype=str, keep_default_na=False)
-        offset = 2 if suffix == ".csv" else 1  # CSV: line 1 is the header
-        for n, row in enumerate(frame.to_dict(orient="records")):
-            yield RawRow(n + offset, {k: (None if v == "" and suffix == ".csv" else v) for k, v in row.items()})
-    else:
-        raise ValueError(f"data file {path}: unsupported format {suffix!r} (use .jsonl, .json, .parquet or .csv)")
+
+# --- lines of bounded length -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Line:
+    number: int
+    data: bytes  # the whole line, terminator included; of an over-long line only its start
+    size: int  # bytes of the original line, terminator excluded
+    ending: int  # bytes of its terminator (0 at the end of the file)
+    oversized: bool
+    quotes: int  # '"' bytes in the original line (CSV keeps its quoting state across a skipped line)
+
+
+def _content_size(chunk: bytes) -> int:
+    return len(chunk) - (2 if chunk.endswith(b"\r\n") else 1 if chunk.endswith(b"\n") else 0)
+
+
+def _read_lines(fh: BinaryIO, cap: int) -> Iterator[_Line]:
+    """Physical lines; a line over ``cap`` bytes is read on in blocks and only its start kept."""
+    number = 0
+    while chunk := fh.readline(cap + 1):
+        number += 1
+        if len(chunk) <= cap or chunk.endswith(b"\n"):
+            size = _content_size(chunk)
+            yield _Line(number, chunk, size, len(chunk) - size, False, 0)
+            continue
+        head, size, quotes, last = chunk[:_KEEP_BYTES], 0, 0, chunk
+        while chunk:
+            size, quotes, last = size + _content_size(chunk), quotes + chunk.count(b'"'), chunk
+            if chunk.endswith(b"\n"):
+                break
+            chunk = fh.readline(_BLOCK)
+        yield _Line(number, head, size, len(last) - _content_size(last), True, quotes)
+
+
+def _decode(data: bytes, first: bool) -> str:
+    """UTF-8 with bad bytes kept as U+DC80..U+DCFF (found per row later); a leading BOM dropped."""
+    text = data.decode("utf-8", "surrogateescape")
+    return text[1:] if first and text.startswith("\ufeff") else text
+
+
+def _undecodable(text: str, start: int = 0, end: int | None = None) -> RowError | None:
+    """The first byte of ``text[start:end]`` that was not UTF-8, as a row error (positions from ``start``)."""
+    bad = _UNDECODED.search(text, start, len(text) if end is None else end)
+    if bad is None:
+        return None
+    byte, at = ord(bad.group()) - 0xDC00, bad.start() - start + 1
+    return RowError("invalid_utf8", f"byte 0x{byte:02X} at character {at} is not UTF-8")
+
+
+def _check_decoded(text: str) -> None:
+    err = _undecodable(text)
+    if err:
+        raise err
+
+
+def _too_long(line: _Line, cap: int) -> RawRow:
+    err = RowError("row_too_long", f"{line.size} bytes, above data.max_row_bytes={cap}")
+    return RawRow(line.number, err, text=line.data.decode("utf-8", "replace"), size=line.size)
+
+
+# --- JSON --------------------------------------------------------------------------------
+
+
+def _bounded_int(digits: str) -> int:
+    """``int`` for the JSON parser, a :class:`RowError` past Python's int-string limit (not a bare ValueError)."""
+    limit = sys.get_int_max_str_digits()
+    count = len(digits) - digits.startswith("-")
+    if limit and count > limit:
+        raise RowError("number_too_large", f"an integer of {count} digits (Python converts at most {limit})")
+    return int(digits)
+
+
+_DECODER = json.JSONDecoder(parse_int=_bounded_int)
+
+
+def _parse_json(text: str) -> Any:
+    _check_decoded(text)
+    try:
+        return _DECODER.decode(text)
+    except json.JSONDecodeError as exc:
+        raise RowError("invalid_json", f"{exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise RowError("too_deeply_nested", "nested deeper than the JSON parser can follow") from None
+
+
+def _read_jsonl(path: Path, cap: int) -> Iterator[RawRow]:
+    with open(path, "rb") as fh:
+        for line in _read_lines(fh, cap):
+            if line.oversized:
+                yield _too_long(line, cap)
+                continue
+            text = _decode(line.data, line.number == 1)
+            if not text.strip():
+                continue
+            try:
+                yield RawRow(line.number, _parse_json(text))
+            except RowError as err:
+                yield RawRow(line.number, err, text=text.rstrip("\r\n"), size=line.size)
+
+
+def _json_top_level(text: str, pos: int) -> str:
+    if pos >= len(text):
+        return "an empty file"
+    kinds = {"{": "an object", '"': "a string", "t": "a boolean", "f": "a boolean", "n": "null", "[": "a list"}
+    if text[pos] in kinds:
+        return kinds[text[pos]]
+    return "a number" if text[pos] in "-0123456789" else "no JSON value"
+
+
+_WS = re.compile(r"[ \t\r\n]*")
+# A JSON string (escapes included) or a structural character; the unrolled form stays linear.
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]', re.S)
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    return _WS.match(text, pos).end()  # type: ignore[union-attr]  # matches the empty string
+
+
+def _value_end(text: str, start: int) -> int | None:
+    """Where the list element starting at ``start`` ends, by bracket matching; None if it never does."""
+    depth = 0
+    for tok in _TOKEN.finditer(text, start):
+        char = tok.group()
+        if char in ("[", "{"):
+            depth += 1
+        elif char in ("]", "}"):
+            if depth == 0:
+                return tok.start()
+            depth -= 1
+            if depth == 0:
+                return tok.end()
+        elif char == "," and depth == 0:
+            return tok.start()
+    return None
+
+
+def _line_col(text: str, pos: int) -> str:
+    line = text.count("\n", 0, pos) + 1
+    return f"line {line}, column {pos - text.rfind(chr(10), 0, pos)}"
+
+
+def _json_element(text: str, start: int, index: int, cap: int) -> tuple[RawRow, int | None]:
+    """The list element at ``start`` as a row, and where it ends (None: the list cannot be read on)."""
+    try:
+        value, end = _DECODER.raw_decode(text, start)
+    except (RowError, json.JSONDecodeError, RecursionError) as exc:
+        after = _value_end(text, start)
+        err = _span_error(text, start, after or len(text), cap, check_size=False) or _json_error(exc, start)
+        return (RawRow(index, err), None) if after is None else (_bad_element(text, start, after, index, err), after)
+    err = _span_error(text, start, end, cap, check_size=True)
+    return (RawRow(index, value) if err is None else _bad_element(text, start, end, index, err)), end
+
+
+def _span_error(text: str, start: int, end: int, cap: int, *, check_size: bool) -> RowError | None:
+    """An undecodable byte in the element's text, or (``check_size``) its length over ``cap``."""
+    bad = _undecodable(text, start, end)
+    if bad:
+        return bad
+    if check_size and end - start > cap and _utf8_size(text, start, end) > cap:
+        return RowError("row_too_long", f"{_utf8_size(text, start, end)} bytes, above data.max_row_bytes={cap}")
+    return None
+
+
+def _bad_element(text: str, start: int, end: int, index: int, err: RowError) -> RawRow:
+    raw = text[start : min(end, start + QUARANTINE_TEXT_CHARS + 1)]
+    return RawRow(index, err, text=raw, size=_utf8_size(text, start, end))
+
+
+def _json_error(exc: Exception, start: int) -> RowError:
+    if isinstance(exc, RowError):
+        return exc
+    if isinstance(exc, json.JSONDecodeError):  # positions within the row: counting file lines per error is quadratic
+        return RowError("invalid_json", f"{exc.msg} at character {exc.pos - start + 1} of the row")
+    return RowError("too_deeply_nested", "nested deeper than the JSON parser can follow")
+
+
+def _utf8_size(text: str, start: int, end: int) -> int:
+    return len(text[start:end].encode("utf-8", "surrogateescape"))
+
+
+def _read_json(path: Path, cap: int) -> Iterator[RawRow]:
+    text = _decode(path.read_bytes(), True)
+    pos = _skip_ws(text, 0)
+    if not text.startswith("[", pos):
+        raise ValueError(
+            f"data file {path}: a .json data file must hold one list of row objects, found "
+            f"{_json_top_level(text, pos)} (JSON Lines files end in .jsonl)"
+        )
+    return _json_list(path, text, _skip_ws(text, pos + 1), cap)
+
+
+def _json_list(path: Path, text: str, pos: int, cap: int) -> Iterator[RawRow]:
+    """Each element of the list opened before ``pos``; a bad element is a row, a broken list an error."""
+    index = 0
+    while not text.startswith("]", pos):
+        index += 1
+        row, end = _json_element(text, pos, index, cap)
+        if end is None:
+            where = _line_col(text, pos)
+            raise ValueError(f"data file {path}: list element {index} at {where} never ends ({row.value})")
+        yield row
+        pos = _skip_ws(text, end)
+        if text.startswith(",", pos):
+            pos = _skip_ws(text, pos + 1)
+        elif not text.startswith("]", pos):
+            where = _line_col(text, pos)
+            raise ValueError(f"data file {path}: expected ',' or ']' after list element {index} at {where}")
+    rest = _skip_ws(text, pos + 1)
+    if rest < len(text):
+        raise ValueError(f"data file {path}: unexpected text after the list's closing ']' at {_line_col(text, rest)}")
+
+
+# --- Parquet -----------------------------------------------------------------------------
+
+
+def _read_parquet(path: Path) -> Iterator[RawRow]:
+    """Rows as plain Python values via pyarrow (lists stay lists; no numpy arrays to compare)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise ValueError(f"data file {path}: not a readable Parquet file: {exc}") from None
+    return _parquet_rows(path, parquet)
+
+
+def _parquet_rows(path: Path, parquet: Any) -> Iterator[RawRow]:
+    import pyarrow as pa
+
+    done = 0
+    batches = parquet.iter_batches(batch_size=1024)
+    while True:
+        try:
+            batch = next(batches, None)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise ValueError(f"data file {path}: Parquet data unreadable after row {done}: {exc}") from None
+        if batch is None:
+            return
+        yield from _batch_rows(batch, done)
+        done += batch.num_rows
+
+
+def _batch_rows(batch: Any, done: int) -> Iterator[RawRow]:
+    try:
+        rows = batch.to_pylist()
+    except Exception:  # one value Python cannot hold (e.g. a date past year 9999): find it row by row
+        rows = None
+    for i in range(batch.num_rows):
+        if rows is not None:
+            yield RawRow(done + i + 1, rows[i])
+            continue
+        try:
+            yield RawRow(done + i + 1, batch.slice(i, 1).to_pylist()[0])
+        except Exception as exc:  # pyarrow raises several kinds for one unconvertible value
+            yield RawRow(done + i + 1, RowError("unreadable_value", f"{type(exc).__name__}: {exc}"))
+
+
+# --- CSV ---------------------------------------------------------------------------------
+
+
+class _CsvLines:
+    """Physical lines for :func:`csv.reader`, remembering what the row being read was made of.
+
+    ``csv.reader`` asks for one line at a time and stops at the end of a row, so what was read
+    since :meth:`start_row` is exactly that row. An over-long line is replaced by a stand-in with
+    the same parity of ``"`` and marks the row: under RFC 4180 quoting (a quoted field may span
+    lines, ``""`` is a literal quote) every ``"`` toggles whether the reader is inside a quoted
+    field, so the reader's state after the stand-in is the one it would have had after the line.
+    """
+
+    def __init__(self, fh: BinaryIO, cap: int):
+        self._lines = _read_lines(fh, cap)
+        self.cap = cap
+        self.count = 0
+        self.start_row()
+
+    def start_row(self) -> None:
+        """Forget the previous row."""
+        self.kept: list[str] = []
+        self.size = 0  # bytes of the row, its last line's terminator excluded
+        self._ending = 0
+        self.oversized = False
+
+    def __iter__(self) -> "_CsvLines":
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._lines)
+        self.count = line.number
+        self.size += self._ending + line.size
+        self._ending = line.ending
+        if line.oversized:
+            self.oversized = True
+            self._keep(line.data.decode("utf-8", "replace"))
+            return ('"' if line.quotes % 2 else "") + "\x00\n"
+        text = _decode(line.data, line.number == 1)
+        self._keep(text)
+        return text
+
+    def _keep(self, text: str) -> None:
+        if sum(map(len, self.kept)) <= QUARANTINE_TEXT_CHARS:
+            self.kept.append(text[: QUARANTINE_TEXT_CHARS + 1])
+
+    def raw(self, error: RowError, start: int) -> RawRow:
+        """The row read since :meth:`start_row` as a rejected row with its text."""
+        return RawRow(start, error, text="".join(self.kept).rstrip("\r\n"), size=self.size)
+
+
+def _csv_header(path: Path, fields: list[str], lines: _CsvLines) -> list[str]:
+    """The column names; a header that cannot name the columns is the file's problem."""
+    if lines.oversized:
+        raise ValueError(f"data file {path}: the CSV header is longer than data.max_row_bytes={lines.cap}")
+    bad = [f for f in fields if _UNDECODED.search(f)]
+    if bad:
+        raise ValueError(f"data file {path}: the CSV header has bytes that are not UTF-8: {bad[0]!r}")
+    repeated = sorted({f for f in fields if fields.count(f) > 1})
+    if repeated:
+        raise ValueError(f"data file {path}: the CSV header repeats the column names {repeated}")
+    return fields
+
+
+def _csv_row(header: list[str], fields: list[str], start: int, lines: _CsvLines) -> RawRow:
+    """One CSV record as a row dict (empty fields are missing, as in the pandas reader before)."""
+    if lines.oversized:
+        detail = f"{lines.size} bytes, a line above data.max_row_bytes={lines.cap}"
+        return lines.raw(RowError("row_too_long", detail), start)
+    if len(fields) != len(header):
+        return lines.raw(RowError("malformed_csv", f"{len(fields)} fields, the header has {len(header)}"), start)
+    try:
+        for field in fields:
+            _check_decoded(field)
+    except RowError as err:
+        return lines.raw(err, start)
+    return RawRow(start, {name: (value if value != "" else None) for name, value in zip(header, fields)})
+
+
+def _read_csv(path: Path, cap: int) -> Iterator[RawRow]:
+    with open(path, "rb") as fh:
+        lines = _CsvLines(fh, cap)
+        reader = csv.reader(lines)
+        header: list[str] | None = None
+        while True:
+            start = lines.count + 1
+            lines.start_row()
+            try:
+                fields = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                yield lines.raw(RowError("malformed_csv", str(exc)), start)
+                continue
+            if not fields and not lines.oversized:
+                continue  # a blank line
+            if header is None:
+                header = _csv_header(path, fields, lines)
+                continue
+            yield _csv_row(header, fields, start, lines)
+
+
+# --- hub ---------------------------------------------------------------------------------
 
 
 def read_hub(name: str, subset: str | None, split: str) -> Iterator[RawRow]:
@@ -124,29 +550,56 @@ def read_hub(name: str, subset: str | None, split: str) -> Iterator[RawRow]:
         yield RawRow(n, dict(row))
 
 
+# --- validation --------------------------------------------------------------------------
+
+
 @dataclass
 class Ingested:
+    """A source's valid records, its rejected rows, and how many rows were read."""
+
     records: list[Record]
     rejected: list[Rejected]
     origin: dict[str, tuple[str, int | None]]  # record id -> (source file, line)
+    read: int = 0
 
 
-def ingest(rows: Iterable[RawRow], fmt: str, *, source: str, source_file: str, license: str) -> Ingested:
+def _quarantine_row(raw: RawRow) -> dict[str, Any]:
+    if raw.text is not None:
+        return {"raw": raw.text, "raw_bytes": raw.size}
+    return raw.value if isinstance(raw.value, dict) else {"raw": raw.value}
+
+
+def ingest(
+    rows: Iterable[RawRow],
+    fmt: str,
+    *,
+    source: str,
+    source_file: str,
+    license: str,
+    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
+) -> Ingested:
     """Validate and normalise rows; invalid ones and repeated ids become :class:`Rejected`."""
-    records: list[Record] = []
-    rejected: list[Rejected] = []
+    got = Ingested([], [], {})
     seen_ids: dict[str, int | None] = {}
     for raw in rows:
+        got.read += 1
         try:
             if isinstance(raw.value, Exception):
                 raise raw.value
-            rec = normalise_row(raw.value, fmt, row_id=f"{source}-{raw.line}", source=source, license=license)
+            rec = normalise_row(
+                raw.value,
+                fmt,
+                row_id=f"{source}-{raw.line}",
+                source=source,
+                license=license,
+                max_prompt_chars=max_prompt_chars,
+            )
             if rec.id in seen_ids:
-                raise RowError("duplicate_id", f"id {rec.id!r} already used on line {seen_ids[rec.id]}")
+                raise RowError("duplicate_id", f"id {_excerpt(rec.id)} already used on line {seen_ids[rec.id]}")
         except RowError as err:
-            payload = raw.value if isinstance(raw.value, dict) else {"raw": repr(raw.value)}
-            rejected.append(Rejected(source_file, raw.line, err.reason, payload))
+            got.rejected.append(Rejected(source_file, raw.line, err.reason, _quarantine_row(raw)))
             continue
         seen_ids[rec.id] = raw.line
-        records.append(rec)
-    return Ingested(records, rejected, {rid: (source_file, line) for rid, line in seen_ids.items()})
+        got.records.append(rec)
+    got.origin = {rid: (source_file, line) for rid, line in seen_ids.items()}
+    return got

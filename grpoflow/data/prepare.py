@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from grpoflow.config import DataConfig, SourceConfig
 from grpoflow.data import synthetic
@@ -72,32 +73,41 @@ class Prepared:
         }
 
 
-def _raw_rows(src: SourceConfig, root: Path) -> tuple[list[RawRow], str]:
+def _raw_rows(src: SourceConfig, cfg: DataConfig, root: Path) -> tuple[Iterator[RawRow], str]:
+    """A file or hub source's rows, streamed (a rejected row is kept only cut down), and its name."""
     if src.kind == "file":
         path = Path(src.path)  # type: ignore[arg-type]
         path = path if path.is_absolute() else root / path
-        rows = read_raw(path)
+        rows = read_raw(path, max_row_bytes=cfg.max_row_bytes)
         name = str(src.path)
     else:
         rows = read_hub(src.hub_name, src.subset, src.split)  # type: ignore[arg-type]
         name = f"hub:{src.hub_name}/{src.subset or ''}:{src.split}"
-    return list(islice(rows, src.limit)), name
+    return islice(rows, src.limit), name
 
 
 def load_source(src: SourceConfig, seed: int, cfg: DataConfig, root: Path) -> tuple[Ingested, int]:
     """One source's rows, validated and normalised, and how many rows were read."""
+    rows: Iterable[RawRow]
     if src.kind == "synthetic":
         gen = synthetic.generate(seed, cfg.synthetic)
-        rows = [RawRow(p.index + 1, {"id": f"synthetic-{seed}-{p.index}", "question": p.question, "answer": p.answer}) for p in gen]
+        rows = [
+            RawRow(p.index + 1, {"id": f"synthetic-{seed}-{p.index}", "question": p.question, "answer": p.answer})
+            for p in gen
+        ]
         rows = rows[: src.limit] if src.limit else rows
         file_name, license = "<synthetic>", cfg.synthetic_license
     else:
-        rows, file_name = _raw_rows(src, root)
+        rows, file_name = _raw_rows(src, cfg, root)
         license = src.license or ""
-    return ingest(rows, src.format, source=src.label, source_file=file_name, license=license), len(rows)
+    limit = cfg.max_prompt_chars
+    got = ingest(rows, src.format, source=src.label, source_file=file_name, license=license, max_prompt_chars=limit)
+    return got, got.read
 
 
-def deduplicate(records: list[Record], origin: dict[str, tuple[str, int | None]]) -> tuple[list[Record], list[Rejected]]:
+def deduplicate(
+    records: list[Record], origin: dict[str, tuple[str, int | None]]
+) -> tuple[list[Record], list[Rejected]]:
     """Keep the first of each normalised prompt; later copies go to quarantine, naming the first."""
     seen: dict[str, str] = {}
     kept: list[Record] = []
@@ -133,7 +143,11 @@ def find_split_leaks(prepared: Prepared, cfg: DataConfig) -> list[FoundLeak]:
     lk = cfg.leakage
     for name, refs in references.items():
         for leak in leakage(
-            train_texts, [r.prompt for r in refs], ngram=lk.ngram, ngram_min_overlap=lk.ngram_min_overlap, near_threshold=lk.near_threshold
+            train_texts,
+            [r.prompt for r in refs],
+            ngram=lk.ngram,
+            ngram_min_overlap=lk.ngram_min_overlap,
+            near_threshold=lk.near_threshold,
         ):
             found.append(FoundLeak(name, leak, train[leak.train_index], refs[leak.reference_index]))
     return found

@@ -10,6 +10,11 @@ def _cell(text: str, width: int = 160) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _code(text: str) -> str:
+    """An id as inline code that a ``|`` or backtick in it cannot break out of."""
+    return "`" + _cell(text, 80).replace("`", "'") + "`"
+
+
 def prepare_report(prepared: Prepared, examples: int = 10) -> str:
     s = prepared.summary()
     verdict = "PASSED" if s["passed"] else "FAILED"
@@ -32,7 +37,7 @@ def prepare_report(prepared: Prepared, examples: int = 10) -> str:
         lines += ["", "| kind | score | train row | reference row |", "|---|---|---|---|"]
         for f in worst[:examples]:
             lines.append(
-                f"| {f.leak.kind} | {f.leak.score:.2f} | `{f.train.id}`: {_cell(f.train.prompt)} "
-                f"| {f.reference_set} `{f.reference.id}`: {_cell(f.reference.prompt)} |"
+                f"| {f.leak.kind} | {f.leak.score:.2f} | {_code(f.train.id)}: {_cell(f.train.prompt)} "
+                f"| {f.reference_set} {_code(f.reference.id)}: {_cell(f.reference.prompt)} |"
             )
     return "\n".join(lines) + "\n"

@@ -1,10 +1,17 @@
+import base64
+import datetime
 import json
+import time
+import tracemalloc
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from grpoflow.data.ingest import RawRow, gsm8k_final_answer, ingest, read_raw
+from grpoflow.data.ingest import RawRow, RowError, gsm8k_final_answer, ingest, read_raw
+from grpoflow.data.records import Rejected
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GOOD = {"question": "Ann has 2 cats and buys 1,000 more. How many?", "answer": "2+1000=1002\n#### 1,002"}
@@ -67,7 +74,7 @@ def test_csv_and_parquet_line_numbers(tmp_path):
     frame.to_parquet(tmp_path / "d.parquet")
     csv = ingest(read_raw(tmp_path / "d.csv"), "gsm8k", source="c", source_file="d.csv", license="MIT")
     pq = ingest(read_raw(tmp_path / "d.parquet"), "gsm8k", source="p", source_file="d.parquet", license="MIT")
-    assert csv.rejected[0].line == 3  # header is line 1
+    assert csv.rejected[0].line == 4  # header is line 1; GOOD's answer spans lines 2-3
     assert pq.rejected[0].line == 2
     assert csv.rejected[0].reason.startswith("missing_field") and pq.rejected[0].reason.startswith("empty_field")
 
@@ -98,3 +105,237 @@ def test_hub_source_offline_is_a_clear_error():
     env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert "CLEAR dataset 'openai/gsm8k'" in out.stdout and "local file" in out.stdout
+
+
+# --- hostile and careless input (each a row's problem, never the file's) ---------------------------
+
+
+def ingest_file(path, **read):
+    return ingest(read_raw(path, **read), "gsm8k", source="d", source_file=str(path), license="MIT")
+
+
+def kinds(got):
+    return [(q.line, q.reason.split(":")[0]) for q in got.rejected]
+
+
+def _refuse(constant):
+    raise ValueError(f"not strict JSON: {constant}")
+
+
+def strict_loads(text):
+    """json.loads that refuses NaN/Infinity, which RFC 8259 does not allow."""
+    return json.loads(text, parse_constant=_refuse)
+
+
+def jsonl(row):
+    return (json.dumps(row) + "\n").encode()
+
+
+@pytest.mark.parametrize(
+    "line, kind",
+    [
+        (b'{"question": "q?", "answer": "#### 1", "extra": ' + b"9" * 5000 + b"}", "number_too_large"),
+        (b"[" * 100_000, "too_deeply_nested"),
+        (b'{"question": "caf\xe9?", "answer": "#### 1"}', "invalid_utf8"),
+        (b'{"question": "q\\u0000?", "answer": "#### 1"}', "control_character"),
+        (b'{"question": "q\\ud800?", "answer": "#### 1"}', "invalid_unicode"),
+    ],
+)
+def test_a_hostile_jsonl_line_is_one_quarantined_row(tmp_path, line, kind):
+    f = tmp_path / "d.jsonl"
+    f.write_bytes(jsonl(GOOD) + line + b"\n" + jsonl(GOOD | {"id": "x"}))
+    got = ingest_file(f)
+    assert len(got.records) == 2 and kinds(got) == [(2, kind)]
+    strict_loads(json.dumps(got.rejected[0].to_dict(), ensure_ascii=False, allow_nan=False))
+
+
+@pytest.mark.parametrize(
+    "content, found", [("42", "a number"), ('{"question": "q?"}', "an object"), ("", "an empty file")]
+)
+def test_a_json_file_that_is_not_a_list_is_one_clear_error(tmp_path, content, found):
+    f = tmp_path / "d.json"
+    f.write_text(content)
+    with pytest.raises(ValueError, match=f"{f}.*list of row objects, found {found}"):
+        list(read_raw(f))
+
+
+def test_bad_elements_of_a_json_list_are_quarantined_and_the_rest_read(tmp_path):
+    elements = [
+        jsonl(GOOD).strip(),
+        b'{"question": "q?", "answer": ' + b"9" * 5000 + b"}",
+        b"[" * 5000 + b"]" * 5000,
+        b'{"question": "q?" "answer": "#### 1"}',
+        b'{"question": "\xff?", "answer": "#### 1"}',
+        jsonl(GOOD | {"id": "z"}).strip(),
+    ]
+    f = tmp_path / "d.json"
+    f.write_bytes(b"[\n" + b",\n".join(elements) + b"\n]\n")
+    got = ingest_file(f)
+    assert [r.id for r in got.records] == ["d-1", "z"]
+    assert kinds(got) == [(2, "number_too_large"), (3, "too_deeply_nested"), (4, "invalid_json"), (5, "invalid_utf8")]
+    assert got.rejected[2].row["raw"] == '{"question": "q?" "answer": "#### 1"}'
+
+
+def test_a_json_list_that_never_ends_is_one_clear_error(tmp_path):
+    f = tmp_path / "d.json"
+    f.write_text("[" + json.dumps(GOOD) + ', {"question": ')
+    with pytest.raises(ValueError, match=f"{f}: list element 2 .* never ends"):
+        list(read_raw(f))
+
+
+def test_parquet_with_list_bytes_and_nan_columns(tmp_path):
+    table = pa.table(
+        {
+            "question": ["q1?", "q2?", None],
+            "answer": ["#### 1", "#### 2", "#### 3"],
+            "tags": [[1, 2], [], [3, 4]],
+            "blob": [b"\x00\xff", b"", b"\xfe" * 5000],
+            "score": [0.5, float("nan"), float("nan")],  # a stored NaN, not a null (pandas would write null)
+        }
+    )
+    pq.write_table(table, tmp_path / "d.parquet")
+    got = ingest_file(tmp_path / "d.parquet")
+    assert [r.prompt for r in got.records] == ["q1?", "q2?"] and kinds(got) == [(3, "missing_field")]
+    line = strict_loads(json.dumps(got.rejected[0].to_dict(), allow_nan=False))
+    assert line["row"]["tags"] == [3, 4] and line["row"]["score"] is None
+    assert line["row"]["blob"] == {"$bytes_b64": base64.b64encode(b"\xfe" * 1500).decode(), "$bytes_len": 5000}
+    assert any(n.startswith("row.score: nan") for n in line["notes"])
+
+
+def test_an_unreadable_parquet_file_is_one_clear_error(tmp_path):
+    f = tmp_path / "d.parquet"
+    f.write_bytes(b"PAR1 not really parquet")
+    with pytest.raises(ValueError, match=f"{f}: not a readable Parquet file"):
+        list(read_raw(f))
+
+
+def test_csv_rows_report_the_file_line_they_start_on(tmp_path):
+    f = tmp_path / "d.csv"
+    f.write_text('question,answer\n"Line one\nline two?","a\n#### 1"\n\nq3?,#### 3\nq4?\n,#### 8\nq9?,#### 9\n')
+    got = ingest_file(f)
+    assert [(r.prompt, r.id) for r in got.records] == [("Line one\nline two?", "d-2"), ("q3?", "d-6"), ("q9?", "d-9")]
+    assert kinds(got) == [(7, "malformed_csv"), (8, "missing_field")]
+    assert got.rejected[0].row == {"raw": "q4?", "raw_bytes": 3}
+
+
+def test_csv_bad_bytes_and_an_over_long_line_are_rows_not_the_file(tmp_path):
+    f = tmp_path / "d.csv"
+    long_field = b'"' + b"x" * 3000 + b"\n" + b"x" * 10 + b'"'  # opens a quote on line 4, closes it on line 5
+    f.write_bytes(b"question,answer\nq1?,#### 1\n\"caf\xe9?\",#### 2\n" + long_field + b",#### 3\nq6?,#### 6\n")
+    got = ingest_file(f, max_row_bytes=1024)
+    assert [r.prompt for r in got.records] == ["q1?", "q6?"]
+    assert kinds(got) == [(3, "invalid_utf8"), (4, "row_too_long")]
+    assert got.rejected[1].row["raw_bytes"] == 3001 + 1 + 18
+
+
+@pytest.mark.parametrize(
+    "prompt, kind",
+    [
+        ("a\x00b?", "control_character"),
+        ("esc \x1b[31m?", "control_character"),
+        ("lone \ud800?", "invalid_unicode"),
+        ("x" * 8001, "prompt_too_long"),
+    ],
+)
+def test_control_characters_and_long_prompts_are_quarantined(prompt, kind):
+    got, found = reasons([GOOD, {"question": prompt, "answer": "#### 1"}])
+    assert found == [(2, kind)]
+    json.dumps(got.rejected[0].to_dict(), ensure_ascii=False).encode("utf-8")  # no lone surrogate left
+
+
+def test_tab_newline_and_a_prompt_of_exactly_the_limit_are_accepted():
+    got, found = reasons([{"question": "a\tb\nc?", "answer": "#### 1"}, {"question": "y" * 8000, "answer": "#### 2"}])
+    assert found == [] and len(got.records) == 2
+
+
+@pytest.mark.parametrize("rid", [[1], {"a": 1}, 1.5, True, "x" * 201, "a\x00b"])
+def test_ids_that_are_not_short_plain_text_are_quarantined(rid):
+    assert reasons([GOOD | {"id": rid}])[1] == [(1, "invalid_id")]
+
+
+def test_a_huge_line_is_read_in_blocks_and_kept_only_in_part(tmp_path):
+    f = tmp_path / "d.jsonl"
+    huge = b'{"question": "' + b"x" * (32 << 20) + b'", "answer": "#### 1"}'
+    f.write_bytes(jsonl(GOOD) + huge + b"\n" + jsonl(GOOD | {"id": "z"}))
+    size = len(huge)
+    del huge
+    tracemalloc.start()
+    try:
+        got = ingest_file(f, max_row_bytes=1 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert kinds(got) == [(2, "row_too_long")] and len(got.records) == 2
+    assert peak < 8 << 20  # the 32 MiB line is never held whole (the old reader held several copies)
+    row = got.rejected[0].to_dict()["row"]
+    assert row["raw"] == '{"question": "' + "x" * 1986 and row["raw_bytes"] == size
+
+
+def test_an_invalid_json_line_keeps_its_text(tmp_path):
+    f = tmp_path / "d.jsonl"
+    long_bad = '{"question": "' + "y" * 5000 + '"'
+    f.write_text(json.dumps(GOOD) + "\n{broken\n" + long_bad + "\n")
+    first, second = (q.to_dict() for q in ingest_file(f).rejected)
+    assert first["row"] == {"raw": "{broken", "raw_bytes": 7} and first["notes"] == []
+    assert second["row"] == {"raw": long_bad[:2000], "raw_bytes": len(long_bad)}
+    assert second["notes"] == [f"row.raw: {len(long_bad)} characters, the first 2000 kept"]
+
+
+def test_quarantine_lines_are_strict_json_whatever_the_row_held(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"question": NaN, "answer": "#### 1", "score": Infinity, "deep": ' + "[" * 40 + "]" * 40 + "}\n")
+    rejected = ingest_file(f).rejected[0]
+    line = strict_loads(json.dumps(rejected.to_dict(), allow_nan=False))
+    assert rejected.reason.startswith("wrong_type") and line["row"]["question"] is None and line["row"]["score"] is None
+    assert {"row.question: nan written as null", "row.score: inf written as null"} <= set(line["notes"])
+    assert any("nested deeper than 16 levels" in n for n in line["notes"])
+    odd = Rejected("f", 1, "x", {"when": datetime.date(2020, 1, 2), "n": 10**5000, "many": list(range(500))})
+    line = strict_loads(json.dumps(odd.to_dict(), allow_nan=False))
+    assert line["row"]["when"] == {"$repr": "datetime.date(2020, 1, 2)", "$type": "date"}
+    assert line["row"]["n"]["$type"] == "int" and len(line["row"]["many"]) == 100
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "#### x" + " " * 100_000 + "y",
+        "####" + " " * 100_000,
+        "#### " + "1" * 100_000 + "x",
+        "#" * 100_000,
+        "#### 1," * 20_000,
+    ],
+)
+def test_hostile_answers_are_rejected_in_linear_time(answer):
+    start = time.process_time()
+    for _ in range(10):
+        with pytest.raises(RowError):
+            gsm8k_final_answer(answer)
+    # Linear: microseconds per call. The old backtracking regex needed minutes for the first case.
+    assert time.process_time() - start < 2.0
+
+
+def test_good_data_reads_the_same_in_every_format(tmp_path):
+    rows = [json.loads(line) for line in (FIXTURES / "gsm8k" / "train.jsonl").open()]
+    expected = [(r["question"], r["answer"]) for r in rows]
+    (tmp_path / "d.json").write_text(json.dumps(rows, indent=1))
+    (tmp_path / "d.jsonl").write_bytes(b"\xef\xbb\xbf" + b"".join(jsonl(r).replace(b"\n", b"\r\n") for r in rows))
+    pd.DataFrame(rows).to_csv(tmp_path / "d.csv", index=False)
+    pd.DataFrame(rows).to_parquet(tmp_path / "d.parquet")
+    for name in ("d.json", "d.jsonl", "d.csv", "d.parquet"):
+        got = ingest_file(tmp_path / name)
+        assert got.rejected == [] and [(r.prompt, r.solution) for r in got.records] == expected, name
+        assert got.records[0].reference_answer == "72"
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ("question,question\nq?,#### 1\n", "repeats the column names"),
+        ("question,answer" + "," * 2000 + "\n", "longer than"),
+    ],
+)
+def test_a_csv_header_that_cannot_name_the_columns_is_one_clear_error(tmp_path, content, problem):
+    f = tmp_path / "d.csv"
+    f.write_text(content)
+    with pytest.raises(ValueError, match=f"{f}: the CSV header .*{problem}"):
+        list(read_raw(f, max_row_bytes=1024))

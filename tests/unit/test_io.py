@@ -30,3 +30,20 @@ def test_hash_depends_on_content_and_names_not_on_listing_order(tmp_path):
     assert h2 != h
     (tmp_path / "d" / "b").rename(tmp_path / "d" / "c")
     assert sha256_paths([tmp_path / "d"], root=tmp_path) != h2
+
+
+@pytest.mark.parametrize("bad", [b'{"a": ', b'{"a": "\xff"}', b"[" * 100_000])
+def test_read_jsonl_names_the_file_and_line_of_a_broken_row(tmp_path, bad):
+    target = tmp_path / "rows.jsonl"
+    target.write_bytes(b'{"a": 1}\n\n' + bad + b"\n")
+    with pytest.raises(ValueError, match=f"{target}, line 3: not a UTF-8 JSON row"):
+        read_jsonl(target)
+
+
+def test_write_jsonl_can_refuse_nan_and_writes_utf8(tmp_path):
+    target = tmp_path / "rows.jsonl"
+    with pytest.raises(ValueError):
+        write_jsonl(target, [{"x": float("nan")}], allow_nan=False)
+    assert not target.exists()
+    write_jsonl(target, [{"x": "café"}], allow_nan=False)
+    assert target.read_bytes() == '{"x": "café"}\n'.encode("utf-8")

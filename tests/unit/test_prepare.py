@@ -3,9 +3,12 @@ from pathlib import Path
 
 import pytest
 
-from grpoflow.config import load_params, validate_params
-from grpoflow.data.prepare import prepare
+from grpoflow.config import ConfigError, load_params, validate_params
+from grpoflow.data.leakage import Leak
+from grpoflow.data.prepare import FoundLeak, Prepared, prepare
+from grpoflow.data.records import Record
 from grpoflow.data.report import prepare_report
+from tasks.prepare import write_outputs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gsm8k"
 
@@ -51,9 +54,11 @@ def test_rejected_share_gate_names_the_source(tmp_path):
     bad = tmp_path / "bad.jsonl"
     rows = [{"question": f"q{i}?", "answer": f"#### {i}"} for i in range(8)] + [{"question": "q?"}] * 2
     bad.write_text("\n".join(json.dumps(r) for r in rows))
-    result = prepare(0, data_cfg(sources=[{"kind": "file", "path": str(bad), "license": "MIT"}], max_rejected_fraction=0.1))
+    source = {"kind": "file", "path": str(bad), "license": "MIT"}
+    result = prepare(0, data_cfg(sources=[source], max_rejected_fraction=0.1))
     assert any("'bad'" in f and "2 of 10" in f for f in result.failures)
-    assert [(q.source_file, q.line) for q in result.quarantine if q.reason.startswith("missing_field")] == [(str(bad), 9), (str(bad), 10)]
+    missing = [(q.source_file, q.line) for q in result.quarantine if q.reason.startswith("missing_field")]
+    assert missing == [(str(bad), 9), (str(bad), 10)]
 
 
 def test_all_invalid_and_empty_sources_fail(tmp_path):
@@ -83,3 +88,92 @@ def test_default_synthetic_data_passes_both_gates():
     result = prepare(params.experiment.seed, params.data)
     assert result.failures == [] and result.leaks == []
     assert result.summary()["quarantine_reasons"] == {"duplicate_prompt": len(result.quarantine)}
+
+
+@pytest.mark.parametrize("name", ["../../x", "/abs/path", ".hidden", "a b", "x/y", "", "é"])
+def test_unsafe_benchmark_names_are_config_errors_naming_the_key(name):
+    bench = {"kind": "file", "path": "b.jsonl", "license": "MIT", "name": name}
+    with pytest.raises(ConfigError, match=r"data\.benchmarks\.0: .*name"):
+        data_cfg(benchmarks=[bench])
+
+
+def test_a_benchmark_label_taken_from_a_hub_name_must_be_a_safe_name():
+    bench = {"kind": "hub", "hub_name": "openai/gsm8k", "license": "MIT"}
+    with pytest.raises(ConfigError, match=r"set data\.benchmarks\.0\.name"):
+        data_cfg(benchmarks=[bench])
+    assert data_cfg(benchmarks=[bench | {"name": "gsm8k_test-v1.2"}]).benchmarks[0].label == "gsm8k_test-v1.2"
+
+
+def test_benchmark_names_differing_only_in_case_collide():
+    benches = [{"kind": "file", "path": "b.jsonl", "license": "MIT", "name": n} for n in ("GSM8K", "gsm8k")]
+    with pytest.raises(ConfigError, match="unique"):
+        data_cfg(benchmarks=benches)
+
+
+@pytest.mark.parametrize("name", ["../escape", "../../x", "<tmp>/abs/path", "a\\b"])
+def test_write_outputs_never_writes_outside_its_folder(tmp_path, name):
+    out = tmp_path / "out"
+    name = name.replace("<tmp>", str(tmp_path))  # an absolute name, aimed where a failure does no harm
+    prepared = Prepared(splits={"train": [], "val": [], "test": []}, benchmarks={name: []})
+    with pytest.raises(ValueError, match="is not a plain file or folder name|would be written outside"):
+        write_outputs(prepared, out, "report")
+    assert list(tmp_path.iterdir()) == []  # every path is checked before the first write
+
+
+def test_write_outputs_refuses_a_benchmarks_folder_linked_outside(tmp_path):
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "benchmarks").symlink_to(elsewhere)
+    prepared = Prepared(splits={"train": [], "val": [], "test": []}, benchmarks={"ok": []})
+    with pytest.raises(ValueError, match="outside"):
+        write_outputs(prepared, out, "report")
+    assert list(elsewhere.iterdir()) == [] and list(out.iterdir()) == [out / "benchmarks"]
+
+
+def test_hostile_rows_end_in_a_strict_json_quarantine(tmp_path):
+    src = tmp_path / "mixed.jsonl"
+    rows = [{"question": f"How many apples are in box {i}?", "answer": f"#### {i}"} for i in range(20)]
+    good = [json.dumps(row).encode() for row in rows]
+    hostile = [
+        b'{"question": "q?", "answer": "#### 1", "n": ' + b"1" * 5000 + b"}",
+        b"[" * 100_000,
+        b'{"question": "\xff?", "answer": "#### 1"}',
+        b'{"question": "a\\u0000b?", "answer": "#### 1"}',
+        b'{"question": "' + b"long " * 20 + b'", "answer": "#### 1"}',
+        b'{"question": NaN, "answer": "#### 1"}',
+        b"{not json",
+    ]
+    src.write_bytes(b"\n".join(good + hostile) + b"\n")
+    source = {"kind": "file", "path": str(src), "license": "MIT"}
+    result = prepare(0, data_cfg(sources=[source], max_rejected_fraction=1.0, max_prompt_chars=60))
+    assert result.summary()["quarantine_reasons"] == {
+        "control_character": 1, "invalid_json": 1, "invalid_utf8": 1, "number_too_large": 1,
+        "prompt_too_long": 1, "too_deeply_nested": 1, "wrong_type": 1,
+    }
+    assert [q.line for q in result.quarantine] == list(range(21, 28))
+    too_long = next(q.reason for q in result.quarantine if q.reason.startswith("prompt_too_long"))
+    assert "data.max_prompt_chars=60" in too_long
+    write_outputs(result, tmp_path / "out", prepare_report(result))
+    lines = (tmp_path / "out" / "quarantine.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 7 and all(json.loads(line, parse_constant=_refuse) for line in lines)
+
+
+def _refuse(constant):
+    raise ValueError(f"not strict JSON: {constant}")
+
+
+def test_a_json_file_holding_a_number_is_bad_input_naming_the_file(tmp_path):
+    bad = tmp_path / "rows.json"
+    bad.write_text("42")
+    with pytest.raises(ValueError, match=f"{bad}: .*found a number"):  # tasks.prepare exits 2 on this
+        prepare(0, data_cfg(sources=[{"kind": "file", "path": str(bad), "license": "MIT"}]))
+
+
+def test_report_table_survives_ids_with_pipes_and_backticks():
+    train = Record("a|b`c", "How many?", "1", None, "s", "MIT")
+    ref = Record("x`|y", "How many?", "1", None, "s", "MIT")
+    prepared = Prepared(splits={"train": [train], "val": [], "test": []})
+    prepared.leaks = [FoundLeak("test", Leak(0, 0, "exact", 1.0), train, ref)]
+    row = next(line for line in prepare_report(prepared).splitlines() if line.startswith("| exact"))
+    assert row.replace("\\|", "").count("|") == 5 and row.count("`") == 4
