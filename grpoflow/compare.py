@@ -19,6 +19,7 @@ def model_state_mb(parameters: int) -> float:
 
 
 def summarize(algorithm: str, train: dict, history: list[dict], evaluation: dict, k: int) -> dict:
+    """One algorithm's row of the comparison: test scores, curve stability, cost."""
     test = evaluation.get("test", {})
     accs = [float(r["val_accuracy"]) for r in history if r.get("val_accuracy") not in ("", None)]
     return {
@@ -60,6 +61,7 @@ def memory_breakdown(grpo: dict, ppo: dict, critic_parameters: int) -> dict:
 
 
 def winner(grpo: dict, ppo: dict, key: str = "test_pass@1") -> str:
+    """The algorithm with the higher ``key`` (test pass@1), or "tie"."""
     a, b = grpo.get(key), ppo.get(key)
     if a is None or b is None:
         return "undecided"

@@ -31,11 +31,13 @@ class _Section(BaseModel):
 
 
 class ExperimentConfig(_Section):
+    """Identity and seed of a parameter set."""
     name: str = Field("default", description="Name of this parameter set; the MLflow experiment is grpoflow-<name>.")
     seed: int = Field(0, ge=0, description="Global seed: data generation, splits, model init and sampling derive from it.")
 
 
 class SyntheticConfig(_Section):
+    """The built-in generator of verifiable arithmetic word problems."""
     num_examples: int = Field(4000, ge=1, description="Problems to generate before de-duplication and splitting.")
     min_ops: int = Field(1, ge=1, description="Fewest arithmetic steps in one problem.")
     max_ops: int = Field(2, ge=1, description="Most arithmetic steps in one problem.")
@@ -56,6 +58,7 @@ class SyntheticConfig(_Section):
 
 
 class SplitConfig(_Section):
+    """Train/val/test shares, assigned by prompt hash."""
     train: float = Field(0.8, gt=0, lt=1, description="Share of prompts for training.")
     val: float = Field(0.1, gt=0, lt=1, description="Share of prompts for validation (model selection, gates).")
     test: float = Field(0.1, gt=0, lt=1, description="Share of prompts held out for the final evaluation.")
@@ -69,6 +72,7 @@ class SplitConfig(_Section):
 
 
 class SourceConfig(_Section):
+    """One source of prompts: the generator, a local file or a hub dataset."""
     kind: Literal["synthetic", "file", "hub"] = Field(..., description="Generator, local file (JSONL/JSON/Parquet/CSV) or `datasets` hub name.")
     name: str | None = Field(None, description="Label for ids and reports; defaults to 'synthetic', the file stem or the hub name.")
     path: str | None = Field(None, description="File to read (kind: file).")
@@ -108,6 +112,7 @@ class SourceConfig(_Section):
 
     @property
     def label(self) -> str:
+        """The source's name in ids, reports and benchmark file names."""
         if self.name:
             return self.name
         if self.kind == "file":
@@ -116,6 +121,7 @@ class SourceConfig(_Section):
 
 
 class LeakageConfig(_Section):
+    """The leakage gate between train and every evaluation set."""
     ngram: int = Field(8, ge=1, description="Word n-gram length for the n-gram overlap check.")
     ngram_min_overlap: float = Field(
         0.5, ge=0, le=1, description="Share of a train text's n-grams found in one reference text that counts as a leak (0: any)."
@@ -129,6 +135,7 @@ class LeakageConfig(_Section):
 
 
 class DataConfig(_Section):
+    """The prepare stage: sources, split, benchmarks, leakage and quarantine gates."""
     sources: list[SourceConfig] = Field(
         default_factory=lambda: [SourceConfig(kind="synthetic")], min_length=1, description="Where prompts come from; all are pooled, then split."
     )
@@ -175,6 +182,7 @@ class DataConfig(_Section):
 
 
 class ModelConfig(_Section):
+    """The policy: a pretrained model, or the tiny model built from scratch."""
     name_or_path: str | None = Field(
         None, description="A model path or hub name to fine-tune; null builds the tiny model below from scratch."
     )
@@ -194,8 +202,11 @@ class ModelConfig(_Section):
 
 
 class RewardConfig(_Section):
+    """One verifier of the reward."""
+
     name: str = Field(..., description="Registered verifier name (verifiers.names()): math, format, code.")
     weight: float = Field(1.0, description="Weight of this verifier in the summed reward.")
+    options: dict[str, Any] = Field(default_factory=dict, description="The verifier's own options (its Options class), e.g. math: {fallback_last_number: false}.")
 
     @model_validator(mode="after")
     def _registered(self) -> "RewardConfig":
@@ -203,10 +214,16 @@ class RewardConfig(_Section):
 
         if self.name not in verifiers.names():
             raise ValueError(_unknown("verifier", self.name, verifiers.names()))
+        try:
+            verifiers.options_model(self.name).model_validate(self.options)
+        except ValidationError as exc:
+            problems = "; ".join(f"options.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"verifier {self.name!r}: {problems}") from None
         return self
 
 
 class SandboxConfig(_Section):
+    """Limits for executing completions (code reward)."""
     wall_seconds: float = Field(5.0, gt=0, description="Wall-clock limit for one completion's code and tests.")
     cpu_seconds: int = Field(5, ge=1, description="CPU-time rlimit of the sandboxed process.")
     memory_mb: int = Field(512, ge=64, description="Address-space rlimit of the sandboxed process.")
@@ -217,6 +234,7 @@ class SandboxConfig(_Section):
 
 
 class VerifierGateConfig(_Section):
+    """The validate_verifiers gate: thresholds and sample sizes."""
     min_precision: float = Field(0.99, ge=0, le=1, description="Lowest precision (wrong answers rejected) that passes the gate.")
     min_recall: float = Field(0.99, ge=0, le=1, description="Lowest recall (right answers in any surface form accepted).")
     max_examples: int = Field(2000, ge=1, description="Reference answers sampled per split/benchmark for validation.")
@@ -224,6 +242,7 @@ class VerifierGateConfig(_Section):
 
 
 class EngineConfig(_Section):
+    """One DeepSpeed engine: ZeRO stage, batch, clipping, AdamW, precision."""
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage (0-3).")
     micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward on one process.")
     gradient_clipping: float = Field(1.0, ge=0, description="Max global gradient norm (0: off).")
@@ -235,6 +254,7 @@ class EngineConfig(_Section):
 
 
 class SFTConfig(_Section):
+    """The SFT reference stage."""
     enabled: bool = Field(True, description="Train the reference; false uses model.name_or_path as the reference as is.")
     epochs: float = Field(2.0, gt=0, description="Passes over the train split's solutions.")
     batch_size: int = Field(32, ge=1, description="Sequences per optimizer step.")
@@ -360,6 +380,8 @@ class PPOConfig(_Section):
 
 
 class EvaluateConfig(_Section):
+    """The evaluate stage: which sets, how many samples, which verifier judges."""
+
     max_examples: int = Field(300, ge=1, description="Prompts per test split / benchmark (a fixed, seeded sample).")
     n_samples: int = Field(8, ge=1, description="Samples per prompt for pass@k and maj@k.")
     k: int = Field(4, ge=1, description="k of pass@k and maj@k (<= n_samples).")
@@ -367,15 +389,23 @@ class EvaluateConfig(_Section):
     max_loss_increase: float = Field(
         0.25, ge=0, description="Held-out loss (nats/token) a policy may gain over the reference before 'forgetting' is flagged."
     )
+    verifier: str | None = Field(
+        None, description="Verifier whose score >= 0.5 marks an answer right (accuracy, pass@k, maj@k); null: the first of rewards."
+    )
 
     @model_validator(mode="after")
     def _k_le_n(self) -> "EvaluateConfig":
         if self.k > self.n_samples:
             raise ValueError(f"k ({self.k}) must be <= n_samples ({self.n_samples})")
+        import verifiers
+
+        if self.verifier is not None and self.verifier not in verifiers.names():
+            raise ValueError(_unknown("verifier", self.verifier, verifiers.names()))
         return self
 
 
 class TrackingConfig(_Section):
+    """MLflow tracking."""
     experiment: str | None = Field(None, description="MLflow experiment; null means grpoflow-<experiment.name>.")
 
 
@@ -392,11 +422,13 @@ class OrchestrationConfig(_Section):
 
 
 class Params(_Section):
+    """A whole parameter set: every section of params/*.yaml."""
     experiment: ExperimentConfig = Field(default_factory=ExperimentConfig, description="Identity and seed of the run.")
     data: DataConfig = Field(default_factory=DataConfig, description="The prepare stage.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
     rewards: list[RewardConfig] = Field(
-        default_factory=lambda: [RewardConfig(name="math", weight=1.0)], min_length=1, description="Verifiers whose weighted sum is the reward."
+        default_factory=lambda: [RewardConfig(name="math", weight=1.0), RewardConfig(name="format", weight=0.1)], min_length=1,
+        description="Verifiers whose weighted sum is the reward."
     )
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Limits for executing completions (code reward).")
     verifier_gate: VerifierGateConfig = Field(default_factory=VerifierGateConfig, description="The validate_verifiers gate.")
@@ -490,6 +522,7 @@ def load_params(path: str | Path, overrides: dict[str, Any] | None = None) -> Pa
 
 
 def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``dotted`` (e.g. ``rl.steps``) in a raw params mapping, creating sections on the way."""
     *parents, leaf = dotted.split(".")
     node = raw
     for part in parents:

@@ -39,6 +39,7 @@ def init_distributed() -> tuple[int, int]:
 
 
 def use_bf16(cfg: EngineConfig) -> bool:
+    """Whether the engine trains in bfloat16 (``auto``: on CUDA with bf16 support only)."""
     if cfg.bf16 == "auto":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return bool(cfg.bf16)

@@ -12,6 +12,7 @@ from grpoflow.rollout import RolloutEngine, Sampling
 
 @dataclass
 class EvalResult:
+    """Greedy accuracy and the per-example outputs behind it."""
     accuracy: float
     outputs: list[dict]
 
@@ -52,6 +53,7 @@ def majority_answer(answers: Sequence[str | None]) -> str | None:
 
 @dataclass
 class SampledResult:
+    """pass@k and maj@k and the per-example samples behind them."""
     pass_at_k: float
     maj_at_k: float
     outputs: list[dict]

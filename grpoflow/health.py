@@ -15,11 +15,13 @@ from grpoflow import metric_names as M
 
 
 class TrainingDiverged(RuntimeError):
+    """Training cannot go on (non-finite loss or gradients); the message is the diagnosis."""
     pass
 
 
 @dataclass(frozen=True)
 class Symptom:
+    """A troubleshooting-table row seen in training: evidence, likely cause, remedy."""
     name: str
     step: int
     evidence: str
@@ -27,6 +29,7 @@ class Symptom:
     remedy: str
 
     def to_dict(self) -> dict:
+        """The symptom as a JSON-able dict."""
         return asdict(self)
 
 
@@ -36,6 +39,7 @@ def _window(history: list[dict], key: str, n: int) -> list[float]:
 
 @dataclass
 class HealthMonitor:
+    """Watches the metric history for the GRPO spec's symptoms, each reported once."""
     window: int = 10
     kl_limit: float = 0.5
     flat_after: int = 20
@@ -105,6 +109,7 @@ class HealthMonitor:
         return found
 
     def report(self) -> str:
+        """The symptoms seen, as a markdown table."""
         if not self.symptoms:
             return "No symptoms seen."
         lines = ["| symptom | first step | evidence | likely cause | remedy |", "|---|---|---|---|---|"]

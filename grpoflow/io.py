@@ -68,6 +68,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def write_json(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` as indented, key-sorted JSON, atomically."""
     with atomic_write(path) as fh:
         json.dump(obj, fh, indent=2, sort_keys=True)
         fh.write("\n")

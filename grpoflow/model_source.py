@@ -13,6 +13,7 @@ def hub_offline() -> bool:
 
 
 def looks_local_path(name: str) -> bool:
+    """Whether ``name`` means a local path rather than a hub id."""
     local = Path(name)
     return local.is_absolute() or name.startswith((".", "~")) or local.exists() or name.count("/") > 1
 

@@ -70,10 +70,12 @@ def build_tiny_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast, seed:
 
 
 def count_parameters(model: torch.nn.Module) -> int:
+    """Number of parameters of ``model``."""
     return sum(p.numel() for p in model.parameters())
 
 
 def save_pretrained(model: PreTrainedModel, tokenizer, path: str | Path) -> Path:
+    """Save ``model`` and ``tokenizer`` as a Hugging Face checkpoint directory."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)

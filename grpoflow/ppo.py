@@ -31,10 +31,12 @@ class ValueModel(torch.nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str) -> "ValueModel":
+        """A critic whose trunk is the pretrained model at ``path`` and whose head starts at zero."""
         trunk = AutoModel.from_pretrained(path)
         return cls(trunk, trunk.config.hidden_size)
 
     def forward(self, input_ids, attention_mask, position_ids=None) -> torch.Tensor:
+        """``V(s_t)`` at every position: ``(N, T)``."""
         hidden = self.trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
         return self.head(hidden).squeeze(-1)
 

@@ -6,6 +6,7 @@ PROMPT_TEMPLATE = "{question}\nAnswer:\n"
 
 
 def format_prompt(question: str) -> str:
+    """The text the model sees for ``question``."""
     return PROMPT_TEMPLATE.format(question=question.strip())
 
 

@@ -9,7 +9,6 @@ import torch
 
 import verifiers
 from grpoflow.config import Params
-from verifiers.math import score_batch
 
 Rows = Sequence[Mapping[str, Any]]
 BatchScorer = Callable[[Sequence[str], Rows], list[float]]  # (completions, their task rows) -> scores
@@ -39,18 +38,19 @@ class WeightedReward:
         return total, parts
 
 
-def _scorer(name: str) -> BatchScorer:
-    if name == "math":
-        return lambda completions, rows: score_batch(completions, [r["reference_answer"] for r in rows], workers=1)
-    fn = verifiers.get(name)
-    return lambda completions, rows: [fn(c, r["reference_answer"]) for c, r in zip(completions, rows)]
+def create_verifier(params: Params, name: str, *, workers: int = 1) -> verifiers.Verifier:
+    """Verifier ``name`` with the options its ``rewards`` entry gives (defaults if it has none),
+    the run's sandbox limits, and ``workers`` processes for CPU-heavy checks."""
+    options = next((r.options for r in params.rewards if r.name == name), {})
+    return verifiers.create(name, options, sandbox=params.sandbox, workers=workers)
 
 
 def build_reward(params: Params) -> WeightedReward:
     """The reward that ``params.rewards`` describes."""
-    return WeightedReward([RewardComponent(r.name, _scorer(r.name), r.weight) for r in params.rewards])
+    return WeightedReward([RewardComponent(r.name, create_verifier(params, r.name).score, r.weight) for r in params.rewards])
 
 
 def correctness_scorer(params: Params) -> BatchScorer:
-    """The verifier that says whether an answer is right: accuracy, pass@k and maj@k use it."""
-    return _scorer("math")
+    """The verifier that says whether an answer is right (``evaluate.verifier``): accuracy, pass@k
+    and maj@k use it."""
+    return create_verifier(params, params.evaluate.verifier or params.rewards[0].name).score

@@ -80,6 +80,7 @@ def prompt_indices(n_prompts: int, per_step: int, step: int, seed: int) -> list[
 
 
 def peak_memory_mb() -> float:
+    """Peak memory of this process so far: CUDA allocations on a GPU, else the process's max RSS."""
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated() / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
@@ -188,14 +189,17 @@ class PolicyTrainer:
 
     # -- budget under out-of-memory back-off ------------------------------------------------
     def generations(self, step: int) -> int:
+        """G at ``step``: the schedule's, capped by any out-of-memory back-off."""
         return min(self.cfg.generations_at(step), self.state.backoff.get("num_generations", 10**9))
 
     @property
     def max_completion_length(self) -> int:
+        """The completion cap, after any out-of-memory back-off."""
         return min(self.cfg.sampling.max_completion_length, self.state.backoff.get("max_completion_length", 10**9))
 
     @property
     def micro_batch_size(self) -> int:
+        """The micro-batch, after any out-of-memory back-off."""
         return min(self.cfg.engine.micro_batch_size, self.state.backoff.get("micro_batch_size", 10**9))
 
     def _set_batch(self, sequences: int) -> None:
@@ -244,6 +248,7 @@ class PolicyTrainer:
         return out
 
     def step(self, step: int) -> dict[str, float]:
+        """One optimizer step: rollouts, rewards, the algorithm's update, weight sync; its metrics."""
         cfg, eng = self.cfg, self.engine
         g = self.generations(step)
         t0 = time.perf_counter()
@@ -314,6 +319,7 @@ class PolicyTrainer:
         return self.state
 
     def restore(self, state: LoopState) -> None:
+        """Continue from a checkpoint's loop state (step, KL coefficient, RNG, back-off)."""
         self.state = state
         _set_rng_state(state.rng)
 

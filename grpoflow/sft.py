@@ -25,6 +25,7 @@ def build_examples(rows: Sequence[dict], tokenizer, max_length: int) -> list[Exa
 
 
 def collate(batch: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
+    """Pad ``examples`` (ids, labels) into a batch: pad id on the right, labels -100 there."""
     width = max(len(ids) for ids, _ in batch)
     ids = torch.full((len(batch), width), pad_id)
     labels = torch.full((len(batch), width), -100)

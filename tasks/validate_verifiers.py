@@ -22,15 +22,14 @@ import mlflow
 import verifiers
 from grpoflow.config import Params
 from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
-from grpoflow.verifier_check import CODE_CASES, build_cases, check_references, format_cases, validate
 from tasks import tracking
 from tasks.cli import EXIT_VERDICT, run_stage_cli, stage_parser
-from verifiers import math as math_verifier
-from verifiers.code import score_code
-from verifiers.sandbox import Limits, SandboxUnavailable
+from verifiers.check import validate
+from verifiers.sandbox import SandboxUnavailable
 
 
 def reference_sets(data: Path, max_examples: int, seed: int) -> dict[str, list[dict]]:
+    """The val split and every benchmark, each sampled down to ``max_examples`` rows."""
     sets = {"val": read_jsonl(data / "val.jsonl")}
     for path in sorted((data / "benchmarks").glob("*.jsonl")):
         sets[f"bench_{path.stem}"] = read_jsonl(path)
@@ -38,35 +37,14 @@ def reference_sets(data: Path, max_examples: int, seed: int) -> dict[str, list[d
     return {name: rng.sample(rows, max_examples) if len(rows) > max_examples else rows for name, rows in sets.items()}
 
 
-def validate_text_verifier(name: str, rows: list[dict], params: Params) -> dict:
-    refs = [r["reference_answer"] for r in rows]
-    sols = [r.get("solution") for r in rows]
-    if name == "math":
-        errors = check_references(refs, math_verifier.check_reference)
-        cases = build_cases(refs, sols)
-        workers = params.verifier_gate.workers
-        result = validate(lambda c, r: math_verifier.score_batch(c, r, workers=workers), cases)
-    else:
-        errors = []
-        fn = verifiers.get(name)
-        result = validate(lambda c, r: [fn(x, y) for x, y in zip(c, r)], format_cases(refs, sols))
-    result.errors = [f"row {rows[i]['id']}: {message}" for i, message in errors]
-    return {**result.to_dict(), "reference_errors": result.errors[:20], "confusions": result.confusions}
-
-
-def validate_code_verifier(params: Params) -> dict:
-    sb = params.sandbox
-    limits = Limits(**sb.model_dump(exclude={"allow_unsandboxed"}))
-    rows = []
+def validate_verifier(verifier: verifiers.Verifier, rows: list[dict]) -> dict:
+    """The verifier's gate result on one set of rows: its references, then its cases."""
+    errors = [f"row {rows[i].get('id', i)}: {message}" for i, message in verifier.check_rows(rows)]
     try:
-        for completion, tests, expected, kind in CODE_CASES:
-            got = score_code(completion, tests, limits, allow_unsandboxed=sb.allow_unsandboxed)
-            rows.append({"kind": kind, "expected": expected, "score": got, "ok": abs(got - expected) < 1e-9})
+        result = validate(verifier.score, verifier.gate_cases(rows))
     except SandboxUnavailable as exc:
         return {"precision": 0.0, "recall": 0.0, "accuracy": 0.0, "reference_errors": [str(exc)], "confusions": []}
-    ok = sum(r["ok"] for r in rows) / len(rows)
-    return {"precision": ok, "recall": ok, "accuracy": ok, "cases": len(rows), "reference_errors": [],
-            "confusions": [r for r in rows if not r["ok"]]}
+    return {**result.to_dict(), "reference_errors": errors[:20], "confusions": result.confusions}
 
 
 def gate(results: dict[str, dict], params: Params) -> list[str]:
@@ -99,11 +77,10 @@ def main(args: argparse.Namespace, params: Params) -> None:
         sets = reference_sets(Path(args.data), params.verifier_gate.max_examples, params.experiment.seed)
         results: dict[str, dict] = {}
         for reward in params.rewards:
-            if reward.name == "code":
-                results["code.self_test"] = validate_code_verifier(params)
-                continue
+            verifier = verifiers.create(reward.name, reward.options, sandbox=params.sandbox,
+                                        workers=params.verifier_gate.workers)
             for set_name, rows in sets.items():
-                results[f"{reward.name}.{set_name}"] = validate_text_verifier(reward.name, rows, params)
+                results[f"{reward.name}.{set_name}"] = validate_verifier(verifier, rows)
         failures = gate(results, params)
         text = report(results, failures)
         write_jsonl(out / "confusions.jsonl", ({"verifier": k, **c} for k, r in results.items() for c in r["confusions"]))

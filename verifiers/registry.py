@@ -1,29 +1,87 @@
-"""Verifiers by name, so that params can choose them."""
+"""Verifiers by name. A verifier is a class: its own typed options, and a batch call
+``score(completions, rows) -> scores in [0, 1]`` where each row is the task row the completion
+answers (``reference_answer``, and ``tests`` for code). Training, evaluation and the verifier gate
+reach verifiers only through :func:`create`, so a new verifier is one class in one module."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
-Verifier = Callable[[str, Any], float]
-_REGISTRY: dict[str, Verifier] = {}
+from pydantic import BaseModel, ConfigDict
 
+if TYPE_CHECKING:
+    from verifiers.check import Case
+    from verifiers.sandbox import Limits
 
-def register(name: str) -> Callable[[Verifier], Verifier]:
-    def add(fn: Verifier) -> Verifier:
-        if name in _REGISTRY and _REGISTRY[name] is not fn:
-            raise ValueError(f"verifier {name!r} is already registered")
-        _REGISTRY[name] = fn
-        return fn
-
-    return add
+Row = Mapping[str, Any]
 
 
-def get(name: str) -> Verifier:
+class NoOptions(BaseModel):
+    """A verifier without options."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Verifier(ABC):
+    """A reward function over a batch. ``score`` never raises on anything a model can write; a row
+    the verifier cannot use is found before training by :meth:`check_rows`."""
+
+    name: ClassVar[str]
+    Options: ClassVar[type[BaseModel]] = NoOptions
+
+    def __init__(self, options: Mapping[str, Any] | BaseModel | None = None, *, sandbox: Limits | None = None,
+                 workers: int = 1):
+        """``options``: this verifier's own settings (``rewards[].options``); ``sandbox``: the limits
+        for executing code; ``workers``: processes a batch may use for CPU-heavy checks."""
+        from verifiers.sandbox import Limits
+
+        self.options = options if isinstance(options, self.Options) else self.Options.model_validate(dict(options or {}))
+        self.sandbox = sandbox or Limits()
+        self.workers = workers
+
+    @abstractmethod
+    def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
+        """One score in [0, 1] per completion, against the row it answers."""
+
+    def check_rows(self, rows: Sequence[Row]) -> list[tuple[int, str]]:
+        """``(index, why)`` for every row whose reference this verifier cannot use (a free or a
+        lost reward otherwise)."""
+        return []
+
+    @abstractmethod
+    def gate_cases(self, rows: Sequence[Row]) -> list[Case]:
+        """Completions built from ``rows`` that must pass and must fail: the verifier gate's self-test."""
+
+
+_REGISTRY: dict[str, type[Verifier]] = {}
+
+
+def register(cls: type[Verifier]) -> type[Verifier]:
+    """Class decorator: make ``cls`` available as ``rewards: [{name: <cls.name>}]``."""
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"verifier {cls.name!r} is already registered")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _class(name: str) -> type[Verifier]:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise KeyError(f"unknown verifier {name!r}; registered: {sorted(_REGISTRY)}") from None
+        raise KeyError(f"unknown verifier {name!r}; registered: {names()}") from None
+
+
+def create(name: str, options: Mapping[str, Any] | None = None, **resources: Any) -> Verifier:
+    """The verifier ``name`` with its ``options`` (validated) and resources (``sandbox``, ``workers``)."""
+    return _class(name)(options, **resources)
+
+
+def options_model(name: str) -> type[BaseModel]:
+    """The typed options of verifier ``name``."""
+    return _class(name).Options
 
 
 def names() -> list[str]:
+    """Every registered verifier's name."""
     return sorted(_REGISTRY)

@@ -28,12 +28,14 @@ _MASK64 = (1 << 64) - 1
 
 @dataclass(frozen=True)
 class Leak:
+    """A train text that matches a reference text: which, how (kind) and how much (score)."""
     train_index: int
     reference_index: int
     kind: str  # "exact" | "ngram" | "near"
     score: float  # 1.0 for exact; overlap share for ngram; Jaccard for near
 
     def to_dict(self) -> dict:
+        """The leak as a JSON-able dict."""
         return asdict(self)
 
 

@@ -31,6 +31,7 @@ class FoundLeak:
     reference: Record
 
     def to_dict(self) -> dict:
+        """The leak with both texts, as a leakage.jsonl row."""
         return {
             "reference_set": self.reference_set,
             "kind": self.leak.kind,
@@ -44,6 +45,7 @@ class FoundLeak:
 
 @dataclass
 class Prepared:
+    """Everything the prepare stage writes: splits, benchmarks, quarantine, leaks, gate verdicts."""
     splits: dict[str, list[Record]]
     benchmarks: dict[str, list[Record]] = field(default_factory=dict)
     quarantine: list[Rejected] = field(default_factory=list)
@@ -52,6 +54,7 @@ class Prepared:
     failures: list[str] = field(default_factory=list)  # gate verdicts; empty means pass
 
     def summary(self) -> dict:
+        """The stage's metrics: row counts, quarantine reasons, licences, leakage, verdict."""
         counts = {name: len(rows) for name, rows in self.splits.items()}
         licenses = Counter(r.license for rows in self.splits.values() for r in rows)
         for rows in self.benchmarks.values():
@@ -136,6 +139,7 @@ def _check_rejected_share(src: SourceConfig, read: int, rejected: int, limit: fl
 
 
 def find_split_leaks(prepared: Prepared, cfg: DataConfig) -> list[FoundLeak]:
+    """Train rows that leak into val, test or a benchmark, by every check the config enables."""
     train = prepared.splits["train"]
     references = {"val": prepared.splits["val"], "test": prepared.splits["test"], **prepared.benchmarks}
     found: list[FoundLeak] = []
@@ -169,6 +173,7 @@ def _apply_leakage_gate(prepared: Prepared, cfg: DataConfig) -> None:
 
 
 def prepare(seed: int, cfg: DataConfig, root: str | Path = ".") -> Prepared:
+    """Ingest every source, quarantine bad rows, de-duplicate, split and apply both gates."""
     root = Path(root)
     pooled: list[Record] = []
     origin: dict[str, tuple[str, int | None]] = {}

@@ -16,6 +16,7 @@ def _code(text: str) -> str:
 
 
 def prepare_report(prepared: Prepared, examples: int = 10) -> str:
+    """The prepare stage's markdown report: counts, gates, quarantine and the worst leaks side by side."""
     s = prepared.summary()
     verdict = "PASSED" if s["passed"] else "FAILED"
     lines = [f"# Data preparation: {verdict}", ""]

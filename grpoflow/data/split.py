@@ -25,6 +25,7 @@ def unit_interval(text: str) -> float:
 
 
 def assign_split(prompt: str, cfg: SplitConfig) -> str:
+    """The split of a prompt: a stable function of its normalised text's hash and the shares."""
     u = unit_interval(prompt)
     if u < cfg.train:
         return "train"

@@ -16,6 +16,7 @@ import torch
 
 @dataclass(frozen=True)
 class Sampling:
+    """How to sample: temperature (0: greedy), top-p, and the completion cap."""
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 64
@@ -36,13 +37,20 @@ class Rollouts:
 
     @property
     def num_completion_tokens(self) -> int:
+        """Completion tokens generated, EOS included."""
         return int(self.completion_mask.sum())
 
 
 class RolloutEngine(Protocol):
-    def generate(self, prompts: list[str], n: int, sampling: Sampling, seed: int) -> Rollouts: ...
+    """What a rollout engine offers the trainer."""
 
-    def sync_weights(self, model: torch.nn.Module) -> None: ...
+    def generate(self, prompts: list[str], n: int, sampling: Sampling, seed: int) -> Rollouts:
+        """``n`` completions for each prompt, ordered group by group."""
+        ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Make the next rollouts come from ``model``'s current weights."""
+        ...
 
 
 def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,16 +13,19 @@ from grpoflow.rollout import Rollouts, Sampling, completion_mask
 
 
 class HFRolloutEngine:
+    """Rollouts with transformers ``generate`` on the training model itself (no copy, no sync)."""
     def __init__(self, model: torch.nn.Module, tokenizer, batch_size: int = 64):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
 
     def sync_weights(self, model: torch.nn.Module) -> None:
+        """Generate from ``model`` from now on: the trained module's own tensors, nothing to copy."""
         self.model = model  # same tensors: nothing to copy
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling: Sampling, seed: int) -> Rollouts:
+        """``n`` samples per prompt, in batches, seeded."""
         start = time.perf_counter()
         tok = self.tokenizer
         expanded = [p for p in prompts for _ in range(n)]

@@ -34,6 +34,7 @@ def _reload(worker, state: dict[str, torch.Tensor]) -> bool:
 
 
 class VLLMRolloutEngine:
+    """Rollouts with an in-process vLLM engine, kept in sync with the trainer's weights."""
     def __init__(self, model_path: str, tokenizer, *, seed: int, max_model_len: int, gpu_memory_utilization: float = 0.3):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # colocated: same process
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU
@@ -47,12 +48,14 @@ class VLLMRolloutEngine:
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         # All tensors in one call: one call per tensor gave NaN or wrong log-probs on CPU.
+        """Load ``model``'s weights into the engine (all in one call) and reset its prefix cache."""
         state = {k: v.detach().to("cpu" if not torch.cuda.is_available() else v.device) for k, v in model.state_dict().items()}
         self.llm.collective_rpc(_reload, args=(state,))
         self.llm.reset_prefix_cache()
         self.syncs += 1
 
     def generate(self, prompts: list[str], n: int, sampling: Sampling, seed: int) -> Rollouts:
+        """``n`` samples per prompt from vLLM, as left/right-padded tensors like the HF engine's."""
         from vllm import SamplingParams
 
         start = time.perf_counter()

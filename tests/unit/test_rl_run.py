@@ -1,0 +1,72 @@
+"""An RL run built in one place: the reference is loaded exactly when the algorithm penalises KL
+to it, PPO reads only its own KL coefficient, and the fingerprint follows the training code."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpoflow.config import ModelConfig, validate_params
+from grpoflow.grpo import ALGORITHM as GRPO
+from grpoflow.io import write_jsonl
+from grpoflow.metric_names import KL_COEF
+from grpoflow.ppo import ALGORITHM as PPO
+from grpoflow.rl_run import build_rl_run, fingerprint, needs_reference
+
+TINY = {"rl": {"steps": 1, "prompts_per_step": 2, "num_generations": 2, "checkpoint_every": 100, "eval_every": 100,
+               "sampling": {"max_completion_length": 4}, "engine": {"micro_batch_size": 4}},
+        "ppo": {"critic_engine": {"micro_batch_size": 4}}}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A prepared split and a saved tiny reference model, as the stages leave them."""
+    from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
+
+    root = tmp_path_factory.mktemp("run")
+    rows = [{"id": str(i), "prompt": f"Tom has {i} apples. How many?", "reference_answer": str(i), "solution": f"#### {i}"}
+            for i in range(8)]
+    write_jsonl(root / "data" / "train.jsonl", rows)
+    write_jsonl(root / "data" / "val.jsonl", rows[:2])
+    tok = train_tokenizer([r["prompt"] + r["solution"] for r in rows] * 5, vocab_size=96)
+    model = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=1, intermediate_size=64, max_length=64), tok, 0)
+    save_pretrained(model, tok, root / "ref")
+    return root
+
+
+@pytest.mark.parametrize("raw, algorithm, expected", [
+    ({}, GRPO, True), ({"grpo": {"beta": 0}}, GRPO, False),
+    ({}, PPO, True), ({"ppo": {"kl_coef": 0}}, PPO, False),
+    # Each algorithm reads only its own coefficient.
+    ({"grpo": {"beta": 0}}, PPO, True), ({"ppo": {"kl_coef": 0}}, GRPO, True),
+])
+def test_the_reference_is_needed_exactly_when_the_algorithm_penalises_kl(raw, algorithm, expected):
+    assert needs_reference(validate_params(raw), algorithm) is expected
+
+
+def test_ppo_without_kl_loads_no_reference_and_trains_whatever_grpo_beta_says(workspace):
+    # The bug: with ppo.kl_coef 0 no reference was loaded, but grpo.beta (0.04 by default) made
+    # the shared trainer raise "beta > 0 needs a reference model".
+    params = validate_params({**TINY, "ppo": {**TINY["ppo"], "kl_coef": 0.0}})
+    run = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
+    assert run.trainer.ref is None and params.grpo.beta == 0.04
+    steps = []
+    run.trainer.train(on_step=lambda step, m: steps.append(m))
+    assert len(steps) == 1 and steps[0][KL_COEF] == 0.0 and steps[0]["kl"] == 0.0
+
+
+def test_ppo_logs_its_own_kl_coefficient(workspace):
+    params = validate_params({**TINY, "ppo": {**TINY["ppo"], "kl_coef": 0.07}})
+    run = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
+    steps = []
+    run.trainer.train(on_step=lambda step, m: steps.append(m))
+    assert run.trainer.ref is not None and steps[0][KL_COEF] == pytest.approx(0.07)
+
+
+def test_the_fingerprint_changes_with_what_shapes_training_only(workspace):
+    base = validate_params(TINY)
+    fp = lambda p, algo=GRPO, seed=0: fingerprint(p, algo, workspace / "data", workspace / "ref", seed)  # noqa: E731
+    assert fp(base) == fp(validate_params(TINY))
+    assert fp(base) != fp(validate_params({**TINY, "grpo": {"beta": 0.1}}))
+    assert fp(base, PPO) == fp(validate_params({**TINY, "grpo": {"beta": 0.1}}), PPO)  # PPO ignores grpo.*
+    assert fp(base) == fp(validate_params({**TINY, "evaluate": {"k": 2}}))  # evaluation does not shape training
+    assert fp(base) != fp(base, seed=1)

@@ -1,0 +1,67 @@
+"""The stage declarations are the one source: dvc.yaml is generated from them, every stage's deps
+cover what its command imports, and each CLI's defaults are the declared paths."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grpoflow.config import describe_schema
+from grpoflow.provenance import module_files
+from tasks.stages import STAGES, collapse, dvc_spec, stage
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = yaml.safe_load((REPO / "dvc.yaml").read_text())
+
+
+def test_the_committed_dvc_yaml_is_the_generated_one():
+    assert COMMITTED == dvc_spec(COMMITTED["vars"][0]["params_file"]), "regenerate it: python -m tasks.stages --write"
+
+
+@pytest.mark.parametrize("declared", STAGES, ids=lambda s: s.name)
+def test_deps_cover_every_project_module_the_command_imports(declared, monkeypatch):
+    monkeypatch.chdir(REPO)
+    deps = COMMITTED["stages"][declared.name]["deps"]
+    uncovered = [f for f in module_files(declared.module)
+                 if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)]
+    assert uncovered == [], f"{declared.name}'s deps in dvc.yaml miss {uncovered}"
+
+
+@pytest.mark.parametrize("declared", STAGES, ids=lambda s: s.name)
+def test_params_keys_exist_in_the_schema(declared):
+    keys = {k for k, _, _ in describe_schema()}
+    prefixes = {".".join(k.split(".")[:i]) for k in keys for i in range(1, k.count(".") + 2)}
+    assert [p for p in declared.params if p not in prefixes] == []
+
+
+@pytest.mark.parametrize("declared", STAGES, ids=lambda s: s.name)
+def test_the_cli_defaults_are_the_declared_paths(declared):
+    from tasks.cli import stage_parser
+
+    args = vars(stage_parser(declared.name, "").parse_args([]))
+    for io in declared.io:
+        if io.flag:
+            expected = io.path if isinstance(io.path, str) else list(io.path)
+            assert args[io.flag.replace("-", "_")] == expected
+    module = importlib.util.find_spec(declared.module)
+    assert module is not None, f"{declared.module} does not exist"
+
+
+def test_collapse_lists_a_directory_only_when_all_of_it_is_used(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for f in ("grpoflow/a.py", "grpoflow/sub/__init__.py", "grpoflow/sub/b.py", "verifiers/__init__.py"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("")
+    assert collapse(["grpoflow/a.py", "grpoflow/sub/__init__.py", "grpoflow/sub/b.py", "verifiers/__init__.py"]) == [
+        "grpoflow", "verifiers"]
+    assert collapse(["grpoflow/sub/__init__.py", "grpoflow/sub/b.py"]) == ["grpoflow/sub"]
+    assert collapse(["grpoflow/a.py", "grpoflow/sub/b.py"]) == ["grpoflow/a.py", "grpoflow/sub/b.py"]
+
+
+def test_the_rl_stages_read_only_their_own_algorithm_section():
+    assert "ppo" not in stage("grpo").params and "grpo" not in stage("ppo").params
+    assert "rl" in stage("grpo").params and "rl" in stage("ppo").params
+    assert "grpoflow/ppo.py" not in module_files("tasks.grpo") and "grpoflow/grpo.py" not in module_files("tasks.ppo")
