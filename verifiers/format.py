@@ -1,4 +1,9 @@
-"""Format reward: does the completion end with its answer in the required final form?"""
+"""Format reward: does the completion end with its answer in the required final form?
+
+Linear in the completion's length: the last line is found with ``str.rfind`` and checked with an
+anchored regex or plain ``find``. (The previous ``\\\\boxed\\{.+\\}`` search rescanned the rest of the
+line from every ``\\boxed{``: quadratic on a line of unclosed boxes.)
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,23 @@ import re
 
 from verifiers.registry import register
 
-_FINAL_LINE = re.compile(r"^####\s*-?\$?\d[\d,]*(?:\.\d+)?\s*$")
-_BOXED = re.compile(r"\\boxed\{.+\}")
+_FINAL_LINE = re.compile(r"####\s*-?\$?\d[\d,]*(?:\.\d+)?\s*")
+_BOXED = "\\boxed{"
+# What str.splitlines() splits on.
+_LINE_BREAKS = ("\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of ``text``, stripped; '' when there is none."""
+    text = text.strip()
+    start = max(text.rfind(brk) for brk in _LINE_BREAKS) + 1
+    return text[start:].strip()
+
+
+def _has_boxed(line: str) -> bool:
+    """Whether ``line`` holds ``\\boxed{`` with at least one character before a later ``}``."""
+    at = line.find(_BOXED)
+    return at >= 0 and line.rfind("}") > at + len(_BOXED)
 
 
 @register("format")
@@ -15,8 +35,7 @@ def score(completion: str, reference: object = None) -> float:
     """1.0 when the last non-empty line is ``#### <number>`` (or holds a ``\\boxed{}``), else 0.0."""
     if not isinstance(completion, str):
         return 0.0
-    lines = [line.strip() for line in completion.strip().splitlines() if line.strip()]
-    if not lines:
+    last = last_line(completion)
+    if not last:
         return 0.0
-    last = lines[-1]
-    return float(bool(_FINAL_LINE.match(last) or _BOXED.search(last)))
+    return float(bool(_FINAL_LINE.fullmatch(last) or _has_boxed(last)))

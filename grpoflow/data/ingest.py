@@ -281,29 +281,46 @@ def _json_top_level(text: str, pos: int) -> str:
 
 
 _WS = re.compile(r"[ \t\r\n]*")
-# A JSON string (escapes included) or a structural character; the unrolled form stays linear.
-_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]', re.S)
+# Structural characters and string delimiters; inside a string only quotes and escapes matter.
+_STRUCTURE = re.compile(r'["\[\]{},]')
+_IN_STRING = re.compile(r'["\\]')
 
 
 def _skip_ws(text: str, pos: int) -> int:
     return _WS.match(text, pos).end()  # type: ignore[union-attr]  # matches the empty string
 
 
+def _string_end(text: str, opening: int) -> int | None:
+    """The index after the string that opens at ``opening``; None if it never closes. Each
+    character is looked at once: an unterminated string costs O(n), not O(n^2) retries."""
+    pos = opening + 1
+    while (m := _IN_STRING.search(text, pos)) is not None:
+        if m.group() == '"':
+            return m.end()
+        pos = m.end() + 1  # skip the escaped character
+    return None
+
+
 def _value_end(text: str, start: int) -> int | None:
     """Where the list element starting at ``start`` ends, by bracket matching; None if it never does."""
-    depth = 0
-    for tok in _TOKEN.finditer(text, start):
-        char = tok.group()
-        if char in ("[", "{"):
+    depth, pos = 0, start
+    while (m := _STRUCTURE.search(text, pos)) is not None:
+        char, pos = m.group(), m.end()
+        if char == '"':
+            end = _string_end(text, m.start())
+            if end is None:
+                return None
+            pos = end
+        elif char in "[{":
             depth += 1
-        elif char in ("]", "}"):
+        elif char in "]}":
             if depth == 0:
-                return tok.start()
+                return m.start()
             depth -= 1
             if depth == 0:
-                return tok.end()
-        elif char == "," and depth == 0:
-            return tok.start()
+                return m.end()
+        elif depth == 0:  # a comma between elements
+            return m.start()
     return None
 
 

@@ -3,23 +3,101 @@
 Two prompts that differ only in case, whitespace, punctuation or number formatting
 (``1,000`` vs ``1000``, ``3.50`` vs ``3.5``) normalise to the same string, so they hash to the
 same split and count as exact duplicates.
+
+Linear in the text's length, whatever the text: every regex starts with a literal or a character
+class (a fast scan) and never rescans a digit run from each of its characters (the previous
+``(\\d+)\\.(\\d*?)0+\\b`` took 5 s on 20k digits), and runs of combining marks are cut per the
+Stream-Safe Text Format before NFKC, whose canonical reordering is quadratic in the length of such
+a run (8 s on 100k alternating marks). The output is the previous implementation's on any other text.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
+from itertools import repeat
 
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
-_TRAILING_ZEROS = re.compile(r"(\d+)\.(\d*?)0+\b")
-_NON_WORD = re.compile(r"[^\w\s.]|(?<!\d)\.|\.(?!\d)")
-_SPACE = re.compile(r"\s+")
+_THOUSANDS = re.compile(r",(?<=\d,)(?=\d{3}\b)")
+# A decimal point after a digit, and a fraction that ends in zeros.
+_TRAILING_ZEROS = re.compile(r"(\.(?<=\d\.)\d*0)\b")
+# A run of symbols and of dots that are not decimal points: each would become a blank. The
+# possessive run and the single dot cannot overlap, so each character is read once.
+_PUNCTUATION = re.compile(r"(?:[^\w\s.]++|\.(?:(?<!\d\.)|(?!\d)))+")
+# Unicode Standard Annex #15, section 13 (Stream-Safe Text Format): after at most 30 non-starters,
+# insert U+034F COMBINING GRAPHEME JOINER, a starter, so that no reordering run is longer.
+_MAX_NON_STARTERS = 30
+_CGJ = "\u034f"
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+def _has_non_starter(char: str) -> bool:
+    """Whether ``char`` or any character of its compatibility decomposition has a combining class."""
+    if unicodedata.combining(char):
+        return True
+    return bool(unicodedata.decomposition(char)) and any(
+        unicodedata.combining(c) for c in unicodedata.normalize("NFKD", char))
+
+
+def _class(codes: list[int]) -> str:
+    """A regex character class of the given code points, as ranges."""
+    ranges: list[list[int]] = []
+    for code in codes:
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    return "[" + "".join(re.escape(chr(a)) + ("-" + re.escape(chr(b)) if b > a else "") for a, b in ranges) + "]"
+
+
+@functools.cache
+def _non_starter_tables() -> tuple[re.Pattern[str], dict[int, str]]:
+    """A regex for runs of more than 30 BMP non-starters, and a table that maps every astral
+    non-starter to a BMP one (a class with astral ranges is searched range by range: 20x slower).
+    Built once, from a scan of all code points (about 0.2 s)."""
+    codes = [c for c in range(0x110000) if _has_non_starter(chr(c))]
+    bmp = [c for c in codes if c <= 0xFFFF]
+    run = re.compile(f"{_class(bmp)}{{{_MAX_NON_STARTERS + 1},}}")
+    return run, {c: chr(bmp[0]) for c in codes if c > 0xFFFF}
+
+
+def _stream_safe(text: str) -> str:
+    """``text`` with a grapheme joiner after every 30th character of a long run of non-starters."""
+    if text.isascii():
+        return text
+    run, astral_to_bmp = _non_starter_tables()
+    probe = text.translate(astral_to_bmp) if _ASTRAL.search(text) else text  # same length, same positions
+    pieces, done = [], 0
+    for m in run.finditer(probe):
+        pieces.append(text[done : m.start()])
+        pieces.append(_CGJ.join(text[i : min(i + _MAX_NON_STARTERS, m.end())]
+                                for i in range(m.start(), m.end(), _MAX_NON_STARTERS)))
+        done = m.end()
+    return "".join(pieces) + text[done:] if pieces else text
+
+
+def _drop_trailing_zeros(text: str) -> str:
+    """``3.50`` -> ``3.5``, ``3.00`` -> ``3``. Like the previous ``(\\d+)\\.(\\d*?)0+\\b``, which consumed
+    the integer digits, it leaves alone a decimal point right after a number it rewrote (``1.50.20``)."""
+    parts = _TRAILING_ZEROS.split(text)  # text, fraction, text, fraction, ..., text
+    if "" not in parts[2:-1:2]:  # no fraction right after another: strip them all at C speed
+        parts[1::2] = map(str.rstrip, map(str.rstrip, parts[1::2], repeat("0")), repeat("."))
+        return "".join(parts)
+    rewrote = False
+    for i in range(1, len(parts), 2):
+        if rewrote and not parts[i - 1]:
+            rewrote = False
+        else:
+            parts[i] = parts[i].rstrip("0").rstrip(".")
+            rewrote = True
+    return "".join(parts)
 
 
 def normalize_text(text: str) -> str:
     """Lower-cased, accent-folded, punctuation-free text with canonical numbers and spaces."""
-    text = unicodedata.normalize("NFKC", text).casefold()
+    text = unicodedata.normalize("NFKC", _stream_safe(text)).casefold()
     text = _THOUSANDS.sub("", text)
-    text = _TRAILING_ZEROS.sub(lambda m: m.group(1) + ("." + m.group(2) if m.group(2) else ""), text)
-    text = _NON_WORD.sub(" ", text)
-    return _SPACE.sub(" ", text).strip()
+    text = _drop_trailing_zeros(text)
+    # Punctuation becomes blanks, then every run of blanks one space: str.split() splits on exactly
+    # the characters that ``\s`` matches.
+    return " ".join(_PUNCTUATION.sub(" ", text).split())

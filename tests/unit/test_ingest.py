@@ -9,6 +9,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from grpoflow.data.ingest import RawRow, RowError, gsm8k_final_answer, ingest, read_raw
 from grpoflow.data.records import Rejected
@@ -339,3 +341,28 @@ def test_a_csv_header_that_cannot_name_the_columns_is_one_clear_error(tmp_path, 
     f.write_text(content)
     with pytest.raises(ValueError, match=f"{f}: the CSV header .*{problem}"):
         list(read_raw(f, max_row_bytes=1024))
+
+
+def test_an_unterminated_string_in_a_json_list_costs_linear_time(tmp_path):
+    # Each escaped quote used to restart the string match: 20k of them took 7 s.
+    path = tmp_path / "rows.json"
+    path.write_text('[{"question": "q", "answer": "#### 1"}, "' + '\\"' * 100_000)
+    start = time.process_time()
+    with pytest.raises(ValueError, match="rows.json"):
+        list(read_raw(path))
+    assert time.process_time() - start < 2.0
+
+
+@given(st.lists(st.recursive(st.none() | st.integers() | st.text(alphabet='ab",]}[{\\ ') | st.floats(allow_nan=False),
+                             lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(alphabet='k,"]'), kids, max_size=3),
+                             max_leaves=8), min_size=1, max_size=5))
+def test_list_elements_are_split_where_json_says(items):
+    from grpoflow.data.ingest import _value_end
+
+    text, pos = json.dumps(items), 1
+    for item in items:
+        while text[pos] in " ,":
+            pos += 1
+        end = _value_end(text, pos)
+        assert json.loads(text[pos:end]) == item
+        pos = end

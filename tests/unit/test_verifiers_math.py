@@ -1,10 +1,16 @@
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import verifiers
+from verifiers import math as math_verifier
 from verifiers.extract import extract_answer
-from verifiers.math import check_reference, plain_number, score, score_batch
+from verifiers.math import check_reference, latex_answer, plain_number, score, score_batch
 
 
 @pytest.mark.parametrize(
@@ -101,3 +107,139 @@ def test_format_verifier():
     assert fmt("The answer is 12.") == 0.0
     assert fmt("#### 12\nmore") == 0.0
     assert fmt("") == 0.0 and fmt(None) == 0.0  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "completion, reference",
+    [
+        ("\\boxed{x^2+2x+1}", "(x+1)^2"),  # the review's case: never parsed before
+        ("#### (x+1)^2", "x^2+2x+1"),
+        ("\\boxed{[1, 2)}", "[1,2)"),
+        ("\\boxed{\\{2,1\\}}", "\\{1,2\\}"),
+        ("\\boxed{\\sqrt{18}}", "3\\sqrt{2}"),
+        ("\\boxed{\\frac{\\pi}{2}}", "\\pi/2"),
+        ("\\boxed{0.75}", "3/4"),
+        ("The answer is \\frac{\\sqrt{3}}{2}.", "\\frac{\\sqrt{3}}{2}"),
+        ("\\boxed{\\$18}", "18"),
+        ("\\boxed{50\\%}", "0.5"),
+    ],
+)
+def test_symbolic_answers_score_one(completion, reference):
+    assert score(completion, reference) == 1.0
+
+
+@pytest.mark.parametrize(
+    "completion, reference",
+    [
+        ("\\boxed{2x}", "2"),  # bare '2x' parsed to 2 before
+        ("\\boxed{2\\pi}", "2"),
+        ("\\boxed{x^2+1}", "(x+1)^2"),
+        ("\\boxed{(1, 2)}", "[1,2)"),
+        ("The answer is -\\frac{1}{2}.", "1/2"),  # the sign was dropped before
+    ],
+)
+def test_wrong_symbolic_answers_score_zero(completion, reference):
+    assert score(completion, reference) == 0.0
+
+
+@pytest.mark.parametrize(
+    "answer, gold, expected",
+    [
+        ("x = 4", "4", 1.0),  # a variable named, then the value
+        ("2+2 = 4", "4", 1.0),  # a true equation whose every side is the answer
+        ("5 = 4", "4", 0.0),  # the review's case: scored 1 before
+        ("4 = 5", "4", 0.0),
+        ("a = 5 = 4", "4", 0.0),
+        ("x \\le 4", "4", 0.0),  # an inequality is not a value
+        ("x = x+1", "x+1", 0.0),  # x is the gold's own variable, not a name for the answer
+        ("y = 3+2x", "y = 2x+3", 1.0),  # a relation as gold: math-verify decides
+        ("x \\in [1,2)", "[1,2)", 1.0),
+    ],
+)
+def test_relations_pass_only_when_they_state_the_answer(answer, gold, expected):
+    assert score(f"\\boxed{{{answer}}}", gold) == expected
+
+
+def test_symbolic_references_are_accepted_and_nonsense_is_not():
+    for ref in ("(x+1)^2", "x^2+2x+1", "[1,2)", "\\{1,2\\}", "\\sqrt{2}", "\\pi", "3/4", "y = 2x+3", "50\\%"):
+        check_reference(ref)
+    for bad in ("hello world?", "x" * (math_verifier.MAX_SYMBOLIC_CHARS + 1), "{1}}"):
+        with pytest.raises(ValueError, match="reference answer"):
+            check_reference(bad)
+
+
+def test_latex_answer():
+    assert latex_answer("x^2+2x+1") == "$x^2+2x+1$"
+    assert latex_answer("\\$18.") == "$18$"
+    assert latex_answer("50\\%") == "$50$%" and latex_answer("50 %") == "$50$%"
+    assert latex_answer(" $ ") == ""
+
+
+SLOW_PATH_CASES = [
+    ("\\boxed{\\frac{1}{2}}", "0.5", 1.0),
+    ("The answer is 1/2.", "0.5", 1.0),
+    ("\\boxed{x^2+2x+1}", "(x+1)^2", 1.0),
+    ("\\boxed{5 = 4}", "4", 0.0),
+    ("\\boxed{\\frac{1}{3}}", "0.5", 0.0),
+]
+
+
+def test_scores_are_the_same_in_worker_threads():
+    """math-verify's signal.alarm timeout raises off the main thread; that used to score 0 silently."""
+    expected = [s for *_, s in SLOW_PATH_CASES]
+    found: dict[str, list[float]] = {}
+    thread = threading.Thread(target=lambda: found.update(thread=[score(c, r) for c, r, _ in SLOW_PATH_CASES]))
+    thread.start()
+    thread.join()
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        pooled = list(pool.map(lambda case: score(case[0], case[1]), SLOW_PATH_CASES))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(check_reference, "(x+1)^2").result()
+        with pytest.raises(ValueError, match="cannot be parsed"):
+            pool.submit(check_reference, "\\frac{").result()
+    assert found["thread"] == expected
+    assert pooled == expected
+
+
+def test_a_checker_process_that_died_while_idle_is_replaced():
+    def kill_idle_checkers_then_score() -> float:
+        for checker in math_verifier._pool()._idle:
+            checker.proc.kill()
+            checker.proc.wait()
+        return score("\\boxed{\\frac{1}{2}}", "0.5")
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(score, "\\boxed{\\frac{1}{2}}", "0.5").result() == 1.0
+        assert pool.submit(kill_idle_checkers_then_score).result() == 1.0
+
+
+def test_a_checker_that_cannot_start_is_an_error_not_a_zero(monkeypatch):
+    monkeypatch.setattr(math_verifier, "_POOL", math_verifier._CheckerPool(1))
+    monkeypatch.setattr(math_verifier.sys, "executable", "/nonexistent/python")
+    with ThreadPoolExecutor(max_workers=1) as pool, pytest.raises(math_verifier.VerifierUnavailable, match="cannot st"):
+        pool.submit(score, "\\boxed{\\frac{1}{2}}", "0.5").result()
+
+
+def test_the_budget_cuts_off_pathological_answers_and_restores_the_callers_alarm(monkeypatch):
+    monkeypatch.setattr(math_verifier, "CHECK_BUDGET_S", 0.3)
+    assert score("\\boxed{\\frac{2}{4}}", "0.5") == 1.0  # imports and caches outside the timing
+    rang: list[int] = []
+
+    def callers_handler(signum, frame):
+        rang.append(signum)
+
+    previous = signal.signal(signal.SIGALRM, callers_handler)
+    signal.setitimer(signal.ITIMER_REAL, 600)  # the caller's own pending alarm
+    try:
+        start = time.monotonic()
+        assert score("\\boxed{10^{10^{10}}}", "5") == 0.0  # SymPy would compute a 10-billion-digit integer
+        assert score("\\boxed{" + "(" * 14 + "1" + ")" * 14 + "}", "2") == 0.0  # math-verify's parser: seconds
+        elapsed = time.monotonic() - start
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        handler = signal.getsignal(signal.SIGALRM)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert elapsed < 30  # generous: the point is that it ends, not how fast
+    assert 500 < remaining <= 600, "math-verify's alarm(0) used to cancel the caller's alarm"
+    assert handler is callers_handler and not rang
