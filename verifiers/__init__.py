@@ -1,14 +1,12 @@
-"""Reward functions: pure functions from (completion, reference) to a float, registered by name.
+"""Reward functions, registered by name: each a class with its own typed options and a batch call
+``score(completions, rows) -> scores in [0, 1]`` that never raises on anything a model can write.
+They depend on nothing above them (no grpoflow, Prefect, MLflow or DVC)."""
 
-Every verifier returns a float in [0, 1] and never raises on any string a model can produce.
-They depend on nothing above them (no grpoflow, Prefect, MLflow or DVC).
-"""
-
-from verifiers.registry import Verifier, get, names, register
+from verifiers.registry import Verifier, create, names, options_model, register
 
 # Importing the modules registers their verifiers.
 from verifiers import code as _code  # noqa: E402,F401
 from verifiers import format as _format  # noqa: E402,F401
 from verifiers import math as _math  # noqa: E402,F401
 
-__all__ = ["Verifier", "get", "names", "register"]
+__all__ = ["Verifier", "create", "names", "options_model", "register"]

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import re
 
-from verifiers.registry import register
+from typing import Sequence
+
+from verifiers.check import Case, malformed_cases
+from verifiers.registry import Row, Verifier, register
 
 _FINAL_LINE = re.compile(r"####\s*-?\$?\d[\d,]*(?:\.\d+)?\s*")
 _BOXED = "\\boxed{"
@@ -30,7 +33,6 @@ def _has_boxed(line: str) -> bool:
     return at >= 0 and line.rfind("}") > at + len(_BOXED)
 
 
-@register("format")
 def score(completion: str, reference: object = None) -> float:
     """1.0 when the last non-empty line is ``#### <number>`` (or holds a ``\\boxed{}``), else 0.0."""
     if not isinstance(completion, str):
@@ -39,3 +41,26 @@ def score(completion: str, reference: object = None) -> float:
     if not last:
         return 0.0
     return float(bool(_FINAL_LINE.fullmatch(last) or _has_boxed(last)))
+
+
+@register
+class FormatVerifier(Verifier):
+    """Whether a completion ends with its answer in the required final form (``#### n`` or ``\\boxed{}``)."""
+
+    name = "format"
+
+    def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
+        """1.0 per completion whose last non-empty line is a final-answer line."""
+        return [score(c) for c in completions]
+
+    def gate_cases(self, rows: Sequence[Row]) -> list[Case]:
+        """A '#### x' last line passes; an answer in prose or followed by more text does not."""
+        cases: list[Case] = []
+        for row in rows:
+            ref = row["reference_answer"]
+            if row.get("solution"):
+                cases.append(Case(row["solution"], row, True, "format:gold_solution"))
+            cases.append(Case(f"Some steps.\n#### {ref}", row, True, "format:final_line"))
+            cases.append(Case(f"The answer is {ref}.", row, False, "format:prose_answer"))
+            cases.append(Case(f"#### {ref}\nand then more text", row, False, "format:text_after_answer"))
+        return cases + malformed_cases(rows)

@@ -50,7 +50,7 @@ def test_hostile_completions_are_scored_in_linear_time(text, reference):
     normalize_text("é")  # builds the normaliser's Unicode table (once) outside the timing
     calls = [("math.score", lambda t: math_verifier.score(t, reference)), ("format.score", format_verifier.score),
              ("extract_answer", extract_answer), ("normalize_text", normalize_text)]
-    with mock.patch.object(math_verifier, "_check", _math_verify_spy):
+    with mock.patch.object(math_verifier, "check", _math_verify_spy):
         for name, fn in calls:
             elapsed = _best_time(fn, text)
             assert elapsed < BOUND_S, f"{name} took {elapsed * 1000:.1f} ms on {len(text)} characters: {text[:80]!r}"

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import verifiers
 from verifiers import math as math_verifier
+from verifiers import math_checks
 from verifiers.extract import extract_answer
 from verifiers.math import check_reference, latex_answer, plain_number, score, score_batch
 
@@ -90,23 +91,6 @@ def test_batch_matches_single_scoring_inline_and_in_processes():
     assert score_batch(completions, references, workers=2) == expected  # 80 slow cases: process pool
     with pytest.raises(ValueError, match="references"):
         score_batch(["a"], [])
-
-
-def test_registry_names_and_unknown_name():
-    assert {"math", "format", "code"} <= set(verifiers.names())
-    assert verifiers.get("math") is score
-    with pytest.raises(KeyError, match="unknown verifier"):
-        verifiers.get("maths")
-
-
-def test_format_verifier():
-    fmt = verifiers.get("format")
-    assert fmt("step\n#### 12") == 1.0
-    assert fmt("step\n#### 1,200\n\n") == 1.0
-    assert fmt("\\boxed{12}") == 1.0
-    assert fmt("The answer is 12.") == 0.0
-    assert fmt("#### 12\nmore") == 0.0
-    assert fmt("") == 0.0 and fmt(None) == 0.0  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -203,7 +187,7 @@ def test_scores_are_the_same_in_worker_threads():
 
 def test_a_checker_process_that_died_while_idle_is_replaced():
     def kill_idle_checkers_then_score() -> float:
-        for checker in math_verifier._pool()._idle:
+        for checker in math_checks._pool()._idle:
             checker.proc.kill()
             checker.proc.wait()
         return score("\\boxed{\\frac{1}{2}}", "0.5")
@@ -214,14 +198,14 @@ def test_a_checker_process_that_died_while_idle_is_replaced():
 
 
 def test_a_checker_that_cannot_start_is_an_error_not_a_zero(monkeypatch):
-    monkeypatch.setattr(math_verifier, "_POOL", math_verifier._CheckerPool(1))
-    monkeypatch.setattr(math_verifier.sys, "executable", "/nonexistent/python")
-    with ThreadPoolExecutor(max_workers=1) as pool, pytest.raises(math_verifier.VerifierUnavailable, match="cannot st"):
+    monkeypatch.setattr(math_checks, "_POOL", math_checks._CheckerPool(1))
+    monkeypatch.setattr(math_checks.sys, "executable", "/nonexistent/python")
+    with ThreadPoolExecutor(max_workers=1) as pool, pytest.raises(math_checks.VerifierUnavailable, match="cannot st"):
         pool.submit(score, "\\boxed{\\frac{1}{2}}", "0.5").result()
 
 
 def test_the_budget_cuts_off_pathological_answers_and_restores_the_callers_alarm(monkeypatch):
-    monkeypatch.setattr(math_verifier, "CHECK_BUDGET_S", 0.3)
+    monkeypatch.setattr(math_checks, "CHECK_BUDGET_S", 0.3)
     assert score("\\boxed{\\frac{2}{4}}", "0.5") == 1.0  # imports and caches outside the timing
     rang: list[int] = []
 

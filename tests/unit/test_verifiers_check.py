@@ -1,4 +1,10 @@
-from grpoflow.verifier_check import build_cases, format_cases, surface_forms, validate, wrong_answers
+"""The verifier self-test kit: case builders and the confusion matrix."""
+
+from verifiers.check import validate
+from verifiers.format import FormatVerifier
+from verifiers.math_cases import math_cases, surface_forms, wrong_answers
+
+ROW = {"id": "r1", "reference_answer": "72", "solution": "48/2=24\n#### 72"}
 
 
 def test_surface_forms_hand_cases():
@@ -16,7 +22,7 @@ def test_wrong_answers_differ_from_gold():
 
 
 def test_validate_tallies_the_confusion_matrix():
-    cases = build_cases(["72"], ["48/2=24\n#### 72"])
+    cases = math_cases([ROW])
     always_yes = validate(lambda c, r: [1.0] * len(c), cases)
     assert always_yes.fn == 0 and always_yes.tn == 0 and always_yes.recall == 1.0
     assert always_yes.precision == always_yes.tp / len(cases) < 1
@@ -25,6 +31,7 @@ def test_validate_tallies_the_confusion_matrix():
     assert never.recall == 0.0 and never.precision == 1.0  # no positives claimed
 
 
-def test_format_cases_have_both_labels():
-    cases = format_cases(["5"], ["2+3=5\n#### 5"])
-    assert {c.expected for c in cases} == {True, False}
+def test_cases_carry_their_row_and_both_labels():
+    for cases in (math_cases([ROW]), FormatVerifier().gate_cases([ROW])):
+        assert {c.expected for c in cases} == {True, False}
+        assert all(c.row is ROW for c in cases)
