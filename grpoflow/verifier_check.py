@@ -190,4 +190,15 @@ CODE_CASES: list[tuple[str, list[str], float, str]] = [
     ("x = bytearray(8 * 1024 ** 3)", ["assert True"], 0.0, "memory_bomb"),
     ("import os\nos._exit(0)", ["assert True"], 0.0, "early_exit"),
     ("import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)", ["assert True"], 0.0, "network"),
+    ("import builtins\nbuiltins.exec = lambda *a, **k: None", ["assert False"], 0.0, "exec_replaced"),
+    ("import builtins\n_c = builtins.compile\nbuiltins.compile = lambda s, f, m, *a, **k: _c('pass', f, m)",
+     ["assert False"], 0.0, "compile_replaced"),
+    ("import os, sys\nfr = sys._getframe(1)\nfor i in range(9):\n    print('%s:%d:pass' % (fr.f_locals.get('nonce'), i))\n"
+     "sys.stdout.flush()\nos._exit(0)", ["assert False"], 0.0, "forged_verdict"),
+    ("class A:\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return A()",
+     ["assert add(1, 2) == 4", "assert add(0, 0) == 1"], 0.0, "always_equal"),
+    ("def sorted(*a):\n    return 0\ndef add(a, b):\n    return [a]", ["assert sorted(add(1, 2)) == sorted([3])"], 0.0,
+     "shadowed_builtin"),
+    ("import os, signal\nos.kill(1, signal.SIGKILL)", ["assert False"], 0.0, "kill_judge"),
+    ("while True:\n    print('x' * 65536)", ["assert True"], 0.0, "infinite_output"),
 ]
