@@ -14,6 +14,8 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from verifiers.sandbox import Limits
+
 
 class ConfigError(ValueError):
     """A params file that does not validate; the message names the file and each bad key."""
@@ -222,23 +224,12 @@ class RewardConfig(_Section):
         return self
 
 
-class SandboxConfig(_Section):
-    """Limits for executing completions (code reward)."""
-    wall_seconds: float = Field(5.0, gt=0, description="Wall-clock limit for one completion's code and tests.")
-    cpu_seconds: int = Field(5, ge=1, description="CPU-time rlimit of the sandboxed process.")
-    memory_mb: int = Field(512, ge=64, description="Address-space rlimit of the sandboxed process.")
-    max_processes: int = Field(32, ge=1, description="Process-count rlimit (stops fork bombs).")
-    allow_unsandboxed: bool = Field(
-        False, description="Run code without namespaces where they cannot be created (disposable machines only)."
-    )
-
-
 class VerifierGateConfig(_Section):
     """The validate_verifiers gate: thresholds and sample sizes."""
     min_precision: float = Field(0.99, ge=0, le=1, description="Lowest precision (wrong answers rejected) that passes the gate.")
     min_recall: float = Field(0.99, ge=0, le=1, description="Lowest recall (right answers in any surface form accepted).")
     max_examples: int = Field(2000, ge=1, description="Reference answers sampled per split/benchmark for validation.")
-    workers: int = Field(2, ge=1, description="Processes for the math-verify slow path.")
+    workers: int = Field(2, ge=1, description="Processes a verifier may use while the gate scores its cases (the math-verify slow path).")
 
 
 class EngineConfig(_Section):
@@ -430,7 +421,7 @@ class Params(_Section):
         default_factory=lambda: [RewardConfig(name="math", weight=1.0), RewardConfig(name="format", weight=0.1)], min_length=1,
         description="Verifiers whose weighted sum is the reward."
     )
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Limits for executing completions (code reward).")
+    sandbox: Limits = Field(default_factory=Limits, description="The sandbox that runs completions' code (code reward): limits, parallelism.")
     verifier_gate: VerifierGateConfig = Field(default_factory=VerifierGateConfig, description="The validate_verifiers gate.")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="The SFT reference stage.")
     rl: RLConfig = Field(default_factory=RLConfig, description="The budget every RL stage shares (GRPO and the PPO baseline).")

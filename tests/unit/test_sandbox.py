@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from verifiers import sandbox
+from verifiers import sandbox, sandbox_runtime
 from verifiers.code import extract_code, score_code
-from verifiers.sandbox import Limits, SandboxUnavailable, run_tests
+from verifiers.sandbox import Limits, SandboxUnavailable, run_batch, run_tests
+from verifiers.sandbox_runtime import NotPlain, decode, encode
 
 needs_isolation = pytest.mark.skipif(not sandbox.isolation_available(), reason="namespaces cannot be created here")
 FAST = Limits(wall_seconds=3.0, cpu_seconds=3)
@@ -135,3 +136,131 @@ def test_refuses_without_isolation_unless_allowed(monkeypatch):
         run_tests("x = 1", ["assert x == 1"])
     result = run_tests("x = 1", ["assert x == 1"], allow_unsandboxed=True)
     assert result.passed == [True] and result.sandboxed is False
+    allowed = Limits(allow_unsandboxed=True)
+    assert run_tests("x = 1", ["assert x == 1", "assert x == 2"], allowed).passed == [True, False]
+    with pytest.raises(SandboxUnavailable):
+        run_tests("x = 1", ["assert x == 1"], allowed, allow_unsandboxed=False)  # the keyword wins
+    workdirs = set(Path("/tmp").glob("grpoflow-sandbox-*"))
+    assert [r.passed for r in run_batch([("x = 1", ["assert x == 1"])] * 3, allowed)] == [[True]] * 3
+    assert run_tests("import builtins\nbuiltins.exec = None", ["assert False"], allowed).passed == [False]
+    deadline = time.monotonic() + 10  # sandboxes set up ahead and never used are torn down asynchronously
+    while set(Path("/tmp").glob("grpoflow-sandbox-*")) - workdirs and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not set(Path("/tmp").glob("grpoflow-sandbox-*")) - workdirs
+
+
+FORKS = "import os\ndef f():\n    pid = os.fork()\n    if pid == 0:\n        os._exit(7)\n" \
+        "    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])"
+
+
+@needs_isolation
+def test_no_process_outlives_a_check():
+    # The process that runs the completion leaves its session too: a parent-death signal does not reach
+    # it once it is nobody, so only the PID namespace's end can.
+    code = ("import os, time\nos.setsid()\nfor _ in range(100):\n    try:\n        if os.fork() == 0:\n"
+            "            os.setsid()\n            time.sleep(30)\n            os._exit(0)\n    except OSError:\n"
+            "        break\ntime.sleep(30)")
+    before = nobody_processes()
+    result = run_tests(code, ["assert True"], FAST)
+    assert result.timed_out and result.passed == [False]
+    assert nobody_processes_settle(before) <= before
+    assert run_tests(FORKS, ["assert f() == 7"]).passed == [True]  # RLIMIT_NPROC is not used up by leftovers
+
+
+@needs_isolation
+def test_sysv_ipc_objects_stay_inside():
+    key = 0x5EED0000 + os.getpid() % 0xFFFF
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            f"made = libc.shmget({key}, 4096, 0o1000 | 0o600) >= 0 and libc.semget({key}, 1, 0o1000 | 0o600) >= 0")
+    assert run_tests(code, ["assert made"]).passed == [True]
+    for table in ("/proc/sysvipc/shm", "/proc/sysvipc/sem"):
+        keys = [int(line.split()[0]) for line in Path(table).read_text().splitlines()[1:] if line.split()]
+        assert key not in keys
+
+
+@needs_isolation
+def test_output_is_capped_and_the_stream_closed():
+    code = ("import sys\nstopped = False\ntry:\n    while True:\n        sys.stdout.write('x' * 65536)\n"
+            "        sys.stdout.flush()\nexcept BrokenPipeError:\n    stopped = True")
+    result = run_tests(code, ["assert stopped"], Limits(wall_seconds=20, max_output_kb=256))
+    assert result.passed == [True] and not result.timed_out  # the writer saw the pipe close, nothing buffered it
+    assert any("256 KiB" in note for note in result.notes) and len(result.stderr_tail) <= 2000
+
+
+@needs_isolation
+def test_host_processes_are_invisible():
+    code = "import os\npids = [p for p in os.listdir('/proc') if p.isdigit()]\n" \
+           "cmdlines = [open(f'/proc/{p}/cmdline', 'rb').read() for p in pids]"
+    result = run_tests(code, ["assert len(pids) <= 3", "assert not any(b'pytest' in c for c in cmdlines)"])
+    assert result.passed == [True, True]
+
+
+@needs_isolation
+def test_batch_checks_are_isolated_and_leave_nothing():
+    marker = "import os\nos.makedirs('/tmp/m', exist_ok=True)\nmine = str(os.getpid()) + '-' + os.urandom(4).hex()\n" \
+             "open('/tmp/m/' + mine, 'w').close()\nseen = os.listdir('/tmp/m')"
+    items = [(marker, ["assert seen == [mine]"])] * 8 + [(FORKS, ["assert f() == 7"])] * 4
+    before = nobody_processes()
+    results = run_batch(items, workers=3)
+    assert [r.passed for r in results] == [[True]] * 12 and all(r.sandboxed for r in results)
+    assert nobody_processes_settle(before) <= before  # set-up-ahead sandboxes that were never used included
+
+
+@pytest.mark.skipif(not sandbox.user_namespaces_available(), reason="user namespaces cannot be created here")
+def test_a_fork_bomb_does_not_starve_the_checks_beside_it():
+    # RLIMIT_NPROC counts a uid's processes per user namespace: each candidate has its own, so a bomb in one
+    # parallel check cannot make fork fail in another (it did while every sandbox shared nobody's count).
+    bomb = ("import os, time\nstart = time.monotonic()\nwhile time.monotonic() - start < 3:\n    try:\n"
+            "        os.fork()\n    except OSError:\n        time.sleep(0.01)")
+    forks = ("import os\ndef f(n):\n    ok = 0\n    for _ in range(n):\n        pid = os.fork()\n"
+             "        if pid == 0:\n            os._exit(7)\n"
+             "        ok += os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7\n    return ok")
+    before = nobody_processes()
+    limits = Limits(wall_seconds=10, cpu_seconds=5)  # the bomb gives up after 3 s; honest checks have time
+    results = run_batch([(bomb, ["assert True"])] + [(forks, ["assert f(100) == 100"])] * 4, limits, workers=3)
+    assert [r.passed for r in results[1:]] == [[True]] * 4
+    assert nobody_processes_settle(before) <= before
+
+
+@needs_isolation
+def test_a_dead_fork_server_is_replaced():
+    server = sandbox._get_server()
+    server.process.kill()
+    server.process.wait()
+    assert run_tests("x = 1", ["assert x == 1"]).passed == [True]
+    assert sandbox._get_server() is not server
+
+
+def test_plain_data_round_trips_with_exact_types():
+    values = [None, True, 0, -(2**80), 2**53, 1.5, float("inf"), -0.0, 1 + 2j, "é\ud800", b"\x00", (1, [2, {3: (4,)}]),
+              {frozenset({1}), (2,)}, range(1, 9, 2), {"a": [None]}]
+    for value in values:
+        back = decode(encode(value))
+        assert back == value and type(back) is type(value)
+    assert list(decode(encode(iter([1, 2])))) == [1, 2]
+    nan = decode(encode(float("nan")))
+    assert nan != nan
+
+
+@pytest.mark.parametrize("value", [type("I", (int,), {})(1), type("L", (list,), {})(), object(), [object()],
+                                   {1: print}, lambda: 1])
+def test_non_plain_values_are_refused(value):
+    with pytest.raises(NotPlain):
+        encode(value)
+
+
+def test_deep_or_huge_values_are_refused():
+    deep: list = []
+    for _ in range(sandbox_runtime.MAX_DEPTH + 5):
+        deep = [deep]
+    with pytest.raises(NotPlain):
+        encode(deep)
+    with pytest.raises(NotPlain):
+        encode(iter(range(sandbox_runtime.MAX_ITEMS + 1)))
+
+
+@pytest.mark.parametrize("tree", [{"a": 1}, [], ["x", 1], ["d", 1], ["s", ["l"]], ["i", 5], ["b", "zz"],
+                                  ["ref", "f"], ["r", 1, 2, 0.5], ["l"] * 3 + [[]]])
+def test_malformed_trees_are_refused(tree):
+    with pytest.raises(NotPlain):
+        decode(tree)
