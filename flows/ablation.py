@@ -21,7 +21,9 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from flows.pipeline import _check_params_file, held_workspace, parse_overrides, run_stage_cli, run_stages
+from flows import serve
+from flows.pipeline import (EXIT_INTERRUPTED, INTERRUPTED, held_workspace, parse_overrides, precheck, run_stage_cli,
+                            run_stages)
 from grpoflow.compare import seed_spread, seed_verdict
 from grpoflow.config import ConfigError
 from grpoflow.io import write_json
@@ -48,8 +50,8 @@ def _seed_runs(params_file: str, seeds: list[int], env: dict[str, str]) -> dict:
 def ablation(params_file: str = "params/default.yaml", seeds: list[int] | None = None,
              overrides: dict[str, Any] | None = None) -> dict:
     """GRPO vs PPO on one parameter set (with validated ``overrides``), over ``seeds``."""
-    params = _check_params_file(params_file, overrides)
-    with held_workspace(params_file, overrides):
+    precheck(params_file, overrides)
+    with held_workspace(params_file, overrides) as params:
         return _ablation(params, params_file, seeds, overrides)
 
 
@@ -84,11 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         overrides = parse_overrides(args.overrides)
-        _check_params_file(args.params, overrides)
-        result = ablation(params_file=args.params, seeds=args.seeds, overrides=overrides or None)
+        precheck(args.params, overrides)
+        with serve.prefect_api():
+            result = ablation(params_file=args.params, seeds=args.seeds, overrides=overrides or None)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"winner on test pass@1: {result['winner_on_test_pass@1']}; peak memory GRPO/PPO "
           f"{result['memory']['grpo_over_ppo']:.3f}")
     if "seeds" in result:

@@ -13,16 +13,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
+import filecmp
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+import psutil
 import yaml
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (create_link_artifact, create_markdown_artifact, create_progress_artifact,
@@ -31,7 +37,7 @@ from prefect.concurrency.sync import concurrency
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run, task_run
 
-from flows import experiments, workspace
+from flows import experiments, serve, workspace
 from flows.dag import Stage, pipeline_params_file, stage_order
 from grpoflow.config import ConfigError, Params, load_params, set_dotted
 from grpoflow.model_source import model_unavailable
@@ -39,6 +45,12 @@ from tasks import tracking
 from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT
 
 DVC_YAML = "dvc.yaml"
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+INTERRUPTED = ("interrupted: the run stopped; run the same command again to go on (DVC skips the finished stages, "
+               "training resumes from its last checkpoint)")
+STAGE_GRACE_S = 10.0  # for a stage command to stop by itself, before each firmer signal
+LAST_GOOD = workspace.STATE_DIR / "last-good"
+FAILED = workspace.STATE_DIR / "failed"
 
 
 @dataclass
@@ -129,19 +141,58 @@ def _stream(cmd: list[str], env: dict[str, str], marker: str = "", progress: _Pr
     proc = subprocess.Popen(cmd, env={**os.environ, **env, "PATH": _path_with_this_python()},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = StageLog()
-    for line in proc.stdout:  # type: ignore[union-attr]
-        line = line.rstrip()
-        if not line:
-            continue
-        logger.info(line)
-        log.tail = (log.tail + [line])[-40:]
-        log.seen_marker = log.seen_marker or bool(marker and line.startswith(marker))
-        if DIAGNOSIS.search(line):
-            log.diagnosis.append(line)
-        if progress:
-            progress.update(line)
+    try:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            line = line.rstrip()
+            if not line:
+                continue
+            logger.info(line)
+            log.tail = (log.tail + [line])[-40:]
+            log.seen_marker = log.seen_marker or bool(marker and line.startswith(marker))
+            if DIAGNOSIS.search(line):
+                log.diagnosis.append(line)
+            if progress:
+                progress.update(line)
+    except BaseException:  # Ctrl-C, or Prefect cancelling the run: the stage must not outlive the flow
+        _stop_stage(proc, logger.info)
+        raise
     log.code = proc.wait()
     return log
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid`` and every process below it (DVC ignores SIGINT while its command runs)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(sig)
+
+
+def _stop_stage(proc: subprocess.Popen, log: Callable[[str], None], grace_s: float = STAGE_GRACE_S) -> None:
+    """Wait for an interrupted stage command to stop, logging what it says. A Ctrl-C in a terminal
+    reached it already (it is in the flow's process group); when only the flow was signalled, it
+    gets SIGINT (a clean stop), then SIGTERM, then SIGKILL, ``grace_s`` apart."""
+    def drain() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.strip():
+                log(line.rstrip())
+
+    # In this run's context: a thread without it would log through a Prefect client of its own.
+    reader = threading.Thread(target=contextvars.copy_context().run, args=(drain,), name="stage-output", daemon=True)
+    reader.start()
+    for sig in (None, signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        if sig is not None:
+            _signal_tree(proc.pid, sig)
+        try:
+            proc.wait(timeout=grace_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    reader.join(timeout=grace_s)
 
 
 def _stage_exit(log: StageLog) -> int:
@@ -208,7 +259,33 @@ def _check_params_file(params_file: str, overrides: dict[str, Any] | None = None
     # The model is first needed by sft, after the data stages: find out now, not minutes later.
     if params.model.name_or_path and (problem := model_unavailable(params.model.name_or_path)):
         raise ConfigError(f"{params_file}: model.name_or_path: {problem}")
+    # A missing data file would only be noticed inside prepare, after DVC deleted its last outputs.
+    if problems := missing_inputs(params, params_file):
+        raise ConfigError("\n".join(problems))
     return params
+
+
+def missing_inputs(params: Params, params_file: str) -> list[str]:
+    """Each data file the set names (sources and benchmarks of kind ``file``) that is not there."""
+    problems = []
+    for key, sources in (("data.sources", params.data.sources), ("data.benchmarks", params.data.benchmarks)):
+        for index, source in enumerate(sources):
+            if source.kind == "file" and not Path(source.path or "").is_file():
+                problems.append(f"{params_file}: {key}[{index}].path: data file {source.path!r} does not exist "
+                                f"(relative paths are read from {Path.cwd()})")
+    return problems
+
+
+def precheck(params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None) -> None:
+    """:func:`_check_params_file` before waiting for the workspace, to fail fast. Another run may have
+    its parameter edits in the files now: a failure then is left to the check under the lock."""
+    busy = workspace.JOURNAL.exists()
+    try:
+        _check_params_file(params_file, overrides, stages)
+    except ConfigError:
+        if busy or workspace.JOURNAL.exists():
+            return
+        raise
 
 
 def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, str]:
@@ -226,6 +303,61 @@ def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, s
         header = f"# {params_file} with the overrides of one flow run: {json.dumps(overrides)}\n"
         changes[params_file] = header + yaml.safe_dump(raw, sort_keys=False)
     return changes
+
+
+def _uncached_outputs(stage: Stage) -> list[Path]:
+    """The stage's outputs that DVC deletes before running it but does not cache (metrics, plots,
+    reports), as they are now."""
+    uncached = set(experiments.untracked_outputs(DVC_YAML))
+    return [Path(p) for p in (*stage.outs, *stage.metrics) if p in uncached]
+
+
+def _move(src: Path, dst: Path) -> None:
+    if dst.is_dir():
+        shutil.rmtree(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(src), str(dst))
+
+
+def _same(a: Path, b: Path) -> bool:
+    return a.is_file() and b.is_file() and filecmp.cmp(a, b, shallow=False)
+
+
+def _put_back(paths: list[Path], backup: Path, failed: Path) -> tuple[list[str], list[str]]:
+    """Restore ``paths`` from ``backup``; what is there now goes to ``failed``. (restored, set aside)"""
+    restored, aside = [], []
+    for path in paths:
+        if _same(path, backup / path):
+            continue
+        if path.exists():
+            _move(path, failed / path)
+            aside.append(str(path))
+        _move(backup / path, path)
+        restored.append(str(path))
+    return restored, aside
+
+
+@contextlib.contextmanager
+def kept_outputs(stage: Stage) -> Iterator[None]:
+    """If ``stage`` fails, put back the outputs of its last successful run that DVC deleted and does
+    not cache (``metrics/*.json``: nothing else holds them); what the failed attempt wrote there
+    instead (e.g. a gate's verdict) is kept under ``.grpoflow/failed/<stage>/``."""
+    paths = [p for p in _uncached_outputs(stage) if p.exists()]
+    backup = LAST_GOOD / stage.name
+    shutil.rmtree(backup, ignore_errors=True)
+    for path in paths:
+        (backup / path).parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if path.is_dir() else shutil.copy2)(path, backup / path)
+    try:
+        yield
+    except BaseException:
+        restored, aside = _put_back(paths, backup, FAILED / stage.name)
+        if restored:
+            print(f"{stage.name} did not finish: put back {', '.join(restored)} of its last successful run"
+                  + (f" (this attempt's {', '.join(aside)}: under {FAILED / stage.name})" if aside else ""))
+        raise
+    finally:
+        shutil.rmtree(backup, ignore_errors=True)
 
 
 def _metrics_markdown(results: list[StageResult]) -> str:
@@ -306,7 +438,8 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None,
         env = {tracking.PARENT_ENV: parent_id, tracking.FLOW_RUN_ENV: flow_run_id}
         for stage in order:
             gpu = gpu_limit if stage.name in orch.gpu_stages else None
-            result = stage_task(stage, env, gpu_limit=gpu, retries=orch.stage_retries)
+            with kept_outputs(stage):
+                result = stage_task(stage, env, gpu_limit=gpu, retries=orch.stage_retries)
             if not result.ran:
                 tracking.log_cached_stage(stage.name, params, params_file, parent_id, flow_run_id, list(stage.metrics))
             results.append(result)
@@ -324,12 +457,23 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None,
 
 
 @contextlib.contextmanager
-def held_workspace(params_file: str, overrides: dict[str, Any] | None):
-    """This workspace for this flow run alone, with the run's parameter edits in place."""
-    logger = get_run_logger()
-    with workspace.exclusive(f"{flow_run.name} ({flow_run.id})", log=logger.info):
-        with workspace.edits(run_edits(params_file, overrides)):
-            yield
+def workspace_for_run(holder: str, params_file: str, overrides: dict[str, Any] | None, stages: list[str] | None = None,
+                      log: Callable[[str], None] = print, poll_s: float = 2.0) -> Iterator[Params]:
+    """This workspace for ``holder`` alone, with its parameter edits in place; yields the set as it
+    will run, validated while the lock is held (before it, another run's edits may be in the files)."""
+    with workspace.exclusive(holder, log=log, poll_s=poll_s):
+        params = _check_params_file(params_file, overrides, stages)
+        with workspace.edits(run_edits(params_file, overrides), log=log):
+            yield params
+
+
+@contextlib.contextmanager
+def held_workspace(params_file: str, overrides: dict[str, Any] | None,
+                   stages: list[str] | None = None) -> Iterator[Params]:
+    """:func:`workspace_for_run` for this flow run, logging to it."""
+    with workspace_for_run(f"{flow_run.name} ({flow_run.id})", params_file, overrides, stages,
+                           log=get_run_logger().info) as params:
+        yield params
 
 
 @flow(name="grpoflow-pipeline", log_prints=True)
@@ -337,8 +481,8 @@ def pipeline(params_file: str = "params/default.yaml", overrides: dict[str, Any]
              stages: list[str] | None = None) -> list[StageResult]:
     """Run the dvc.yaml stages (all, or ``stages`` in DAG order) for one parameter set, with
     ``overrides`` ({"grpo.steps": 20}) validated against the schema before anything runs."""
-    params = _check_params_file(params_file, overrides, stages)
-    with held_workspace(params_file, overrides):
+    precheck(params_file, overrides, stages)
+    with held_workspace(params_file, overrides, stages) as params:
         return run_stages(params, params_file, stages, overrides=overrides)
 
 
@@ -362,11 +506,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         overrides = parse_overrides(args.overrides)
-        _check_params_file(args.params, overrides, args.stages)  # before the Prefect server starts: bad input fails in a second
-        results = pipeline(params_file=args.params, overrides=overrides or None, stages=args.stages)
+        precheck(args.params, overrides, args.stages)  # before the Prefect server starts: bad input fails in a second
+        with serve.prefect_api():
+            results = pipeline(params_file=args.params, overrides=overrides or None, stages=args.stages)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        return EXIT_INTERRUPTED
     for r in results:
         print(f"{r.stage:>20}: {'ran' if r.ran else 'cached'} in {r.seconds:.1f} s")
     return 0

@@ -7,23 +7,40 @@ that runs their flow runs in this checkout. ``make serve`` runs it; Ctrl-C stops
 On a cluster the same steps apply against the cluster's Prefect server, with
 ``--pool-type kubernetes`` (the pool then takes ``deploy/k8s/base-job-template.json``) and the
 worker started where it can reach the cluster (see the README, "Scheduled runs").
+
+The flow CLIs (``python -m flows.pipeline``, ``flows.ablation``) without ``PREFECT_API_URL`` get a
+temporary server from :func:`prefect_api` instead of Prefect's own ephemeral one: see there why.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 from grpoflow.config import ConfigError, load_params
 
 K8S_TEMPLATE = Path("deploy/k8s/base-job-template.json")
 STATE_DIR = Path(".grpoflow")
+# Prefect's own knob for how long to wait for a temporary server; ours honours it. Its default (20 s)
+# is less than a cold start takes on a loaded 2-core machine (12 s idle, over 35 s beside 3 busy loops).
+STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+DEFAULT_STARTUP_TIMEOUT_S = 300.0
+PARENT_ENV = "GRPOFLOW_TEMPORARY_SERVER_PARENT"
+SQLITE_CONTENTION = (
+    "on SQLite, Prefect's background tasks (run after every worker poll) write concurrently and one of them is "
+    "retried; harmless here. A production server should use PostgreSQL (PREFECT_API_DATABASE_CONNECTION_URL)"
+)
 
 
 def prefect(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
@@ -46,6 +63,166 @@ def wait_healthy(api_url: str, server: subprocess.Popen, timeout_s: float = 120)
             pass
         time.sleep(0.5)
     raise RuntimeError(f"the Prefect server at {api_url} did not answer within {timeout_s:.0f} s")
+
+
+def free_port() -> int:
+    """A local port nothing listens on now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def startup_timeout_s() -> float:
+    """How long a temporary server may take to answer: Prefect's setting when the user set it."""
+    return float(os.environ.get(STARTUP_TIMEOUT_ENV) or DEFAULT_STARTUP_TIMEOUT_S)
+
+
+def _exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
+    """SIGTERM this process once ``parent`` is gone: a temporary server runs in its own session, so a
+    SIGKILL of the flow's process group does not reach it, and it must not outlive its flow."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def temporary_app():
+    """Uvicorn factory of the temporary server: Prefect's API as its ephemeral mode builds it (no UI,
+    only the services one run needs), exiting with the process that started it."""
+    from prefect.server.api.server import create_app
+
+    if os.environ.get(PARENT_ENV):
+        _exit_with_parent(int(os.environ[PARENT_ENV]))
+    return create_app(ephemeral=True, final=True)
+
+
+def _start_temporary(port: int) -> subprocess.Popen:
+    env = {**os.environ, "PREFECT_UI_ENABLED": "false", PARENT_ENV: str(os.getpid())}
+    env.pop("PREFECT_API_URL", None)
+    cmd = [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(__file__).resolve().parents[1]), "--factory",
+           "flows.serve:temporary_app", "--host", "127.0.0.1", "--port", str(port), "--log-level", "error",
+           "--lifespan", "on"]
+    # Its own session: the terminal's Ctrl-C goes to the foreground process group, and the server must
+    # outlive it long enough for the flow to record the crash (Prefect's ephemeral server dies with it,
+    # and the flow then spends minutes retrying a server that is gone).
+    return subprocess.Popen(cmd, env=env, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def temporary_server(timeout_s: float | None = None, attempts: int = 3) -> Iterator[str]:
+    """A Prefect API server for this process alone, on a free local port; yields its API URL and
+    stops it on exit. Uses the database of ``PREFECT_HOME``, as Prefect's ephemeral server does."""
+    timeout_s = timeout_s or startup_timeout_s()
+    print(f"starting Prefect's temporary API server (up to {timeout_s:.0f} s; set PREFECT_API_URL to use a running "
+          "one)...", flush=True)
+    for attempt in range(1, attempts + 1):
+        port = free_port()
+        proc = _start_temporary(port)
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}/api", proc, timeout_s)
+            break
+        except RuntimeError:
+            exited = proc.poll() is not None  # e.g. another process took the port first: try another
+            _stop(proc)
+            if not exited or attempt == attempts:
+                raise
+        except BaseException:
+            _stop(proc)
+            raise
+    try:
+        yield f"http://127.0.0.1:{port}/api"
+    finally:
+        _stop(proc)
+
+
+def _drain_prefect_clients(timeout_s: float = 10.0) -> None:
+    """Send the logs and events this process still holds before its server goes away."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=timeout_s)
+    EventsWorker.drain_all(timeout=timeout_s)
+
+
+@contextlib.contextmanager
+def prefect_api() -> Iterator[None]:
+    """The Prefect API for a flow CLI: ``PREFECT_API_URL`` when set, else :func:`temporary_server`."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if PREFECT_API_URL.value():
+        yield
+        return
+    with temporary_server() as url, temporary_settings(updates={PREFECT_API_URL: url}):
+        try:
+            yield
+        finally:
+            _drain_prefect_clients()
+
+
+class ServerLogWatch:
+    """Server-side errors for the serve console: each distinct ERROR line and exception of the Prefect
+    server's log once (the server logs the same failure on every cycle; all of it stays in the log)."""
+
+    ERROR = re.compile(r"\|\s*(ERROR|CRITICAL)\s*\|\s*(.*)")
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = path.stat().st_size if path.is_file() else 0
+        self.partial = ""
+        self.in_traceback = False
+        self.seen: set[str] = set()
+        self.hinted = False
+
+    def poll(self) -> list[str]:
+        """Messages for the lines the server wrote since the last call."""
+        if not self.path.is_file():
+            return []
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        self.offset += len(data)
+        lines = (self.partial + data.decode("utf-8", errors="replace")).split("\n")
+        self.partial = lines.pop()
+        return self.feed(lines)
+
+    def feed(self, lines: list[str]) -> list[str]:
+        """Messages for these log lines (the end of a traceback is its exception line)."""
+        out: list[str] = []
+        for line in lines:
+            message = self._message(line.rstrip())
+            key = re.sub(r"\d+", "N", message or "")
+            if message and key not in self.seen:
+                self.seen.add(key)
+                note = f" ({SQLITE_CONTENTION})" if "database is locked" in message else ""
+                out.append(f"Prefect server: {message}{note}")
+        if out and not self.hinted:
+            self.hinted = True
+            out.append(f"(each server error is shown once; all of them are in {self.path})")
+        return out
+
+    def _message(self, line: str) -> str | None:
+        if line.startswith("Traceback (most recent call last)"):
+            self.in_traceback = True
+            return None
+        if self.in_traceback:
+            if not line or line[0].isspace():
+                return None
+            self.in_traceback = False
+            return line[:300]
+        m = self.ERROR.search(line)
+        return f"ERROR {m[2][:300]}" if m else None
 
 
 def configure(env: dict[str, str], pool: str, pool_type: str, gpu_limit: str | None, gpu_slots: int) -> None:
@@ -94,11 +271,12 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    watch = ServerLogWatch(STATE_DIR / "server.log")
     with open(STATE_DIR / "server.log", "a") as server_log:
         children.append(subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
                                           "--port", str(args.port)], env=env, stdout=server_log, stderr=subprocess.STDOUT))
     try:
-        wait_healthy(api_url, children[0])
+        wait_healthy(api_url, children[0], startup_timeout_s())
         configure(env, orch.work_pool, args.pool_type, orch.gpu_concurrency_limit, args.gpu_slots)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -113,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
               f"  PREFECT_API_URL={api_url} prefect deployment run grpoflow-pipeline/scheduled "
               f"-p 'overrides={{\"grpo.steps\": 20}}'", flush=True)
     while all(child.poll() is None for child in children):
+        for message in watch.poll():
+            print(message, file=sys.stderr, flush=True)
         time.sleep(1)
     print("a served process exited; stopping", file=sys.stderr)
     stop(code=1)

@@ -503,10 +503,21 @@ def load_params(path: str | Path, overrides: dict[str, Any] | None = None) -> Pa
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: params file not found")
+    data = path.read_bytes()
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = data[exc.start:exc.start + 1]
+        raise ConfigError(f"{path}: not a text params file (byte {exc.start} is not UTF-8: {bad!r})") from None
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    # An empty set would validate as all defaults, yet DVC reads each stage's keys from the file itself.
+    if raw is None:
+        raise ConfigError(f"{path}: the params file is empty (copy params/default.yaml to start one)")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level, got {type(raw).__name__}")
     for dotted, value in (overrides or {}).items():
         set_dotted(raw, dotted, value)
     return validate_params(raw, source=str(path))

@@ -37,13 +37,33 @@ def run_env(tmp_path: Path) -> dict[str, str]:
         MLFLOW_DISABLE_TELEMETRY="true",
         DVC_NO_ANALYTICS="1",
         HF_HUB_OFFLINE="1",
+        # prefect_query's ephemeral servers: Prefect's 20 s default is not enough on a loaded 2-core machine
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300",
         PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
     )
     return env
 
 
-def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+class Ran(subprocess.CompletedProcess):
+    """A finished command whose repr (what pytest shows for a failed assert on it) is its output's tail."""
+
+    def tail(self, lines: int = 60) -> str:
+        """The last ``lines`` lines of stdout, then of stderr."""
+        out = "\n".join((self.stdout or "").splitlines()[-lines:])
+        err = "\n".join((self.stderr or "").splitlines()[-lines:])
+        return f"$ {' '.join(map(str, self.args))}\n(exit {self.returncode})\n--- stdout\n{out}\n--- stderr\n{err}"
+
+    def __repr__(self) -> str:
+        return f"Ran(\n{self.tail()}\n)"
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> Ran:
+    """Run ``cmd`` to the end; its output's tail goes to pytest's captured stdout, which a failing
+    test shows whatever failed (an assert, or a file the command should have written)."""
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    ran = Ran(out.args, out.returncode, out.stdout, out.stderr)
+    print(ran.tail(), flush=True)
+    return ran
 
 
 def free_port() -> int:

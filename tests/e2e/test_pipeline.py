@@ -26,6 +26,7 @@ def test_leakage_gate_fails_the_flow_with_a_report(project, run_env):
     dvc_yaml.write_text(dvc_yaml.read_text().replace("params_file: params/default.yaml", "params_file: params/gsm8k.yaml"))
     result = run([PY, "-m", "flows.pipeline", "--params", "params/gsm8k.yaml"], project, run_env)
     assert result.returncode != 0
+    assert "starting Prefect's temporary API server" in result.stdout  # said before the wait for it
     report = (project / "data" / "prepared" / "report.md").read_text()
     assert "FAILED" in report and "A train travels 270 miles" in report
     assert json.loads((project / "metrics" / "prepare.json").read_text())["leakage"]["leaking_train_rows"] >= 1
@@ -77,3 +78,4 @@ def test_bad_params_fail_fast_naming_the_key_and_write_nothing(project, run_env)
     unknown = run([PY, "-m", "flows.pipeline", "--stages", "prepare", "trian"], project, run_env, timeout=120)
     assert unknown.returncode != 0 and "unknown stage(s) ['trian']" in unknown.stderr
     assert not (project / "data" / "prepared").exists() and not (project / "mlflow.db").exists()
+

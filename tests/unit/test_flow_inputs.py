@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
-from flows.dag import pipeline_params_file
-from flows.pipeline import _check_params_file, parse_overrides, run_edits
+from flows import workspace
+from flows.dag import pipeline_params_file, stage_order
+from flows.pipeline import (_check_params_file, _stop_stage, kept_outputs, main, parse_overrides, precheck, run_edits,
+                            workspace_for_run)
 from grpoflow.config import ConfigError, load_params
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,3 +81,117 @@ def test_the_mlflow_link_points_at_the_tracking_server_in_use(monkeypatch):
     assert _mlflow_link("3", "abc") == "https://mlflow.example.org/#/experiments/3/runs/abc"
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     assert _mlflow_link("3", "abc") == "http://127.0.0.1:5000/#/experiments/3/runs/abc"  # make ui over mlflow.db
+
+
+def test_the_set_is_validated_as_it_will_run_with_the_workspace_held(project):
+    """Before the lock, the params file may hold another run's temporary edits (here grpo.steps: 999)."""
+    waiting, seen = threading.Event(), {}
+
+    def second_run():
+        log = lambda message: waiting.set() if "is busy" in message else None  # noqa: E731
+        with workspace_for_run("second", "params/default.yaml", None, log=log, poll_s=0.01) as params:
+            seen["steps"] = params.grpo.steps
+
+    with workspace.exclusive("first"), workspace.edits(run_edits("params/default.yaml", {"grpo.steps": 999})):
+        assert _check_params_file("params/default.yaml").grpo.steps == 999  # what a check before the lock reads
+        second = threading.Thread(target=second_run)
+        second.start()
+        assert waiting.wait(timeout=60)
+    second.join(timeout=60)
+    assert seen["steps"] == load_params("params/default.yaml").grpo.steps != 999
+
+
+def test_the_fast_check_leaves_a_failure_that_another_runs_edits_may_cause_to_the_lock(project):
+    combined = {"data.synthetic.max_ops": 2}  # valid on the set as it is, not beside the other run's min_ops: 3
+    precheck("params/default.yaml", combined)
+    with workspace.exclusive("first"), workspace.edits(run_edits("params/default.yaml", {"data.synthetic.min_ops": 3})):
+        with pytest.raises(ConfigError, match="min_ops"):
+            _check_params_file("params/default.yaml", combined)
+        precheck("params/default.yaml", combined)  # deferred to the check under the lock
+    with pytest.raises(ConfigError, match="grpo.num_generations"):
+        precheck("params/default.yaml", {"grpo.num_generations": 1})  # no other run: fails at once
+
+
+def test_every_named_input_file_is_checked_before_any_stage(project):
+    (project / "data").mkdir()
+    (project / "data" / "there.jsonl").write_text("{}\n")
+    overrides = {"data.sources": [{"kind": "synthetic"}, {"kind": "file", "path": "data/gone.jsonl", "license": "MIT"}],
+                 "data.benchmarks": [{"kind": "file", "path": "data/there.jsonl", "license": "MIT", "name": "a"},
+                                     {"kind": "file", "path": "data/nope.jsonl", "license": "MIT", "name": "b"}]}
+    with pytest.raises(ConfigError) as err:
+        _check_params_file("params/default.yaml", overrides)
+    where = f"does not exist (relative paths are read from {project})"
+    assert str(err.value).splitlines() == [
+        f"params/default.yaml: data.sources[1].path: data file 'data/gone.jsonl' {where}",
+        f"params/default.yaml: data.benchmarks[1].path: data file 'data/nope.jsonl' {where}",
+    ]
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "the params file is empty"),
+    (b"# only a comment\n", "the params file is empty"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00", "not a text params file (byte 0 is not UTF-8: b'\\x89')"),
+])
+def test_an_empty_or_binary_params_file_is_one_clear_line_and_exit_2(project, capsys, content, message):
+    (project / "params" / "odd.yaml").write_bytes(content)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_params("params/odd.yaml")
+    assert main(["--params", "params/odd.yaml"]) == 2
+    assert capsys.readouterr().err == f"error: params/odd.yaml: {message}" + (
+        " (copy params/default.yaml to start one)" if "empty" in message else "") + "\n"
+
+
+def _stage(name: str):
+    return next(s for s in stage_order("dvc.yaml") if s.name == name)
+
+
+def test_a_failed_stage_puts_back_the_metrics_of_the_last_good_run(project):
+    metrics = project / "metrics" / "prepare.json"
+    metrics.parent.mkdir()
+    metrics.write_text(json.dumps({"rows": 10}))
+    with pytest.raises(RuntimeError), kept_outputs(_stage("prepare")):
+        metrics.unlink()  # DVC deletes uncached outputs before the stage runs
+        raise RuntimeError("prepare failed")
+    assert json.loads(metrics.read_text()) == {"rows": 10}
+    with pytest.raises(RuntimeError), kept_outputs(_stage("prepare")):
+        metrics.write_text(json.dumps({"leakage": {"leaking_train_rows": 3}}))  # a gate's verdict
+        raise RuntimeError("prepare failed")
+    assert json.loads(metrics.read_text()) == {"rows": 10}
+    verdict = project / ".grpoflow" / "failed" / "prepare" / "metrics" / "prepare.json"
+    assert json.loads(verdict.read_text())["leakage"]["leaking_train_rows"] == 3
+    with kept_outputs(_stage("prepare")):
+        metrics.write_text(json.dumps({"rows": 11}))
+    assert json.loads(metrics.read_text()) == {"rows": 11}  # a success keeps its own
+    assert not (project / ".grpoflow" / "last-good" / "prepare").exists()
+
+
+# A stage command that stops cleanly on SIGINT, under a parent that ignores SIGINT while it runs (as DVC does).
+STAGE = ("import signal, sys, time\n"
+         "signal.signal(signal.SIGINT, lambda *_: (print('stage: interrupted', flush=True), sys.exit(130)))\n"
+         "print('ready', flush=True)\ntime.sleep(600)\n")
+DVC_LIKE = ("import signal, subprocess, sys\n"
+            f"child = subprocess.Popen([sys.executable, '-c', {STAGE!r}])\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\nsys.exit(child.wait())\n")
+
+
+def test_an_interrupted_flow_stops_its_stage_even_when_only_the_flow_got_the_signal():
+    proc = subprocess.Popen([sys.executable, "-c", DVC_LIKE], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    assert proc.stdout.readline().strip() == "ready"  # type: ignore[union-attr]
+    said: list[str] = []
+    _stop_stage(proc, said.append, grace_s=0.2)
+    assert proc.returncode == 130 and said == ["stage: interrupted"]
+
+
+def test_a_stage_cli_stops_on_ctrl_c_with_one_line(monkeypatch, capsys):
+    from tasks.cli import EXIT_INTERRUPTED, run_stage_cli, stage_parser
+
+    def body(args, params):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys, "argv", ["grpo", "--params", str(ROOT / "params" / "default.yaml")])
+    with pytest.raises(SystemExit) as stop:
+        run_stage_cli(stage_parser("grpo", "test"), body)
+    assert stop.value.code == EXIT_INTERRUPTED == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("python -m tasks.grpo: interrupted")
