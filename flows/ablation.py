@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default="params/default.yaml")
     parser.add_argument("--seeds", type=int, nargs="*", default=None, help="extra training seeds for mean and spread")
     parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="override a parameter for this run (validated), e.g. grpo.steps=20")
+                        help="override a parameter for this run (validated), e.g. rl.steps=20")
     args = parser.parse_args(argv)
     try:
         overrides = parse_overrides(args.overrides)

@@ -6,7 +6,7 @@ gets one parent run per flow run with a child per stage. A run holds its workspa
 (:mod:`flows.workspace`), GPU stages hold a slot of the ``gpu`` global concurrency limit, and a
 successful run is saved as a DVC experiment (:mod:`flows.experiments`).
 
-    python -m flows.pipeline --params params/default.yaml [--set grpo.steps=20 ...] [--stages prepare ...]
+    python -m flows.pipeline --params params/default.yaml [--set rl.steps=20 ...] [--stages prepare ...]
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import contextvars
 import filecmp
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -41,7 +41,8 @@ from flows import experiments, serve, workspace
 from flows.dag import Stage, pipeline_params_file, stage_order
 from grpoflow.config import ConfigError, Params, load_params, set_dotted
 from grpoflow.model_source import model_unavailable
-from tasks import tracking
+from tasks import events, tracking
+from tasks.stages import render as render_dvc_yaml
 from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT
 
 DVC_YAML = "dvc.yaml"
@@ -51,6 +52,7 @@ INTERRUPTED = ("interrupted: the run stopped; run the same command again to go o
 STAGE_GRACE_S = 10.0  # for a stage command to stop by itself, before each firmer signal
 LAST_GOOD = workspace.STATE_DIR / "last-good"
 FAILED = workspace.STATE_DIR / "failed"
+EVENTS_DIR = workspace.STATE_DIR / "events"  # one file per stage command while it runs
 
 
 @dataclass
@@ -100,47 +102,72 @@ def _read_metrics(stage: Stage) -> dict:
     return merged
 
 
-STAGE_EXIT = re.compile(r"failed to run: .*, exited with (-?\d+)")
-PROGRESS = re.compile(r"^(\w+) step (\d+)/(\d+)\b")
-DIAGNOSIS = re.compile(r"\b(HEALTH|STOPPED)\b")
-
-
 @dataclass
 class StageLog:
-    """What an operator needs from a stage's output: the tail, and every health line."""
+    """What an operator needs from a stage: its output's tail, its exit code, whether its command
+    ran (DVC may skip it), and every health or stop event it reported."""
 
     code: int = 0
+    stage_code: int | None = None  # the stage command's own exit code (DVC exits 1 whatever it was)
+    ran: bool = False
     tail: list[str] = field(default_factory=list)
     diagnosis: list[str] = field(default_factory=list)
-    seen_marker: bool = False
 
 
 class _Progress:
-    """A Prefect progress artifact fed by the stage's ``<name> step N/T`` lines."""
+    """A Prefect progress artifact fed by the stage's progress events."""
 
     def __init__(self, stage: str):
         self.key, self.artifact, self.percent = f"{stage.replace('_', '-')}-progress", None, -1
 
-    def update(self, line: str) -> None:
-        m = PROGRESS.match(line)
-        if not m:
-            return
-        percent = int(100 * int(m[2]) / max(int(m[3]), 1))
+    def update(self, event: dict) -> None:
+        """Move the bar to ``step / total`` of a progress event (one update per whole percent)."""
+        percent = int(100 * int(event["step"]) / max(int(event["total"]), 1))
         if percent == self.percent:
             return
         self.percent = percent
         if self.artifact is None:
-            self.artifact = create_progress_artifact(percent, key=self.key, description=f"{m[1]} training progress")
+            self.artifact = create_progress_artifact(percent, key=self.key, description=f"{event['stage']} training progress")
         else:
             update_progress_artifact(self.artifact, percent)
 
 
-def _stream(cmd: list[str], env: dict[str, str], marker: str = "", progress: _Progress | None = None) -> StageLog:
-    """Run ``cmd``, streaming its output into the Prefect log and the progress artifact."""
+class _Events:
+    """The events file one stage command appends to (tasks/events.py), read as it grows."""
+
+    def __init__(self, log: StageLog, progress: _Progress | None):
+        EVENTS_DIR.mkdir(parents=True, exist_ok=True)
+        self.path = EVENTS_DIR / f"{uuid.uuid4().hex}.jsonl"
+        self.offset, self.log, self.progress = 0, log, progress
+
+    def poll(self) -> None:
+        """Handle the events written since the last poll."""
+        new, self.offset = events.read(self.path, self.offset)
+        for event in new:
+            kind = event["event"]
+            if kind == events.START:
+                self.log.ran = True
+            elif kind == events.EXIT:
+                self.log.stage_code = int(event["code"])
+            elif kind in (events.HEALTH, events.STOPPED):
+                self.log.diagnosis.append(events.describe(event))
+            elif kind == events.PROGRESS and self.progress:
+                self.progress.update(event)
+
+    def close(self) -> None:
+        """Read what is left and remove the file."""
+        self.poll()
+        self.path.unlink(missing_ok=True)
+
+
+def _stream(cmd: list[str], env: dict[str, str], progress: _Progress | None = None) -> StageLog:
+    """Run ``cmd``, streaming its output into the Prefect log and its events into ``StageLog``."""
     logger = get_run_logger()
-    proc = subprocess.Popen(cmd, env={**os.environ, **env, "PATH": _path_with_this_python()},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = StageLog()
+    stage_events = _Events(log, progress)
+    proc = subprocess.Popen(cmd, env={**os.environ, **env, "PATH": _path_with_this_python(),
+                                      events.EVENTS_ENV: str(stage_events.path.resolve())},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for line in proc.stdout:  # type: ignore[union-attr]
             line = line.rstrip()
@@ -148,15 +175,13 @@ def _stream(cmd: list[str], env: dict[str, str], marker: str = "", progress: _Pr
                 continue
             logger.info(line)
             log.tail = (log.tail + [line])[-40:]
-            log.seen_marker = log.seen_marker or bool(marker and line.startswith(marker))
-            if DIAGNOSIS.search(line):
-                log.diagnosis.append(line)
-            if progress:
-                progress.update(line)
+            stage_events.poll()
     except BaseException:  # Ctrl-C, or Prefect cancelling the run: the stage must not outlive the flow
         _stop_stage(proc, logger.info)
         raise
-    log.code = proc.wait()
+    finally:
+        log.code = proc.wait()
+        stage_events.close()
     return log
 
 
@@ -196,9 +221,8 @@ def _stop_stage(proc: subprocess.Popen, log: Callable[[str], None], grace_s: flo
 
 
 def _stage_exit(log: StageLog) -> int:
-    """The stage command's own exit code (DVC reports it in words and exits 1 itself)."""
-    found = [int(m[1]) for line in log.tail if (m := STAGE_EXIT.search(line))]
-    return found[-1] if found else log.code
+    """The stage command's own exit code, from its exit event (DVC exits 1 whatever it was)."""
+    return log.stage_code if log.stage_code not in (None, 0) else log.code
 
 
 def _fail(name: str, log: StageLog, reports: str = "", final: bool = True) -> None:
@@ -227,12 +251,12 @@ def run_dvc_stage(stage: Stage, env: dict[str, str], gpu_limit: str | None = Non
     cmd = [sys.executable, "-m", "dvc", "repro", "--single-item", stage.name]
     slot = concurrency(gpu_limit, occupy=1) if gpu_limit else contextlib.nullcontext()
     with slot:
-        log = _stream(cmd, env, marker=f"Running stage '{stage.name}'", progress=_Progress(stage.name))
+        log = _stream(cmd, env, progress=_Progress(stage.name))
     if log.code != 0:
         final = (task_run.get_run_count() or 1) > retries
         _fail(stage.name, log, "\n\n".join(p.read_text() for p in _stage_reports(stage)), final=final)
     _publish_reports(stage)
-    return StageResult(stage.name, log.seen_marker, round(time.perf_counter() - start, 2), _read_metrics(stage))
+    return StageResult(stage.name, log.ran, round(time.perf_counter() - start, 2), _read_metrics(stage))
 
 
 @task(name="stage-cli", task_run_name="{name}")
@@ -294,8 +318,7 @@ def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, s
     changes: dict[str, str] = {}
     wired = pipeline_params_file(DVC_YAML)
     if wired and Path(wired).resolve() != Path(params_file).resolve():
-        text = Path(DVC_YAML).read_text()
-        changes[DVC_YAML] = re.sub(r"(?m)^(\s*-\s*params_file:\s*).*$", lambda m: m[1] + params_file, text, count=1)
+        changes[DVC_YAML] = render_dvc_yaml(params_file)  # dvc.yaml is generated: the same text, another set
     if overrides:
         raw = yaml.safe_load(Path(params_file).read_text()) or {}
         for key, value in overrides.items():
@@ -480,19 +503,19 @@ def held_workspace(params_file: str, overrides: dict[str, Any] | None,
 def pipeline(params_file: str = "params/default.yaml", overrides: dict[str, Any] | None = None,
              stages: list[str] | None = None) -> list[StageResult]:
     """Run the dvc.yaml stages (all, or ``stages`` in DAG order) for one parameter set, with
-    ``overrides`` ({"grpo.steps": 20}) validated against the schema before anything runs."""
+    ``overrides`` ({"rl.steps": 20}) validated against the schema before anything runs."""
     precheck(params_file, overrides, stages)
     with held_workspace(params_file, overrides, stages) as params:
         return run_stages(params, params_file, stages, overrides=overrides)
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``["grpo.steps=20", "grpo.sampling.temperature=0.7"]`` -> dotted keys with YAML-typed values."""
+    """``["rl.steps=20", "rl.sampling.temperature=0.7"]`` -> dotted keys with YAML-typed values."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. grpo.steps=20")
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. rl.steps=20")
         out[key.strip()] = yaml.safe_load(value)
     return out
 
@@ -501,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=__doc__)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
     parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="override a parameter for this run (validated), e.g. grpo.steps=20")
+                        help="override a parameter for this run (validated), e.g. rl.steps=20")
     parser.add_argument("--stages", nargs="*", default=None, help="only these dvc.yaml stages (DAG order)")
     args = parser.parse_args(argv)
     try:

@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                                           "--type", args.pool_type], env=env))
         print(f"worker started on pool {orch.work_pool}; trigger a run with:\n"
               f"  PREFECT_API_URL={api_url} prefect deployment run grpoflow-pipeline/scheduled "
-              f"-p 'overrides={{\"grpo.steps\": 20}}'", flush=True)
+              f"-p 'overrides={{\"rl.steps\": 20}}'", flush=True)
     while all(child.poll() is None for child in children):
         for message in watch.poll():
             print(message, file=sys.stderr, flush=True)

@@ -478,9 +478,12 @@ def _describe(err: dict[str, Any]) -> str:
     key = ".".join(str(p) for p in loc) or "<top level>"
     if err["type"] == "extra_forbidden":
         close = difflib.get_close_matches(str(loc[-1]), _allowed_keys(Params, loc[:-1]), n=1)
+        # Not in its section: maybe it lives (or a near spelling of it) in another one, e.g. grpo.steps -> rl.steps.
         every = {".".join(k.split(".")[:i]) for k, _, _ in describe_schema() for i in range(1, k.count(".") + 2)}
-        moved = [k for k in sorted(every) if k.endswith(f".{loc[-1]}") and k.count(".") == len(loc) - 1]
-        hint = f" (did you mean '{close[0]}'?)" if close else f" (it lives at '{moved[0]}')" if len(moved) == 1 else ""
+        same_depth = {k.rsplit(".", 1)[-1]: k for k in sorted(every, reverse=True) if k.count(".") == len(loc) - 1}
+        elsewhere = difflib.get_close_matches(str(loc[-1]), list(same_depth), n=1)
+        hint = (f" (did you mean '{close[0]}'?)" if close
+                else f" (did you mean '{same_depth[elsewhere[0]]}'?)" if elsewhere else "")
         return f"{key}: unknown key{hint}"
     got = err.get("input")
     got_text = "" if isinstance(got, dict) else f" (got {got!r})"
@@ -535,7 +538,7 @@ def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def describe_schema(model: type[BaseModel] = Params, prefix: str = "") -> list[tuple[str, str, str]]:
-    """``(dotted key, default, description)`` for every field: the reference table in the README."""
+    """``(dotted key, default, description)`` for every field: the configuration reference."""
     rows: list[tuple[str, str, str]] = []
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
@@ -547,12 +550,22 @@ def describe_schema(model: type[BaseModel] = Params, prefix: str = "") -> list[t
     return rows
 
 
-def schema_markdown() -> str:
-    """The README's configuration table, generated from the schema so the two never drift."""
-    rows = ["| key | default | description |", "|---|---|---|"]
-    rows += [f"| `{key}` | `{default}` | {desc} |" for key, default, desc in describe_schema()]
+def _value_at(params: Params, dotted: str) -> Any:
+    node: Any = params
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def schema_markdown(demo: Params | None = None) -> str:
+    """The configuration table, generated from the schema so the two never drift; with ``demo``
+    (params/default.yaml) a column shows where the demo departs from the schema's default."""
+    rows = ["| key | default | params/default.yaml | description |", "|---|---|---|---|"]
+    for key, default, desc in describe_schema():
+        mine = repr(_value_at(demo, key)) if demo is not None else default
+        rows.append(f"| `{key}` | `{default}` | {'' if mine == default else f'`{mine}`'} | {desc} |")
     return "\n".join(rows)
 
 
 if __name__ == "__main__":
-    print(schema_markdown())
+    print(schema_markdown(load_params("params/default.yaml")))

@@ -8,6 +8,7 @@ import sys
 from typing import Callable
 
 from grpoflow.config import ConfigError, Params, load_params
+from tasks import events
 
 # Exit codes the flow reads: neither is worth a retry, the same inputs give the same answer.
 EXIT_BAD_INPUT = 2  # the configuration or data is wrong: fix it
@@ -43,10 +44,20 @@ def run_stage_cli(parser: argparse.ArgumentParser, body: Callable[[argparse.Name
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT) from None
+    stage = parser.prog.rsplit(".", 1)[-1]
+    events.emit(events.START, stage)
+    code: int | str | None = 1
     try:
         body(args, params)
+        code = 0
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
         print(f"{parser.prog}: interrupted; stopped before the end (checkpoints already written are kept and "
               "resumed from)", file=sys.stderr, flush=True)
+        code = EXIT_INTERRUPTED
         raise SystemExit(EXIT_INTERRUPTED) from None
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+        raise
+    finally:
+        events.emit(events.EXIT, stage, code=code)

@@ -2,8 +2,9 @@
 the file that ``GRPOFLOW_EVENTS`` names (a stage run by hand, or by ``dvc repro`` alone, has none
 and emits nothing). The flow reads them instead of parsing console text.
 
-Kinds: ``progress`` (step, total), ``health`` (a symptom's fields), ``stopped`` (reason,
-message), ``exit`` (code). Each carries ``stage``.
+Kinds: ``start`` (the stage's command began: DVC did not skip it), ``progress`` (step, total),
+``health`` (a symptom's fields), ``stopped`` (reason, message), ``exit`` (code). Each carries
+``stage``. Only the lead process (rank 0) of a multi-process stage emits.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 EVENTS_ENV = "GRPOFLOW_EVENTS"
-PROGRESS, HEALTH, STOPPED, EXIT = "progress", "health", "stopped", "exit"
+START, PROGRESS, HEALTH, STOPPED, EXIT = "start", "progress", "health", "stopped", "exit"
 
 
 def emit(kind: str, stage: str, **fields: Any) -> None:
     """Append one event, if a reader asked for them; one write per line, so processes never interleave."""
     path = os.environ.get(EVENTS_ENV)
-    if not path:
+    if not path or os.environ.get("RANK", "0") != "0":
         return
     line = json.dumps({"event": kind, "stage": stage, **fields}, default=str) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -41,3 +42,11 @@ def read(path: str | Path, offset: int = 0) -> tuple[list[dict], int]:
     complete = data[: data.rfind(b"\n") + 1]
     events = [json.loads(line) for line in complete.decode().splitlines() if line.strip()]
     return events, offset + len(complete)
+
+
+def describe(event: dict) -> str:
+    """One console line for a health or stop event (the diagnosis a failure report lists)."""
+    if event["event"] == STOPPED:
+        return f"{event['stage']}: STOPPED ({event.get('reason')}): {event.get('message')}"
+    return (f"{event['stage']}: HEALTH step {event.get('step', '?')}: {event.get('name')}: {event.get('evidence')}"
+            + (f" -> {event['remedy']}" if event.get("remedy") else ""))

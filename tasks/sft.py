@@ -25,7 +25,7 @@ from grpoflow.prompting import format_prompt, sft_completion
 from grpoflow.rewards import correctness_scorer
 from grpoflow.rollout.hf import HFRolloutEngine
 from grpoflow.sft import build_examples, train_sft
-from tasks import tracking
+from tasks import events, tracking
 from tasks.cli import run_stage_cli, stage_parser
 
 
@@ -56,6 +56,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
                 if step % 10 == 0 or step + 1 == total:
                     mlflow.log_metrics({"train_loss": m["loss"], "lr": m["lr"]}, step=step)
                     print(f"sft step {step + 1}/{total}: loss {m['loss']:.4f}", flush=True)
+                    events.emit(events.PROGRESS, "sft", step=step + 1, total=total)
 
             train_sft(engine, examples, epochs=cfg.epochs, batch_size=cfg.batch_size, pad_id=tokenizer.pad_token_id,
                       seed=params.experiment.seed, on_step=on_step)

@@ -73,8 +73,8 @@ def test_bad_params_fail_fast_naming_the_key_and_write_nothing(project, run_env)
     assert flow.returncode == 2 and "num_exmples" in flow.stderr
     # Overrides of a flow run are validated as strictly, before anything starts (every message:
     # tests/unit/test_flow_inputs.py).
-    flow = run([PY, "-m", "flows.pipeline", "--set", "grpo.num_generatoins=4"], project, run_env, timeout=60)
-    assert flow.returncode == 2 and "grpo.num_generatoins: unknown key (did you mean 'num_generations'?)" in flow.stderr
+    flow = run([PY, "-m", "flows.pipeline", "--set", "rl.num_generatoins=4"], project, run_env, timeout=60)
+    assert flow.returncode == 2 and "rl.num_generatoins: unknown key (did you mean 'num_generations'?)" in flow.stderr
     unknown = run([PY, "-m", "flows.pipeline", "--stages", "prepare", "trian"], project, run_env, timeout=120)
     assert unknown.returncode != 0 and "unknown stage(s) ['trian']" in unknown.stderr
     assert not (project / "data" / "prepared").exists() and not (project / "mlflow.db").exists()

@@ -78,3 +78,22 @@ def test_missing_and_malformed_files(tmp_path):
 def test_params_are_immutable():
     with pytest.raises(Exception):
         Params().experiment.seed = 3  # type: ignore[misc]
+
+
+def test_a_key_in_the_wrong_section_names_where_it_lives():
+    with pytest.raises(ConfigError) as err:
+        validate_params({"grpo": {"steps": 3, "num_generatoins": 4, "sampling": {"temperature": 1.0}}})
+    message = str(err.value)
+    assert "grpo.steps: unknown key (did you mean 'rl.steps'?)" in message
+    assert "grpo.num_generatoins: unknown key (did you mean 'rl.num_generations'?)" in message
+    assert "grpo.sampling: unknown key (did you mean 'rl.sampling'?)" in message
+
+
+def test_the_schema_defaults_are_the_demo_except_the_leakage_thresholds():
+    from grpoflow.config import load_params
+
+    demo, schema = load_params("params/default.yaml").model_dump(), Params().model_dump()
+    leakage = ("ngram_min_overlap", "near_threshold")
+    for key in leakage:  # real data keeps the schema's; generated problems share template phrases
+        assert demo["data"]["leakage"].pop(key) != schema["data"]["leakage"].pop(key)
+    assert demo == schema

@@ -89,8 +89,8 @@ def test_gpu_param_set_validates_and_its_batch_fits_a_node(world):
     from grpoflow.lint import lint
 
     params = load_params(ROOT / "params" / "gsm8k-qwen2.5-0.5b.yaml")
-    assert params.grpo.rollout_engine == "vllm" and params.grpo.engine.zero_stage == 2
-    errors = [f.message for f in lint(params.grpo, world) if f.level == "error"]
+    assert params.rl.rollout_engine == "vllm" and params.rl.engine.zero_stage == 2
+    errors = [f.message for f in lint(params, "grpo", world) if f.level == "error"]
     assert errors == []
 
 

@@ -31,19 +31,19 @@ def project(tmp_path, monkeypatch):
 
 
 def test_overrides_parse_as_yaml_values():
-    assert parse_overrides(["grpo.steps=20", "grpo.beta=0.02", "grpo.rollout_engine=vllm", "data.synthetic.ops=['+']",
+    assert parse_overrides(["rl.steps=20", "grpo.beta=0.02", "rl.rollout_engine=vllm", "data.synthetic.ops=['+']",
                             "orchestration.dvc_remote=null"]) == {
-        "grpo.steps": 20, "grpo.beta": 0.02, "grpo.rollout_engine": "vllm", "data.synthetic.ops": ["+"],
+        "rl.steps": 20, "grpo.beta": 0.02, "rl.rollout_engine": "vllm", "data.synthetic.ops": ["+"],
         "orchestration.dvc_remote": None}
     with pytest.raises(ConfigError, match="expected KEY=VALUE"):
-        parse_overrides(["grpo.steps"])
+        parse_overrides(["rl.steps"])
 
 
 def test_bad_overrides_and_stages_fail_naming_them(project):
-    with pytest.raises(ConfigError, match=r"(?s)grpo.num_generations: Input should be greater than or equal to 2.*overrides"):
-        _check_params_file("params/default.yaml", {"grpo.num_generations": 1})
-    with pytest.raises(ConfigError, match=r"grpo.num_generatoins: unknown key \(did you mean 'num_generations'\?\)"):
-        _check_params_file("params/default.yaml", {"grpo.num_generatoins": 4})
+    with pytest.raises(ConfigError, match=r"(?s)rl.num_generations: Input should be greater than or equal to 2.*overrides"):
+        _check_params_file("params/default.yaml", {"rl.num_generations": 1})
+    with pytest.raises(ConfigError, match=r"rl.num_generatoins: unknown key \(did you mean 'num_generations'\?\)"):
+        _check_params_file("params/default.yaml", {"rl.num_generatoins": 4})
     with pytest.raises(ConfigError, match=r"unknown stage\(s\) \['trian'\]"):
         _check_params_file("params/default.yaml", None, ["trian"])
     with pytest.raises(ConfigError, match="params file not found"):
@@ -64,14 +64,14 @@ def test_no_edits_for_the_wired_set_without_overrides(project):
 
 
 def test_edits_point_dvc_at_another_set_and_carry_the_overrides(project):
-    edits = run_edits("params/gsm8k-qwen2.5-0.5b.yaml", {"grpo.steps": 7})
+    edits = run_edits("params/gsm8k-qwen2.5-0.5b.yaml", {"rl.steps": 7})
     (project / "dvc.yaml").write_text(edits["dvc.yaml"])
     assert pipeline_params_file("dvc.yaml") == "params/gsm8k-qwen2.5-0.5b.yaml"
     assert edits["dvc.yaml"].count("params/gsm8k-qwen2.5-0.5b.yaml") == 1  # only the var changed
     (project / "params" / "gsm8k-qwen2.5-0.5b.yaml").write_text(edits["params/gsm8k-qwen2.5-0.5b.yaml"])
     params = load_params("params/gsm8k-qwen2.5-0.5b.yaml")
-    assert params.grpo.steps == 7 and params.grpo.rollout_engine == "vllm"
-    assert yaml.safe_load(edits["params/gsm8k-qwen2.5-0.5b.yaml"])["grpo"]["steps"] == 7
+    assert params.rl.steps == 7 and params.rl.rollout_engine == "vllm"
+    assert yaml.safe_load(edits["params/gsm8k-qwen2.5-0.5b.yaml"])["rl"]["steps"] == 7
 
 
 def test_the_mlflow_link_points_at_the_tracking_server_in_use(monkeypatch):
@@ -84,21 +84,21 @@ def test_the_mlflow_link_points_at_the_tracking_server_in_use(monkeypatch):
 
 
 def test_the_set_is_validated_as_it_will_run_with_the_workspace_held(project):
-    """Before the lock, the params file may hold another run's temporary edits (here grpo.steps: 999)."""
+    """Before the lock, the params file may hold another run's temporary edits (here rl.steps: 999)."""
     waiting, seen = threading.Event(), {}
 
     def second_run():
         log = lambda message: waiting.set() if "is busy" in message else None  # noqa: E731
         with workspace_for_run("second", "params/default.yaml", None, log=log, poll_s=0.01) as params:
-            seen["steps"] = params.grpo.steps
+            seen["steps"] = params.rl.steps
 
-    with workspace.exclusive("first"), workspace.edits(run_edits("params/default.yaml", {"grpo.steps": 999})):
-        assert _check_params_file("params/default.yaml").grpo.steps == 999  # what a check before the lock reads
+    with workspace.exclusive("first"), workspace.edits(run_edits("params/default.yaml", {"rl.steps": 999})):
+        assert _check_params_file("params/default.yaml").rl.steps == 999  # what a check before the lock reads
         second = threading.Thread(target=second_run)
         second.start()
         assert waiting.wait(timeout=60)
     second.join(timeout=60)
-    assert seen["steps"] == load_params("params/default.yaml").grpo.steps != 999
+    assert seen["steps"] == load_params("params/default.yaml").rl.steps != 999
 
 
 def test_the_fast_check_leaves_a_failure_that_another_runs_edits_may_cause_to_the_lock(project):
@@ -108,8 +108,8 @@ def test_the_fast_check_leaves_a_failure_that_another_runs_edits_may_cause_to_th
         with pytest.raises(ConfigError, match="min_ops"):
             _check_params_file("params/default.yaml", combined)
         precheck("params/default.yaml", combined)  # deferred to the check under the lock
-    with pytest.raises(ConfigError, match="grpo.num_generations"):
-        precheck("params/default.yaml", {"grpo.num_generations": 1})  # no other run: fails at once
+    with pytest.raises(ConfigError, match="rl.num_generations"):
+        precheck("params/default.yaml", {"rl.num_generations": 1})  # no other run: fails at once
 
 
 def test_every_named_input_file_is_checked_before_any_stage(project):
