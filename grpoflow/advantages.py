@@ -8,7 +8,8 @@ Estimation", eq. 16) is the critic-based estimator that the PPO baseline uses.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 # No module-level torch: the params schema validates estimator names against ESTIMATORS, and the
 # flow validates params without paying for torch's import. Tensor methods do all the work.
@@ -87,7 +88,9 @@ def group_advantages(
 @estimator("grpo")
 def grpo_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> torch.Tensor:
     """GRPO's group-relative advantage, scaled as ``grpo.advantage_scale`` says."""
-    return group_advantages(rewards, group_size, scale=cfg.advantage_scale, ddof=cfg.advantage_ddof, eps=cfg.advantage_eps)
+    return group_advantages(
+        rewards, group_size, scale=cfg.advantage_scale, ddof=cfg.advantage_ddof, eps=cfg.advantage_eps
+    )
 
 
 def gae(

@@ -3,8 +3,9 @@ KL coefficient and how its trainer is built. Each algorithm's module defines one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from grpoflow.config import Params
@@ -20,5 +21,5 @@ class Algorithm:
     name: str
     module: str
     sections: tuple[str, ...]
-    kl_coef: Callable[["Params"], float]
-    build: Callable[..., tuple["PolicyTrainer", dict]]
+    kl_coef: Callable[[Params], float]
+    build: Callable[..., tuple[PolicyTrainer, dict]]

@@ -38,9 +38,10 @@ import random
 import re
 import shutil
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterable, TypeVar
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -299,8 +300,14 @@ def _park_others(directory: Path, fingerprint: str) -> None:
     for made_from, steps in parked.items():
         home = directory / OTHER / made_from
         os.utime(home, ns=(time.time_ns(), time.time_ns()))  # the eviction order: least recently parked first
-        _log.warning("%s: checkpoints of other inputs (fingerprint %s, steps %s) moved to %s; a run with those "
-                     "inputs resumes them again", directory, made_from, _steps_text(steps), home)
+        _log.warning(
+            "%s: checkpoints of other inputs (fingerprint %s, steps %s) moved to %s; a run with those "
+            "inputs resumes them again",
+            directory,
+            made_from,
+            _steps_text(steps),
+            home,
+        )
 
 
 def _unpark(directory: Path, fingerprint: str) -> None:
@@ -318,8 +325,9 @@ def _unpark(directory: Path, fingerprint: str) -> None:
         _move_step(home, directory, step)
     shutil.rmtree(home)
     if steps:
-        _log.warning("%s: resuming the checkpoints of these inputs (steps %s) kept in %s", directory,
-                     _steps_text(steps), home)
+        _log.warning(
+            "%s: resuming the checkpoints of these inputs (steps %s) kept in %s", directory, _steps_text(steps), home
+        )
 
 
 def _evict(directory: Path, keep_fingerprints: int) -> None:
@@ -328,10 +336,15 @@ def _evict(directory: Path, keep_fingerprints: int) -> None:
     if not root.is_dir():
         return
     homes = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime_ns, reverse=True)
-    for home in homes[max(keep_fingerprints, 0):]:
-        _log.warning("%s: deleted the checkpoints of fingerprint %s (steps %s): the checkpoints of at most %d "
-                     "other sets of inputs are kept", directory, home.name, _steps_text(saved_steps(home)),
-                     keep_fingerprints)
+    for home in homes[max(keep_fingerprints, 0) :]:
+        _log.warning(
+            "%s: deleted the checkpoints of fingerprint %s (steps %s): the checkpoints of at most %d "
+            "other sets of inputs are kept",
+            directory,
+            home.name,
+            _steps_text(saved_steps(home)),
+            keep_fingerprints,
+        )
         shutil.rmtree(home)
     if not any(root.iterdir()):
         root.rmdir()
@@ -340,8 +353,11 @@ def _evict(directory: Path, keep_fingerprints: int) -> None:
 def _refresh_latest(directory: Path, fingerprint: str) -> None:
     """Point ``latest`` at the newest checkpoint of these inputs that has a manifest; remove it when none."""
     marker = directory / LATEST
-    ours = [s for s in saved_steps(directory)
-            if (directory / _tag(s) / MANIFEST).is_file() and _fingerprint_of(directory, s) == fingerprint]
+    ours = [
+        s
+        for s in saved_steps(directory)
+        if (directory / _tag(s) / MANIFEST).is_file() and _fingerprint_of(directory, s) == fingerprint
+    ]
     if not ours:
         marker.unlink(missing_ok=True)
     elif latest_step(directory) != ours[0]:
@@ -364,7 +380,7 @@ def _prune(directory: Path, fingerprint: str, keep: int, saved: int) -> None:
     inputs belong to a run this one resumed past (they failed their checks); saves of unknown inputs
     older than ``saved`` are interrupted ones. Checkpoints of other inputs are left alone."""
     ours = [s for s in saved_steps(directory) if _fingerprint_of(directory, s) == fingerprint]
-    doomed = [s for s in ours if s > saved] + [s for s in ours if s <= saved][max(keep, 1):]
+    doomed = [s for s in ours if s > saved] + [s for s in ours if s <= saved][max(keep, 1) :]
     unknown = [s for s in saved_steps(directory) if s < saved and _fingerprint_of(directory, s) is None]
     if unknown:
         _log.warning("%s: deleted incomplete checkpoints of unknown inputs (steps %s)", directory, _steps_text(unknown))
@@ -396,9 +412,17 @@ def _finish_save(directory: Path, fingerprint: str, step: int, keep: int) -> Non
     _prune(directory, fingerprint, keep, step)
 
 
-def save(engine, directory: str | Path, state: LoopState, fingerprint: str, *,
-         extra_engines: dict | None = None, extra: dict | None = None, keep: int = 2,
-         keep_fingerprints: int = KEEP_FINGERPRINTS) -> Path:
+def save(
+    engine,
+    directory: str | Path,
+    state: LoopState,
+    fingerprint: str,
+    *,
+    extra_engines: dict | None = None,
+    extra: dict | None = None,
+    keep: int = 2,
+    keep_fingerprints: int = KEEP_FINGERPRINTS,
+) -> Path:
     """Save the policy engine (with the loop state) and any ``extra_engines`` (e.g. PPO's critic,
     under ``<directory>/<name>``). Then rank 0 writes the checksum manifest and, last, the
     ``latest`` marker, so a checkpoint counts only once every byte of it is on disk; only the
@@ -410,8 +434,11 @@ def save(engine, directory: str | Path, state: LoopState, fingerprint: str, *,
     agree(lambda: _prepare_save(directory, fingerprint, state.step, keep_fingerprints))
     for name, other in (extra_engines or {}).items():
         other.save_checkpoint(str(directory / name), tag=tag, save_latest=False)
-    client = {"loop": {"step": state.step, "beta": state.beta, "backoff": state.backoff},
-              "fingerprint": fingerprint, **(extra or {})}
+    client = {
+        "loop": {"step": state.step, "beta": state.beta, "backoff": state.backoff},
+        "fingerprint": fingerprint,
+        **(extra or {}),
+    }
     engine.save_checkpoint(str(directory), tag=tag, client_state=client, save_latest=False)
     # Only tensors, tuples and numbers: readable by torch.load(weights_only=True).
     torch.save({"python": random.getstate(), "torch": torch.get_rng_state()}, directory / tag / f"rng_rank{rank}.pt")
@@ -428,8 +455,14 @@ class Resumed:
     extra: dict
 
 
-def load(engine, directory: str | Path, fingerprint: str, extra_engines: dict | None = None, *,
-         keep_fingerprints: int = KEEP_FINGERPRINTS) -> tuple[Resumed | None, list[str]]:
+def load(
+    engine,
+    directory: str | Path,
+    fingerprint: str,
+    extra_engines: dict | None = None,
+    *,
+    keep_fingerprints: int = KEEP_FINGERPRINTS,
+) -> tuple[Resumed | None, list[str]]:
     """``(the newest intact checkpoint of these inputs, loaded into the engines, or None; the
     newer checkpoints skipped as truncated or corrupted, each with the reason)``. With None,
     training starts over; a checkpoint made from other inputs is never loaded. Every rank resumes
@@ -447,14 +480,17 @@ def load(engine, directory: str | Path, fingerprint: str, extra_engines: dict | 
     failures = _problems_of_all_ranks(problem)
     if failures:
         detail = "; ".join(f"rank {rank}: {p}" for rank, p in failures)
-        raise CheckpointError(f"{directory / _tag(step)} passed its checks but cannot be resumed ({detail}). Move it "
-                              f"out of {directory} to resume an older checkpoint, or delete {directory} to start "
-                              "over.") from error
+        raise CheckpointError(
+            f"{directory / _tag(step)} passed its checks but cannot be resumed ({detail}). Move it "
+            f"out of {directory} to resume an older checkpoint, or delete {directory} to start "
+            "over."
+        ) from error
     return resumed, skipped
 
 
-def _activate_and_choose(directory: Path, fingerprint: str, engines: list[str],
-                         keep_fingerprints: int) -> tuple[int | None, list[str]]:
+def _activate_and_choose(
+    directory: Path, fingerprint: str, engines: list[str], keep_fingerprints: int
+) -> tuple[int | None, list[str]]:
     """Rank 0: make these inputs the active ones, then choose the step to resume."""
     _activate(directory, fingerprint, keep_fingerprints)
     return resume_point(directory, fingerprint, engines)
@@ -478,7 +514,8 @@ def _load_tag(engine, directory: Path, step: int, fingerprint: str, engines: dic
     if problem:
         return None, problem
     extra = {k: v for k, v in client.items() if k not in ("loop", "fingerprint")}
-    backoff = loop.get("backoff") if isinstance(loop.get("backoff"), dict) else {}
+    saved_backoff = loop.get("backoff")
+    backoff: dict = saved_backoff if isinstance(saved_backoff, dict) else {}
     return Resumed(LoopState(step=step, beta=float(loop["beta"]), rng=rng, backoff=backoff), extra), None
 
 

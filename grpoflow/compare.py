@@ -70,8 +70,18 @@ def winner(grpo: dict, ppo: dict, key: str = "test_pass@1") -> str:
 
 def seed_spread(scores: dict[str, list[float]]) -> dict[str, dict]:
     """Mean, population std and range of a score over seeds, per algorithm."""
-    return {algo: {"mean": mean(v), "std": pstdev(v) if len(v) > 1 else 0.0, "min": min(v), "max": max(v),
-                   "seeds": len(v), "values": v} for algo, v in scores.items() if v}
+    return {
+        algo: {
+            "mean": mean(v),
+            "std": pstdev(v) if len(v) > 1 else 0.0,
+            "min": min(v),
+            "max": max(v),
+            "seeds": len(v),
+            "values": v,
+        }
+        for algo, v in scores.items()
+        if v
+    }
 
 
 def seed_verdict(spread: dict[str, dict]) -> str:
@@ -80,4 +90,8 @@ def seed_verdict(spread: dict[str, dict]) -> str:
     if len(spread) < 2:
         return "undecided"
     (a, sa), (b, sb) = sorted(spread.items(), key=lambda kv: -kv[1]["mean"])[:2]
-    return f"tie within spread ({a} ahead by {sa['mean'] - sb['mean']:.3f})" if sa["mean"] - sb["mean"] <= max(sa["std"], sb["std"]) else a
+    return (
+        f"tie within spread ({a} ahead by {sa['mean'] - sb['mean']:.3f})"
+        if sa["mean"] - sb["mean"] <= max(sa["std"], sb["std"])
+        else a
+    )

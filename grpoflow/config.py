@@ -34,24 +34,26 @@ class _Section(BaseModel):
 
 class ExperimentConfig(_Section):
     """Identity and seed of a parameter set."""
+
     name: str = Field("default", description="Name of this parameter set; the MLflow experiment is grpoflow-<name>.")
-    seed: int = Field(0, ge=0, description="Global seed: data generation, splits, model init and sampling derive from it.")
+    seed: int = Field(
+        0, ge=0, description="Global seed: data generation, splits, model init and sampling derive from it."
+    )
 
 
 class SyntheticConfig(_Section):
     """The built-in generator of verifiable arithmetic word problems."""
+
     num_examples: int = Field(4000, ge=1, description="Problems to generate before de-duplication and splitting.")
     min_ops: int = Field(1, ge=1, description="Fewest arithmetic steps in one problem.")
     max_ops: int = Field(2, ge=1, description="Most arithmetic steps in one problem.")
     operand_min: int = Field(1, ge=0, description="Smallest starting amount and addend/subtrahend.")
     operand_max: int = Field(9, ge=1, description="Largest starting amount and addend/subtrahend.")
     factor_max: int = Field(3, ge=2, description="Largest multiplier or divisor for '*' and '/' steps.")
-    ops: list[Literal["+", "-", "*", "/"]] = Field(
-        ["+", "-"], min_length=1, description="Operations a step may use."
-    )
+    ops: list[Literal["+", "-", "*", "/"]] = Field(["+", "-"], min_length=1, description="Operations a step may use.")
 
     @model_validator(mode="after")
-    def _ranges(self) -> "SyntheticConfig":
+    def _ranges(self) -> SyntheticConfig:
         if self.min_ops > self.max_ops:
             raise ValueError(f"min_ops ({self.min_ops}) must be <= max_ops ({self.max_ops})")
         if self.operand_min > self.operand_max:
@@ -61,12 +63,13 @@ class SyntheticConfig(_Section):
 
 class SplitConfig(_Section):
     """Train/val/test shares, assigned by prompt hash."""
+
     train: float = Field(0.8, gt=0, lt=1, description="Share of prompts for training.")
     val: float = Field(0.1, gt=0, lt=1, description="Share of prompts for validation (model selection, gates).")
     test: float = Field(0.1, gt=0, lt=1, description="Share of prompts held out for the final evaluation.")
 
     @model_validator(mode="after")
-    def _sums_to_one(self) -> "SplitConfig":
+    def _sums_to_one(self) -> SplitConfig:
         total = self.train + self.val + self.test
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"train + val + test must be 1, got {total:g}")
@@ -75,10 +78,17 @@ class SplitConfig(_Section):
 
 class SourceConfig(_Section):
     """One source of prompts: the generator, a local file or a hub dataset."""
-    kind: Literal["synthetic", "file", "hub"] = Field(..., description="Generator, local file (JSONL/JSON/Parquet/CSV) or `datasets` hub name.")
-    name: str | None = Field(None, description="Label for ids and reports; defaults to 'synthetic', the file stem or the hub name.")
+
+    kind: Literal["synthetic", "file", "hub"] = Field(
+        ..., description="Generator, local file (JSONL/JSON/Parquet/CSV) or `datasets` hub name."
+    )
+    name: str | None = Field(
+        None, description="Label for ids and reports; defaults to 'synthetic', the file stem or the hub name."
+    )
     path: str | None = Field(None, description="File to read (kind: file).")
-    format: Literal["gsm8k", "math"] = Field("gsm8k", description="Row form: gsm8k (question/answer '#### n') or math (problem/solution \\boxed{}).")
+    format: Literal["gsm8k", "math"] = Field(
+        "gsm8k", description="Row form: gsm8k (question/answer '#### n') or math (problem/solution \\boxed{})."
+    )
     hub_name: str | None = Field(None, description="Dataset name on the hub (kind: hub), e.g. openai/gsm8k.")
     subset: str | None = Field(None, description="Hub dataset configuration, e.g. 'main' (kind: hub).")
     split: str = Field("train", description="Hub dataset split to read (kind: hub).")
@@ -86,7 +96,7 @@ class SourceConfig(_Section):
     limit: int | None = Field(None, ge=1, description="Read at most this many rows (null: all).")
 
     @model_validator(mode="after")
-    def _kind_fields(self) -> "SourceConfig":
+    def _kind_fields(self) -> SourceConfig:
         if self.kind == "file" and not self.path:
             raise ValueError("a file source needs 'path'")
         if self.kind == "hub" and not self.hub_name:
@@ -96,7 +106,7 @@ class SourceConfig(_Section):
         return self
 
     @model_validator(mode="after")
-    def _safe_name(self) -> "SourceConfig":
+    def _safe_name(self) -> SourceConfig:
         problem = self.unsafe_file_name(self.name) if self.name is not None else None
         if problem:
             raise ValueError(f"name {self.name!r} {problem} (a benchmark's name becomes benchmarks/<name>.jsonl)")
@@ -119,27 +129,39 @@ class SourceConfig(_Section):
             return self.name
         if self.kind == "file":
             return Path(self.path or "").stem
-        return self.hub_name if self.kind == "hub" else "synthetic"
+        return (self.hub_name or "hub") if self.kind == "hub" else "synthetic"
 
 
 class LeakageConfig(_Section):
     """The leakage gate between train and every evaluation set."""
+
     ngram: int = Field(8, ge=1, description="Word n-gram length for the n-gram overlap check.")
     ngram_min_overlap: float = Field(
-        0.5, ge=0, le=1, description="Share of a train text's n-grams found in one reference text that counts as a leak (0: any)."
+        0.5,
+        ge=0,
+        le=1,
+        description="Share of a train text's n-grams found in one reference text that counts as a leak (0: any).",
     )
     near_threshold: float | None = Field(
-        0.8, gt=0, le=1, description="Jaccard similarity of word-trigram sets that counts as a near duplicate (null: off)."
+        0.8,
+        gt=0,
+        le=1,
+        description="Jaccard similarity of word-trigram sets that counts as a near duplicate (null: off).",
     )
-    action: Literal["fail", "drop"] = Field("fail", description="fail: stop the stage with a report; drop: quarantine leaking train rows.")
+    action: Literal["fail", "drop"] = Field(
+        "fail", description="fail: stop the stage with a report; drop: quarantine leaking train rows."
+    )
     max_leaks: int = Field(0, ge=0, description="Leaking train rows tolerated before 'fail' stops the stage.")
     report_examples: int = Field(10, ge=0, description="Worst leaks shown side by side in the report.")
 
 
 class DataConfig(_Section):
     """The prepare stage: sources, split, benchmarks, leakage and quarantine gates."""
+
     sources: list[SourceConfig] = Field(
-        default_factory=lambda: [SourceConfig(kind="synthetic")], min_length=1, description="Where prompts come from; all are pooled, then split."
+        default_factory=lambda: [SourceConfig(kind="synthetic")],
+        min_length=1,
+        description="Where prompts come from; all are pooled, then split.",
     )
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig, description="Knobs of the built-in generator.")
     synthetic_license: str = Field("CC0-1.0", description="Licence recorded for generated rows.")
@@ -149,7 +171,9 @@ class DataConfig(_Section):
         description="Evaluation sets checked for leakage and evaluated; each needs a unique name that is a safe file "
         "name (letters, digits, '._-', no leading dot): it becomes benchmarks/<name>.jsonl.",
     )
-    leakage: LeakageConfig = Field(default_factory=LeakageConfig, description="The leakage gate between train and val/test/benchmarks.")
+    leakage: LeakageConfig = Field(
+        default_factory=LeakageConfig, description="The leakage gate between train and val/test/benchmarks."
+    )
     max_rejected_fraction: float = Field(
         0.05, ge=0, le=1, description="Share of a source's rows that may be quarantined before the stage fails."
     )
@@ -168,7 +192,7 @@ class DataConfig(_Section):
     )
 
     @model_validator(mode="after")
-    def _unique_benchmarks(self) -> "DataConfig":
+    def _unique_benchmarks(self) -> DataConfig:
         for i, bench in enumerate(self.benchmarks):
             problem = SourceConfig.unsafe_file_name(bench.label)
             if problem:
@@ -185,6 +209,7 @@ class DataConfig(_Section):
 
 class ModelConfig(_Section):
     """The policy: a pretrained model, or the tiny model built from scratch."""
+
     name_or_path: str | None = Field(
         None, description="A model path or hub name to fine-tune; null builds the tiny model below from scratch."
     )
@@ -197,7 +222,7 @@ class ModelConfig(_Section):
     max_length: int = Field(256, ge=16, description="Longest prompt + completion in tokens.")
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> "ModelConfig":
+    def _heads_divide(self) -> ModelConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
         return self
@@ -208,10 +233,13 @@ class RewardConfig(_Section):
 
     name: str = Field(..., description="Registered verifier name (verifiers.names()): math, format, code.")
     weight: float = Field(1.0, description="Weight of this verifier in the summed reward.")
-    options: dict[str, Any] = Field(default_factory=dict, description="The verifier's own options (its Options class), e.g. math: {fallback_last_number: false}.")
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The verifier's own options (its Options class), e.g. math: {fallback_last_number: false}.",
+    )
 
     @model_validator(mode="after")
-    def _registered(self) -> "RewardConfig":
+    def _registered(self) -> RewardConfig:
         import verifiers
 
         if self.name not in verifiers.names():
@@ -226,14 +254,22 @@ class RewardConfig(_Section):
 
 class VerifierGateConfig(_Section):
     """The validate_verifiers gate: thresholds and sample sizes."""
-    min_precision: float = Field(0.99, ge=0, le=1, description="Lowest precision (wrong answers rejected) that passes the gate.")
-    min_recall: float = Field(0.99, ge=0, le=1, description="Lowest recall (right answers in any surface form accepted).")
+
+    min_precision: float = Field(
+        0.99, ge=0, le=1, description="Lowest precision (wrong answers rejected) that passes the gate."
+    )
+    min_recall: float = Field(
+        0.99, ge=0, le=1, description="Lowest recall (right answers in any surface form accepted)."
+    )
     max_examples: int = Field(2000, ge=1, description="Reference answers sampled per split/benchmark for validation.")
-    workers: int = Field(2, ge=1, description="Processes a verifier may use while the gate scores its cases (the math-verify slow path).")
+    workers: int = Field(
+        2, ge=1, description="Processes a verifier may use while the gate scores its cases (the math-verify slow path)."
+    )
 
 
 class EngineConfig(_Section):
     """One DeepSpeed engine: ZeRO stage, batch, clipping, AdamW, precision."""
+
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage (0-3).")
     micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward on one process.")
     gradient_clipping: float = Field(1.0, ge=0, description="Max global gradient norm (0: off).")
@@ -241,16 +277,22 @@ class EngineConfig(_Section):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up optimizer steps, then constant.")
-    bf16: Literal["auto", True, False] = Field("auto", description="bfloat16 training: auto = on CUDA with bf16 support only.")
+    bf16: Literal["auto", True, False] = Field(
+        "auto", description="bfloat16 training: auto = on CUDA with bf16 support only."
+    )
 
 
 class SFTConfig(_Section):
     """The SFT reference stage."""
-    enabled: bool = Field(True, description="Train the reference; false uses model.name_or_path as the reference as is.")
+
+    enabled: bool = Field(
+        True, description="Train the reference; false uses model.name_or_path as the reference as is."
+    )
     epochs: float = Field(2.0, gt=0, description="Passes over the train split's solutions.")
     batch_size: int = Field(32, ge=1, description="Sequences per optimizer step.")
     engine: EngineConfig = Field(
-        default_factory=lambda: EngineConfig(lr=3e-3, warmup_steps=20, micro_batch_size=32), description="DeepSpeed settings for SFT."
+        default_factory=lambda: EngineConfig(lr=3e-3, warmup_steps=20, micro_batch_size=32),
+        description="DeepSpeed settings for SFT.",
     )
     eval_examples: int = Field(300, ge=1, description="Val prompts scored greedily for val exact-match.")
 
@@ -266,7 +308,9 @@ class SamplingConfig(_Section):
 class AdaptiveKLConfig(_Section):
     """Adaptive control of the running algorithm's KL coefficient (grpo.beta or ppo.kl_coef)."""
 
-    enabled: bool = Field(False, description="Adapt the KL coefficient toward target_kl (Ziegler et al. 2019 controller).")
+    enabled: bool = Field(
+        False, description="Adapt the KL coefficient toward target_kl (Ziegler et al. 2019 controller)."
+    )
     target_kl: float = Field(0.02, gt=0, description="KL per token the controller steers toward.")
     horizon: int = Field(50, ge=1, description="Steps over which the coefficient may change by about e-fold.")
 
@@ -286,23 +330,36 @@ class RLConfig(_Section):
     prompts_per_step: int = Field(8, ge=1, description="Prompts per step, across all processes.")
     num_generations: int = Field(8, ge=2, description="G, completions sampled per prompt.")
     generation_schedule: list[GenerationScheduleStep] = Field(
-        default_factory=list, description="Anneal G: entries (from_step, num_generations), e.g. large early, smaller later."
+        default_factory=list,
+        description="Anneal G: entries (from_step, num_generations), e.g. large early, smaller later.",
     )
-    num_iterations: int = Field(1, ge=1, description="mu, updates per batch; old log-probs are taken once before the first.")
+    num_iterations: int = Field(
+        1, ge=1, description="mu, updates per batch; old log-probs are taken once before the first."
+    )
     clip_eps: float = Field(0.2, gt=0, description="Lower (and default upper) clip range of the ratio.")
     clip_eps_high: float | None = Field(None, gt=0, description="Upper clip range (DAPO clip-higher); null = clip_eps.")
     aggregation: Literal["grpo", "bnpo", "dr_grpo"] = Field("grpo", description="Token aggregation of the policy loss.")
-    mask_truncated_completions: bool = Field(False, description="Exclude completions that hit the length cap from the loss.")
+    mask_truncated_completions: bool = Field(
+        False, description="Exclude completions that hit the length cap from the loss."
+    )
     adaptive_kl: AdaptiveKLConfig = Field(default_factory=AdaptiveKLConfig, description="Adaptive KL control.")
     rollout_engine: Literal["hf", "vllm"] = Field("hf", description="Rollouts with transformers generate or vLLM.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Rollout sampling.")
     engine: EngineConfig = Field(
-        default_factory=lambda: EngineConfig(lr=2e-4, micro_batch_size=64), description="DeepSpeed settings for the policy."
+        default_factory=lambda: EngineConfig(lr=2e-4, micro_batch_size=64),
+        description="DeepSpeed settings for the policy.",
     )
     checkpoint_every: int = Field(25, ge=1, description="Save a resumable checkpoint every N steps.")
-    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept; older ones are deleted (a corrupt newest falls back to the one before).")
-    oom_backoff: bool = Field(True, description="On out-of-memory: halve G (to 2), then max_completion_length, then the micro-batch, and go on.")
-    oom_min_completion_length: int = Field(16, ge=1, description="Back-off never shortens completions below this many tokens.")
+    keep_checkpoints: int = Field(
+        2, ge=1, description="Checkpoints kept; older ones are deleted (a corrupt newest falls back to the one before)."
+    )
+    oom_backoff: bool = Field(
+        True,
+        description="On out-of-memory: halve G (to 2), then max_completion_length, then the micro-batch, and go on.",
+    )
+    oom_min_completion_length: int = Field(
+        16, ge=1, description="Back-off never shortens completions below this many tokens."
+    )
     eval_every: int = Field(50, ge=1, description="Greedy val accuracy every N steps.")
 
     def generations_at(self, step: int) -> int:
@@ -342,14 +399,18 @@ class GRPOConfig(_Section):
     """GRPO's own settings (DeepSeekMath, Shao et al. 2024): its KL penalty and its advantages."""
 
     beta: float = Field(0.04, ge=0, description="KL penalty weight toward the reference (0: no reference is loaded).")
-    ratio_level: Literal["token", "sequence"] = Field("token", description="Importance ratio per token or per sequence.")
-    advantage_estimator: str = Field("grpo", description="Advantage estimator (grpoflow.advantages.ESTIMATORS), e.g. grpo.")
+    ratio_level: Literal["token", "sequence"] = Field(
+        "token", description="Importance ratio per token or per sequence."
+    )
+    advantage_estimator: str = Field(
+        "grpo", description="Advantage estimator (grpoflow.advantages.ESTIMATORS), e.g. grpo."
+    )
     advantage_scale: Literal["group", "batch", "none"] = Field("group", description="Std used to scale advantages.")
     advantage_ddof: int = Field(0, ge=0, le=1, description="0: population std (the paper), 1: Bessel (TRL, verl).")
     advantage_eps: float = Field(1e-4, gt=0, description="Added to the std before dividing.")
 
     @model_validator(mode="after")
-    def _known_estimator(self) -> "GRPOConfig":
+    def _known_estimator(self) -> GRPOConfig:
         from grpoflow.advantages import ESTIMATORS
 
         if self.advantage_estimator not in ESTIMATORS:
@@ -362,11 +423,14 @@ class PPOConfig(_Section):
 
     gamma: float = Field(1.0, gt=0, le=1, description="Discount of GAE (1: none, as usual for one reward at the end).")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
-    kl_coef: float = Field(0.04, ge=0, description="Per-token KL penalty folded into the reward, InstructGPT-style (0: no reference).")
+    kl_coef: float = Field(
+        0.04, ge=0, description="Per-token KL penalty folded into the reward, InstructGPT-style (0: no reference)."
+    )
     cliprange_value: float = Field(0.2, gt=0, description="Clip range of the value update around the old values.")
     whiten_advantages: bool = Field(True, description="Normalise GAE advantages over the batch's tokens.")
     critic_engine: EngineConfig = Field(
-        default_factory=lambda: EngineConfig(lr=1e-3, micro_batch_size=64), description="DeepSpeed settings for the critic."
+        default_factory=lambda: EngineConfig(lr=1e-3, micro_batch_size=64),
+        description="DeepSpeed settings for the critic.",
     )
 
 
@@ -378,14 +442,18 @@ class EvaluateConfig(_Section):
     k: int = Field(4, ge=1, description="k of pass@k and maj@k (<= n_samples).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature for pass@k / maj@k.")
     max_loss_increase: float = Field(
-        0.25, ge=0, description="Held-out loss (nats/token) a policy may gain over the reference before 'forgetting' is flagged."
+        0.25,
+        ge=0,
+        description="Held-out loss (nats/token) a policy may gain over the reference before 'forgetting' is flagged.",
     )
     verifier: str | None = Field(
-        None, description="Verifier whose score >= 0.5 marks an answer right (accuracy, pass@k, maj@k); null: the first of rewards."
+        None,
+        description="Verifier whose score >= 0.5 marks an answer right (accuracy, pass@k, maj@k); "
+        "null: the first of rewards.",
     )
 
     @model_validator(mode="after")
-    def _k_le_n(self) -> "EvaluateConfig":
+    def _k_le_n(self) -> EvaluateConfig:
         if self.k > self.n_samples:
             raise ValueError(f"k ({self.k}) must be <= n_samples ({self.n_samples})")
         import verifiers
@@ -397,39 +465,64 @@ class EvaluateConfig(_Section):
 
 class TrackingConfig(_Section):
     """MLflow tracking."""
+
     experiment: str | None = Field(None, description="MLflow experiment; null means grpoflow-<experiment.name>.")
 
 
 class OrchestrationConfig(_Section):
     """How Prefect runs the stages (deployments in prefect.yaml read the work pool from here)."""
 
-    work_pool: str = Field("grpoflow-local", description="Prefect work pool the deployments submit to (`make serve` creates it as a process pool).")
-    gpu_concurrency_limit: str | None = Field("gpu", description="Prefect global concurrency limit a GPU stage holds one slot of while it runs (null: none).")
-    gpu_stages: list[str] = Field(["sft", "grpo", "ppo", "evaluate"], description="dvc.yaml stages that need the accelerator.")
-    stage_retries: int = Field(1, ge=0, description="Prefect retries of a failed stage (training resumes from its last checkpoint).")
+    work_pool: str = Field(
+        "grpoflow-local",
+        description="Prefect work pool the deployments submit to (`make serve` creates it as a process pool).",
+    )
+    gpu_concurrency_limit: str | None = Field(
+        "gpu", description="Prefect global concurrency limit a GPU stage holds one slot of while it runs (null: none)."
+    )
+    gpu_stages: list[str] = Field(
+        ["sft", "grpo", "ppo", "evaluate"], description="dvc.yaml stages that need the accelerator."
+    )
+    stage_retries: int = Field(
+        1, ge=0, description="Prefect retries of a failed stage (training resumes from its last checkpoint)."
+    )
     retry_delay_seconds: float = Field(10.0, ge=0, description="Wait before a retry.")
-    record_experiment: bool = Field(True, description="Save every successful flow run as a DVC experiment (`dvc exp show`).")
-    dvc_remote: str | None = Field(None, description="DVC remote to push data and models to after a successful run (null: no push).")
+    record_experiment: bool = Field(
+        True, description="Save every successful flow run as a DVC experiment (`dvc exp show`)."
+    )
+    dvc_remote: str | None = Field(
+        None, description="DVC remote to push data and models to after a successful run (null: no push)."
+    )
 
 
 class Params(_Section):
     """A whole parameter set: every section of params/*.yaml."""
+
     experiment: ExperimentConfig = Field(default_factory=ExperimentConfig, description="Identity and seed of the run.")
     data: DataConfig = Field(default_factory=DataConfig, description="The prepare stage.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
     rewards: list[RewardConfig] = Field(
-        default_factory=lambda: [RewardConfig(name="math", weight=1.0), RewardConfig(name="format", weight=0.1)], min_length=1,
-        description="Verifiers whose weighted sum is the reward."
+        default_factory=lambda: [RewardConfig(name="math", weight=1.0), RewardConfig(name="format", weight=0.1)],
+        min_length=1,
+        description="Verifiers whose weighted sum is the reward.",
     )
-    sandbox: Limits = Field(default_factory=Limits, description="The sandbox that runs completions' code (code reward): limits, parallelism.")
-    verifier_gate: VerifierGateConfig = Field(default_factory=VerifierGateConfig, description="The validate_verifiers gate.")
+    sandbox: Limits = Field(
+        default_factory=Limits,
+        description="The sandbox that runs completions' code (code reward): limits, parallelism.",
+    )
+    verifier_gate: VerifierGateConfig = Field(
+        default_factory=VerifierGateConfig, description="The validate_verifiers gate."
+    )
     sft: SFTConfig = Field(default_factory=SFTConfig, description="The SFT reference stage.")
-    rl: RLConfig = Field(default_factory=RLConfig, description="The budget every RL stage shares (GRPO and the PPO baseline).")
+    rl: RLConfig = Field(
+        default_factory=RLConfig, description="The budget every RL stage shares (GRPO and the PPO baseline)."
+    )
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="The GRPO stage's own settings.")
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="The PPO baseline stage's own settings.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="The evaluate stage.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
-    orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig, description="Prefect runs: pool, GPU limit, retries, DVC experiments.")
+    orchestration: OrchestrationConfig = Field(
+        default_factory=OrchestrationConfig, description="Prefect runs: pool, GPU limit, retries, DVC experiments."
+    )
 
     @property
     def mlflow_experiment(self) -> str:
@@ -437,11 +530,13 @@ class Params(_Section):
         return self.tracking.experiment or f"grpoflow-{self.experiment.name}"
 
     @model_validator(mode="after")
-    def _runnable(self) -> "Params":
+    def _runnable(self) -> Params:
         """Errors that need no model: found when the file is loaded, before any stage runs."""
         problems = batch_problems(self.rl, 1)
         if self.rl.sampling.temperature == 0:
-            problems.append("rl.sampling.temperature 0 makes every completion of a group identical: all advantages are 0")
+            problems.append(
+                "rl.sampling.temperature 0 makes every completion of a group identical: all advantages are 0"
+            )
         if self.rl.adaptive_kl.enabled and self.grpo.beta == 0 and self.ppo.kl_coef == 0:
             problems.append("rl.adaptive_kl needs a starting KL coefficient > 0 (grpo.beta or ppo.kl_coef)")
         if problems:
@@ -482,8 +577,13 @@ def _describe(err: dict[str, Any]) -> str:
         every = {".".join(k.split(".")[:i]) for k, _, _ in describe_schema() for i in range(1, k.count(".") + 2)}
         same_depth = {k.rsplit(".", 1)[-1]: k for k in sorted(every, reverse=True) if k.count(".") == len(loc) - 1}
         elsewhere = difflib.get_close_matches(str(loc[-1]), list(same_depth), n=1)
-        hint = (f" (did you mean '{close[0]}'?)" if close
-                else f" (did you mean '{same_depth[elsewhere[0]]}'?)" if elsewhere else "")
+        hint = (
+            f" (did you mean '{close[0]}'?)"
+            if close
+            else f" (did you mean '{same_depth[elsewhere[0]]}'?)"
+            if elsewhere
+            else ""
+        )
         return f"{key}: unknown key{hint}"
     got = err.get("input")
     got_text = "" if isinstance(got, dict) else f" (got {got!r})"
@@ -497,7 +597,7 @@ def validate_params(raw: dict[str, Any], source: str = "<params>") -> Params:
     try:
         return Params.model_validate(raw)
     except ValidationError as exc:
-        lines = "\n".join(f"  - {_describe(e)}" for e in exc.errors())
+        lines = "\n".join(f"  - {_describe(dict(e))}" for e in exc.errors())
         raise ConfigError(f"{source}: invalid parameters\n{lines}") from None
 
 
@@ -510,7 +610,7 @@ def load_params(path: str | Path, overrides: dict[str, Any] | None = None) -> Pa
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        bad = data[exc.start:exc.start + 1]
+        bad = data[exc.start : exc.start + 1]
         raise ConfigError(f"{path}: not a text params file (byte {exc.start} is not UTF-8: {bad!r})") from None
     try:
         raw = yaml.safe_load(text)

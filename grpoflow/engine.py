@@ -73,7 +73,9 @@ def build_engine(model: torch.nn.Module, cfg: EngineConfig, batch_size: int):
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     warmup = max(cfg.warmup_steps, 0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1)) if warmup else 1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1)) if warmup else 1.0
+    )
     engine, optimizer, _, scheduler = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=deepspeed_config(cfg, batch_size, world)
     )

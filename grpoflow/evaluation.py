@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from grpoflow.prompting import format_prompt
 from grpoflow.rewards import BatchScorer
@@ -13,6 +13,7 @@ from grpoflow.rollout import RolloutEngine, Sampling
 @dataclass
 class EvalResult:
     """Greedy accuracy and the per-example outputs behind it."""
+
     accuracy: float
     outputs: list[dict]
 
@@ -24,8 +25,10 @@ def greedy_accuracy(
     prompts = [format_prompt(r["prompt"]) for r in rows]
     rollouts = engine.generate(prompts, 1, Sampling(temperature=0.0, max_new_tokens=max_new_tokens), seed)
     scores = score(rollouts.texts, rows)
-    outputs = [{"id": r["id"], "completion": t, "reference": r["reference_answer"], "correct": s >= 0.5}
-               for r, t, s in zip(rows, rollouts.texts, scores)]
+    outputs = [
+        {"id": r["id"], "completion": t, "reference": r["reference_answer"], "correct": s >= 0.5}
+        for r, t, s in zip(rows, rollouts.texts, scores)
+    ]
     return EvalResult(sum(o["correct"] for o in outputs) / max(len(outputs), 1), outputs)
 
 
@@ -54,6 +57,7 @@ def majority_answer(answers: Sequence[str | None]) -> str | None:
 @dataclass
 class SampledResult:
     """pass@k and maj@k and the per-example samples behind them."""
+
     pass_at_k: float
     maj_at_k: float
     outputs: list[dict]
@@ -81,8 +85,17 @@ def sampled_metrics(
         correct = sum(s >= 0.5 for s in scores[i * n : (i + 1) * n])
         p = pass_at_k(n, correct, k)
         p_sum += p
-        outputs.append({"id": r["id"], "reference": r["reference_answer"], "samples": ro.texts[i * n : (i + 1) * n],
-                        "correct": correct, f"pass@{k}": p, "majority": voted[i], "majority_correct": vote_scores[i] >= 0.5})
+        outputs.append(
+            {
+                "id": r["id"],
+                "reference": r["reference_answer"],
+                "samples": ro.texts[i * n : (i + 1) * n],
+                "correct": correct,
+                f"pass@{k}": p,
+                "majority": voted[i],
+                "majority_correct": vote_scores[i] >= 0.5,
+            }
+        )
     m = max(len(rows), 1)
     return SampledResult(p_sum / m, sum(o["majority_correct"] for o in outputs) / m, outputs)
 

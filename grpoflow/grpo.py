@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from grpoflow import metric_names as M
 from grpoflow.advantages import ESTIMATORS
 from grpoflow.algorithm import Algorithm
 from grpoflow.config import GRPOConfig, Params
-from grpoflow import metric_names as M
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import grpo_loss
 from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
@@ -41,9 +41,16 @@ class GRPOTrainer(PolicyTrainer):
                 logp, ent = completion_logprobs(eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True)
                 old = old_logp[sl] if old_logp is not None else logp.detach()
                 loss, m = grpo_loss(
-                    logp, old, adv[sl], b.mask[sl], ref_logp=ref_logp[sl] if ref_logp is not None else None,
-                    beta=self.state.beta, clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
-                    ratio_level=self.grpo.ratio_level, aggregation=cfg.aggregation,
+                    logp,
+                    old,
+                    adv[sl],
+                    b.mask[sl],
+                    ref_logp=ref_logp[sl] if ref_logp is not None else None,
+                    beta=self.state.beta,
+                    clip_eps=cfg.clip_eps,
+                    clip_eps_high=cfg.clip_eps_high,
+                    ratio_level=self.grpo.ratio_level,
+                    aggregation=cfg.aggregation,
                 )
                 if not torch.isfinite(loss):
                     self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged

@@ -16,12 +16,14 @@ from grpoflow import metric_names as M
 
 class TrainingDiverged(RuntimeError):
     """Training cannot go on (non-finite loss or gradients); the message is the diagnosis."""
+
     pass
 
 
 @dataclass(frozen=True)
 class Symptom:
     """A troubleshooting-table row seen in training: evidence, likely cause, remedy."""
+
     name: str
     step: int
     evidence: str
@@ -40,6 +42,7 @@ def _window(history: list[dict], key: str, n: int) -> list[float]:
 @dataclass
 class HealthMonitor:
     """Watches the metric history for the GRPO spec's symptoms, each reported once."""
+
     window: int = 10
     kl_limit: float = 0.5
     flat_after: int = 20
@@ -59,9 +62,9 @@ class HealthMonitor:
             value = metrics.get(key)
             if value is not None and not math.isfinite(value):
                 raise TrainingDiverged(
-                    f"step {step}: {key} is {value}. Likely causes: learning rate too high, bf16 overflow, a reward "
-                    "of inf/NaN. Remedy: lower rl.engine.lr, raise rl.engine.gradient_clipping, check the verifiers; the last "
-                    "checkpoint is intact."
+                    f"step {step}: {key} is {value}. Likely causes: learning rate too high, bf16 overflow, a "
+                    "reward of inf/NaN. Remedy: lower rl.engine.lr, raise rl.engine.gradient_clipping, check the "
+                    "verifiers; the last checkpoint is intact."
                 )
         self.history.append({"step": step, **metrics})
         new = [s for s in self._rules(step) if s.name not in self.symptoms]
@@ -75,9 +78,15 @@ class HealthMonitor:
         w = self.window
         kl = _window(self.history, M.KL, w)
         if len(kl) >= 3 and kl[-1] > self.kl_limit and kl[-1] > 2 * max(kl[0], 1e-3):
-            found.append(Symptom("kl_rising_fast", step, f"kl {kl[0]:.3g} -> {kl[-1]:.3g} over {len(kl)} steps",
-                                 "KL coefficient too small, policy drifting from the reference",
-                                 "raise the KL coefficient (grpo.beta or ppo.kl_coef) or enable rl.adaptive_kl, lower rl.engine.lr"))
+            found.append(
+                Symptom(
+                    "kl_rising_fast",
+                    step,
+                    f"kl {kl[0]:.3g} -> {kl[-1]:.3g} over {len(kl)} steps",
+                    "KL coefficient too small, policy drifting from the reference",
+                    "raise the KL coefficient (grpo.beta or ppo.kl_coef) or enable rl.adaptive_kl, lower rl.engine.lr",
+                )
+            )
         rewards = [h[M.REWARD_MEAN] for h in self.history if M.REWARD_MEAN in h]
         n = self.flat_after
         if len(rewards) >= 2 * n:
@@ -85,27 +94,61 @@ class HealthMonitor:
             # Rising means: the last window beats the first by more than one standard error.
             se = math.sqrt((pstdev(first) ** 2 + pstdev(last) ** 2) / n)
             if mean(last) - mean(first) <= max(se, 1e-3):
-                found.append(Symptom("reward_flat", step, f"reward_mean {mean(first):.3f} (first {n} steps) -> "
-                                     f"{mean(last):.3f} (last {n}), standard error {se:.3f}",
-                                     "noisy verifier or misaligned reward", "hand-check verifier labels on samples; fix the verifier"))
+                found.append(
+                    Symptom(
+                        "reward_flat",
+                        step,
+                        f"reward_mean {mean(first):.3f} (first {n} steps) -> "
+                        f"{mean(last):.3f} (last {n}), standard error {se:.3f}",
+                        "noisy verifier or misaligned reward",
+                        "hand-check verifier labels on samples; fix the verifier",
+                    )
+                )
         loss = _window(self.history, M.LOSS, w)
         g = self.history[-1].get(M.NUM_GENERATIONS, 0)
         if len(loss) >= w and pstdev(loss) > 2 * abs(mean(loss)) + 0.05 and g and g < 8:
-            found.append(Symptom("unstable_loss", step, f"loss std {pstdev(loss):.3g} vs mean {mean(loss):.3g} with G={g}",
-                                 "G too small: unstable group statistics", "raise rl.num_generations or rl.sampling.temperature"))
+            found.append(
+                Symptom(
+                    "unstable_loss",
+                    step,
+                    f"loss std {pstdev(loss):.3g} vs mean {mean(loss):.3g} with G={g}",
+                    "G too small: unstable group statistics",
+                    "raise rl.num_generations or rl.sampling.temperature",
+                )
+            )
         zero = _window(self.history, M.FRAC_ZERO_STD_GROUPS, 5)
         if len(zero) >= 5 and mean(zero) >= 0.9:
-            found.append(Symptom("degenerate_groups", step, f"{mean(zero):.0%} of groups have zero reward std",
-                                 "groups degenerate (greedy-like sampling, or the task too easy/hard)",
-                                 "sample with more randomness (temperature, top_p); adjust task difficulty"))
+            found.append(
+                Symptom(
+                    "degenerate_groups",
+                    step,
+                    f"{mean(zero):.0%} of groups have zero reward std",
+                    "groups degenerate (greedy-like sampling, or the task too easy/hard)",
+                    "sample with more randomness (temperature, top_p); adjust task difficulty",
+                )
+            )
         ent = _window(self.history, M.ENTROPY, len(self.history))
         if len(ent) >= 5 and ent[-1] < max(0.05, 0.2 * ent[0]):
-            found.append(Symptom("entropy_collapse", step, f"entropy {ent[0]:.3g} -> {ent[-1]:.3g}",
-                                 "the policy became nearly deterministic", "raise rl.sampling.temperature, lower rl.engine.lr, raise the KL coefficient"))
+            found.append(
+                Symptom(
+                    "entropy_collapse",
+                    step,
+                    f"entropy {ent[0]:.3g} -> {ent[-1]:.3g}",
+                    "the policy became nearly deterministic",
+                    "raise rl.sampling.temperature, lower rl.engine.lr, raise the KL coefficient",
+                )
+            )
         trunc = _window(self.history, M.FRAC_TRUNCATED, 5)
         if len(trunc) >= 5 and mean(trunc) > 0.3:
-            found.append(Symptom("length_cap", step, f"{mean(trunc):.0%} of completions hit max_completion_length",
-                                 "completions longer than the cap", "raise rl.sampling.max_completion_length, or set rl.mask_truncated_completions"))
+            found.append(
+                Symptom(
+                    "length_cap",
+                    step,
+                    f"{mean(trunc):.0%} of completions hit max_completion_length",
+                    "completions longer than the cap",
+                    "raise rl.sampling.max_completion_length, or set rl.mask_truncated_completions",
+                )
+            )
         return found
 
     def report(self) -> str:

@@ -6,9 +6,10 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 
 def _umask() -> int:

@@ -11,11 +11,20 @@ from grpoflow.config import Params, batch_problems
 
 # DeepSeekMath (Shao et al. 2024), section 4.2: beta 0.04, 64 samples per question, one update
 # per exploration stage, lr 1e-6, loss = mean over tokens of a sequence, then over sequences.
-PAPER = {"grpo.beta": 0.04, "rl.num_generations": 64, "rl.aggregation": "grpo", "rl.num_iterations": 1,
-         "rl.engine.lr": 1e-6}
+PAPER = {
+    "grpo.beta": 0.04,
+    "rl.num_generations": 64,
+    "rl.aggregation": "grpo",
+    "rl.num_iterations": 1,
+    "rl.engine.lr": 1e-6,
+}
 # TRL's GRPOConfig defaults (1.x): no KL term, the DAPO token-level loss (our "bnpo").
-TRL = {"grpo.beta": (0.0, "0.0"), "rl.aggregation": ("bnpo", "bnpo (TRL 'dapo')"), "rl.num_iterations": (1, "1"),
-       "rl.num_generations": (8, "8")}
+TRL = {
+    "grpo.beta": (0.0, "0.0"),
+    "rl.aggregation": ("bnpo", "bnpo (TRL 'dapo')"),
+    "rl.num_iterations": (1, "1"),
+    "rl.num_generations": (8, "8"),
+}
 
 
 @dataclass(frozen=True)
@@ -47,14 +56,28 @@ def lint(params: Params, algorithm: str = "grpo", world_size: int = 1) -> list[F
             found.append(Finding("info", f"{key} = {_value(params, key)} (TRL default: {label})"))
     found += [Finding("error", problem) for problem in batch_problems(rl, world_size)]
     if 0 < rl.sampling.temperature < 0.3:
-        found.append(Finding("warning", f"rl.sampling.temperature {rl.sampling.temperature} is near-greedy: expect degenerate groups"))
+        found.append(
+            Finding(
+                "warning", f"rl.sampling.temperature {rl.sampling.temperature} is near-greedy: expect degenerate groups"
+            )
+        )
     if rl.clip_eps_high is not None and rl.clip_eps_high < rl.clip_eps:
-        found.append(Finding("warning", f"rl.clip_eps_high {rl.clip_eps_high} < rl.clip_eps {rl.clip_eps}: clip-higher is meant to widen"))
+        found.append(
+            Finding(
+                "warning",
+                f"rl.clip_eps_high {rl.clip_eps_high} < rl.clip_eps {rl.clip_eps}: clip-higher is meant to widen",
+            )
+        )
     kl_key = {"grpo": "grpo.beta", "ppo": "ppo.kl_coef"}.get(algorithm)
     if kl_key and rl.adaptive_kl.enabled and _value(params, kl_key) == 0:
         found.append(Finding("warning", f"rl.adaptive_kl is on but {kl_key} = 0: {algorithm} runs without a KL term"))
     if rl.num_iterations == 1:
-        found.append(Finding("info", "rl.num_iterations = 1: the ratio is 1 at every update, so clipping never activates (as in the paper)"))
+        found.append(
+            Finding(
+                "info",
+                "rl.num_iterations = 1: the ratio is 1 at every update, so clipping never activates (as in the paper)",
+            )
+        )
     return found
 
 

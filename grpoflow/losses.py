@@ -44,7 +44,9 @@ def _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level,
     if beta < 0:
         raise ValueError(f"beta must be >= 0, got {beta}")
     if tuple(advantages.shape) not in ((shape[0],), shape):
-        raise ValueError(f"advantages must be ({shape[0]},), one per sequence, or {shape} per token, got {tuple(advantages.shape)}")
+        raise ValueError(
+            f"advantages must be ({shape[0]},), one per sequence, or {shape} per token, got {tuple(advantages.shape)}"
+        )
     if ratio_level not in ("token", "sequence"):
         raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
     if aggregation not in ("grpo", "bnpo", "dr_grpo"):

@@ -29,6 +29,8 @@ def model_unavailable(name_or_path: str | Path) -> str | None:
         home = os.environ.get("HF_HOME")
         cache = os.environ.get("HF_HUB_CACHE") or (str(Path(home) / "hub") if home else None)
         if not isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache), str):
-            return (f"model {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
-                    "download it where a hub is reachable, or point name_or_path at a local directory")
+            return (
+                f"model {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
+                "download it where a hub is reachable, or point name_or_path at a local directory"
+            )
     return None

@@ -7,8 +7,8 @@ Both end up as an ordinary Hugging Face checkpoint directory, loadable with
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -9,11 +9,11 @@ from __future__ import annotations
 import torch
 from transformers import AutoModel
 
+from grpoflow import metric_names as M
 from grpoflow.advantages import gae, masked_whiten
 from grpoflow.algorithm import Algorithm
 from grpoflow.config import Params, PPOConfig
 from grpoflow.engine import build_engine
-from grpoflow import metric_names as M
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import grpo_loss, kl_k3
 from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
@@ -30,14 +30,16 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.zeros_(self.head.bias)
 
     @classmethod
-    def from_pretrained(cls, path: str) -> "ValueModel":
+    def from_pretrained(cls, path: str) -> ValueModel:
         """A critic whose trunk is the pretrained model at ``path`` and whose head starts at zero."""
         trunk = AutoModel.from_pretrained(path)
         return cls(trunk, trunk.config.hidden_size)
 
     def forward(self, input_ids, attention_mask, position_ids=None) -> torch.Tensor:
         """``V(s_t)`` at every position: ``(N, T)``."""
-        hidden = self.trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        hidden = self.trunk(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        ).last_hidden_state
         return self.head(hidden).squeeze(-1)
 
 
@@ -75,8 +77,12 @@ class PPOTrainer(PolicyTrainer):
     @torch.no_grad()
     def _old_values(self, b: Batch) -> torch.Tensor:
         micro = self.critic.train_micro_batch_size_per_gpu()
-        return torch.cat([completion_values(self.critic, b.ids[i : i + micro], b.attn[i : i + micro], b.start)
-                          for i in range(0, len(b.ids), micro)])
+        return torch.cat(
+            [
+                completion_values(self.critic, b.ids[i : i + micro], b.attn[i : i + micro], b.start)
+                for i in range(0, len(b.ids), micro)
+            ]
+        )
 
     def update(self, step: int, b: Batch) -> dict[str, float]:
         """mu clipped updates of the policy and the critic on one batch."""
@@ -99,8 +105,15 @@ class PPOTrainer(PolicyTrainer):
         for _ in range(cfg.num_iterations):
             for sl in micro_slices(len(b.ids), micro, *engines):
                 logp, ent = completion_logprobs(eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True)
-                loss, m = grpo_loss(logp, old_logp[sl], adv[sl], b.mask[sl], clip_eps=cfg.clip_eps,
-                                    clip_eps_high=cfg.clip_eps_high, aggregation=cfg.aggregation)
+                loss, m = grpo_loss(
+                    logp,
+                    old_logp[sl],
+                    adv[sl],
+                    b.mask[sl],
+                    clip_eps=cfg.clip_eps,
+                    clip_eps_high=cfg.clip_eps_high,
+                    aggregation=cfg.aggregation,
+                )
                 if not torch.isfinite(loss):
                     self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
                 eng.backward(loss)

@@ -15,7 +15,11 @@ def git_commit(cwd: str | Path = ".") -> tuple[str, bool]:
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True)
         status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, check=True
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
         )
     except (OSError, subprocess.CalledProcessError):
         return "unknown", True
@@ -32,8 +36,13 @@ def copy_checkout(src: str | Path, dest: str | Path) -> Path:
     """Copy what a clone of ``src`` would hold, plus untracked files git does not ignore, to
     ``dest``: a scratch project for end-to-end tests and benchmarks, without run outputs."""
     src, dest = Path(src), Path(dest)
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=src,
-                            capture_output=True, text=True, check=True).stdout.split("\n")
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
     for rel in filter(None, listed):
         if (src / rel).is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -47,7 +48,9 @@ def create_verifier(params: Params, name: str, *, workers: int = 1) -> verifiers
 
 def build_reward(params: Params) -> WeightedReward:
     """The reward that ``params.rewards`` describes."""
-    return WeightedReward([RewardComponent(r.name, create_verifier(params, r.name).score, r.weight) for r in params.rewards])
+    return WeightedReward(
+        [RewardComponent(r.name, create_verifier(params, r.name).score, r.weight) for r in params.rewards]
+    )
 
 
 def correctness_scorer(params: Params) -> BatchScorer:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 import resource
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from math import gcd
-from typing import Callable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
@@ -70,7 +70,7 @@ def micro_slices(n: int, micro: int, *engines) -> Iterator[slice]:
 def prompt_indices(n_prompts: int, per_step: int, step: int, seed: int) -> list[int]:
     """The prompts of ``step``: consecutive slices of per-epoch permutations, fixed by (seed, step)."""
     start = step * per_step
-    out = []
+    out: list[int] = []
     while len(out) < per_step:
         epoch, offset = divmod(start + len(out), n_prompts)
         perm = list(range(n_prompts))
@@ -114,8 +114,6 @@ def _all_mean(values: dict[str, float], world: int, device: torch.device | str =
     t = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=device)  # NCCL reduces only CUDA tensors
     dist.all_reduce(t)
     return {k: float(v) / world for k, v in zip(keys, t)}
-
-
 
 
 @dataclass
@@ -166,7 +164,9 @@ class PolicyTrainer:
         rows = [self.prompts[i] for i in idx]
         s = self.cfg.sampling
         sampling = Sampling(s.temperature, s.top_p, self.max_completion_length)
-        ro = self.rollout.generate([format_prompt(r["prompt"]) for r in rows], g, sampling, seed=hash((self.seed, step, self.rank)) % 2**31)
+        ro = self.rollout.generate(
+            [format_prompt(r["prompt"]) for r in rows], g, sampling, seed=hash((self.seed, step, self.rank)) % 2**31
+        )
         return ro, [r for r in rows for _ in range(g)]
 
     def _inputs(self, ro: Rollouts):
@@ -180,7 +180,10 @@ class PolicyTrainer:
     @torch.no_grad()
     def _frozen_logprobs(self, model, ids, attn, start) -> torch.Tensor:
         micro = self.engine.train_micro_batch_size_per_gpu()
-        parts = [completion_logprobs(model, ids[i : i + micro], attn[i : i + micro], start)[0] for i in range(0, len(ids), micro)]
+        parts = [
+            completion_logprobs(model, ids[i : i + micro], attn[i : i + micro], start)[0]
+            for i in range(0, len(ids), micro)
+        ]
         return torch.cat(parts)
 
     def update(self, step: int, batch: Batch) -> dict[str, float]:
@@ -226,10 +229,15 @@ class PolicyTrainer:
         self.engine.zero_grad()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        self.health.record(Symptom(
-            f"oom_backoff_{key}_{value}", step, f"out of memory ({str(exc).splitlines()[0][:120]}); {key} {old} -> {value}",
-            "the step did not fit in accelerator memory", "fewer prompts per step, a smaller model, or more GPUs",
-        ))
+        self.health.record(
+            Symptom(
+                f"oom_backoff_{key}_{value}",
+                step,
+                f"out of memory ({str(exc).splitlines()[0][:120]}); {key} {old} -> {value}",
+                "the step did not fit in accelerator memory",
+                "fewer prompts per step, a smaller model, or more GPUs",
+            )
+        )
 
     def _rollouts_on_every_rank(self, step: int, g: int) -> tuple[Rollouts, list[dict]]:
         """Rollouts, with an out-of-memory error on any process raised on all of them: before
@@ -243,8 +251,8 @@ class PolicyTrainer:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             if flag.item() and error is None:
                 error = torch.OutOfMemoryError(f"out of memory during rollouts on another process at step {step + 1}")
-        if error is not None:
-            raise error
+        if error is not None or out is None:
+            raise error or RuntimeError(f"no rollouts at step {step + 1}")
         return out
 
     def step(self, step: int) -> dict[str, float]:
@@ -263,25 +271,34 @@ class PolicyTrainer:
         self.rollout.sync_weights(eng.module)
         grouped = total.view(-1, g)
         lengths = ro.completion_mask.sum(1).float()
-        local.update({
-            M.REWARD_MEAN: float(total.mean()),
-            M.REWARD_STD: float(total.std(correction=0)),
-            M.GROUP_REWARD_STD: float(grouped.std(dim=1, correction=0).mean()),
-            M.FRAC_ZERO_STD_GROUPS: float((grouped.std(dim=1, correction=0) < 1e-6).float().mean()),
-            M.COMPLETION_LENGTH_MEAN: float(lengths.mean()),
-            M.COMPLETION_LENGTH_MAX: float(lengths.max()),
-            M.FRAC_TRUNCATED: float(ro.truncated.float().mean()),
-            M.ROLLOUT_TOKENS_PER_S: ro.num_completion_tokens / max(ro.seconds, 1e-9),
-            M.UPDATE_TOKENS_PER_S: float(attn.sum()) * cfg.num_iterations / max(t_update, 1e-9),
-            **{f"{M.REWARD_PREFIX}{k}": float(v.mean()) for k, v in parts.items()},
-        })
+        local.update(
+            {
+                M.REWARD_MEAN: float(total.mean()),
+                M.REWARD_STD: float(total.std(correction=0)),
+                M.GROUP_REWARD_STD: float(grouped.std(dim=1, correction=0).mean()),
+                M.FRAC_ZERO_STD_GROUPS: float((grouped.std(dim=1, correction=0) < 1e-6).float().mean()),
+                M.COMPLETION_LENGTH_MEAN: float(lengths.mean()),
+                M.COMPLETION_LENGTH_MAX: float(lengths.max()),
+                M.FRAC_TRUNCATED: float(ro.truncated.float().mean()),
+                M.ROLLOUT_TOKENS_PER_S: ro.num_completion_tokens / max(ro.seconds, 1e-9),
+                M.UPDATE_TOKENS_PER_S: float(attn.sum()) * cfg.num_iterations / max(t_update, 1e-9),
+                **{f"{M.REWARD_PREFIX}{k}": float(v.mean()) for k, v in parts.items()},
+            }
+        )
         metrics = _all_mean(local, self.world, self.engine.device)
-        metrics.update({
-            M.STEP_SECONDS: time.perf_counter() - t0, M.ROLLOUT_SECONDS: t_rollout, M.UPDATE_SECONDS: t_update,
-            M.KL_COEF: self.state.beta, M.NUM_GENERATIONS: g, M.MAX_COMPLETION_LENGTH: self.max_completion_length,
-            M.MICRO_BATCH_SIZE: eng.train_micro_batch_size_per_gpu(), M.LR: eng.get_lr()[0],
-            M.PEAK_MEMORY_MB: peak_memory_mb(),
-        })
+        metrics.update(
+            {
+                M.STEP_SECONDS: time.perf_counter() - t0,
+                M.ROLLOUT_SECONDS: t_rollout,
+                M.UPDATE_SECONDS: t_update,
+                M.KL_COEF: self.state.beta,
+                M.NUM_GENERATIONS: g,
+                M.MAX_COMPLETION_LENGTH: self.max_completion_length,
+                M.MICRO_BATCH_SIZE: eng.train_micro_batch_size_per_gpu(),
+                M.LR: eng.get_lr()[0],
+                M.PEAK_MEMORY_MB: peak_memory_mb(),
+            }
+        )
         grad_norm = eng.get_global_grad_norm()
         if grad_norm is not None:  # DeepSpeed reports none for some optimizer set-ups: then none is logged
             metrics[M.GRAD_NORM] = float(grad_norm)
@@ -313,7 +330,9 @@ class PolicyTrainer:
             self.state.step = step + 1
             if on_step:
                 on_step(step, {**metrics, "new_symptoms": [s.to_dict() for s in new]})
-            if on_checkpoint and (self.state.step % self.cfg.checkpoint_every == 0 or self.state.step == self.cfg.steps):
+            if on_checkpoint and (
+                self.state.step % self.cfg.checkpoint_every == 0 or self.state.step == self.cfg.steps
+            ):
                 self.state.rng = _rng_state()
                 on_checkpoint(self.state.step, self.state)
         return self.state
@@ -322,4 +341,3 @@ class PolicyTrainer:
         """Continue from a checkpoint's loop state (step, KL coefficient, RNG, back-off)."""
         self.state = state
         _set_rng_state(state.rng)
-

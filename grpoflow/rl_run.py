@@ -13,13 +13,13 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 from grpoflow import checkpoint
+from grpoflow.algorithm import Algorithm
 from grpoflow.config import Params
 from grpoflow.engine import build_engine, init_distributed
 from grpoflow.evaluation import greedy_accuracy
-from grpoflow.algorithm import Algorithm
 from grpoflow.health import HealthMonitor, Symptom
 from grpoflow.io import read_jsonl, sha256_paths
 from grpoflow.modeling import load_frozen, load_pretrained
@@ -59,8 +59,8 @@ class RLRun:
     seed: int
     rank: int
     world: int
-    engine: object
-    tokenizer: object
+    engine: Any  # a DeepSpeed engine
+    tokenizer: Any
     trainer: PolicyTrainer
     engines: dict  # extra engines checkpointed beside the policy's, by name
     fingerprint: str
@@ -78,8 +78,12 @@ class RLRun:
             return {}
         p = self.params
         engine = HFRolloutEngine(self.engine.module, self.tokenizer)
-        res = greedy_accuracy(engine, self.val[: p.sft.eval_examples], correctness_scorer(p),
-                              max_new_tokens=p.rl.sampling.max_completion_length)
+        res = greedy_accuracy(
+            engine,
+            self.val[: p.sft.eval_examples],
+            correctness_scorer(p),
+            max_new_tokens=p.rl.sampling.max_completion_length,
+        )
         return {"val_accuracy": res.accuracy}
 
     def resume(self, directory: str | Path) -> tuple[dict | None, list[str]]:
@@ -88,9 +92,12 @@ class RLRun:
         resumed, skipped = checkpoint.load(self.engine, directory, self.fingerprint, self.engines)
         for problem in skipped:
             self.health.symptoms[f"checkpoint_corrupt_{problem.split(':')[0]}"] = Symptom(
-                "checkpoint_corrupt", resumed.state.step if resumed else 0, problem,
+                "checkpoint_corrupt",
+                resumed.state.step if resumed else 0,
+                problem,
                 "the save was interrupted, or the file was damaged on disk",
-                "none needed: the newest intact checkpoint was used")
+                "none needed: the newest intact checkpoint was used",
+            )
         if resumed is None:
             return None, skipped
         self.trainer.restore(resumed.state)
@@ -101,20 +108,28 @@ class RLRun:
 
     def save(self, directory: str | Path, state: LoopState, stage_state: dict) -> None:
         """A resumable checkpoint of every engine, the loop, the health record and ``stage_state``."""
-        checkpoint.save(self.engine, directory, state, self.fingerprint, extra_engines=self.engines,
-                        keep=self.params.rl.keep_checkpoints, extra={
-                            "health_history": self.health.history,
-                            "health_symptoms": {k: s.to_dict() for k, s in self.health.symptoms.items()},
-                            "stage": stage_state,
-                        })
+        checkpoint.save(
+            self.engine,
+            directory,
+            state,
+            self.fingerprint,
+            extra_engines=self.engines,
+            keep=self.params.rl.keep_checkpoints,
+            extra={
+                "health_history": self.health.history,
+                "health_symptoms": {k: s.to_dict() for k, s in self.health.symptoms.items()},
+                "stage": stage_state,
+            },
+        )
 
     def export(self, out: str | Path) -> None:
         """The trained policy as a plain Hugging Face checkpoint."""
         checkpoint.export_model(self.engine, self.tokenizer, out)
 
 
-def build_rl_run(params: Params, algorithm: Algorithm, *, data_dir: str | Path, reference_dir: str | Path,
-                 seed: int | None = None) -> RLRun:
+def build_rl_run(
+    params: Params, algorithm: Algorithm, *, data_dir: str | Path, reference_dir: str | Path, seed: int | None = None
+) -> RLRun:
     """Build the run of ``algorithm`` from ``params`` on the prepared data and the reference model.
 
     ``seed`` (default ``experiment.seed``) varies sampling and prompt order alone, on the same data
@@ -129,11 +144,29 @@ def build_rl_run(params: Params, algorithm: Algorithm, *, data_dir: str | Path, 
     policy, tokenizer = load_pretrained(reference_dir)
     reference = load_frozen(reference_dir) if needs_reference(params, algorithm) else None
     engine = build_engine(policy, rl.engine, rl.prompts_per_step * max(rl.generation_sizes()))
-    rollout = build_rollout(rl.rollout_engine, engine.module, tokenizer, reference_dir,
-                            seed=params.experiment.seed, max_model_len=params.model.max_length)
+    rollout = build_rollout(
+        rl.rollout_engine,
+        engine.module,
+        tokenizer,
+        reference_dir,
+        seed=params.experiment.seed,
+        max_model_len=params.model.max_length,
+    )
     health = HealthMonitor()
     args = (rl, engine, reference, rollout, tokenizer, build_reward(params), read_jsonl(data_dir / "train.jsonl"))
     kwargs = {"seed": seed, "rank": rank, "world": world, "health": health}
     trainer, engines = algorithm.build(params, args, kwargs, engine=engine, reference_dir=reference_dir)
-    return RLRun(algorithm, params, seed, rank, world, engine, tokenizer, trainer, engines,
-                 fingerprint(params, algorithm, data_dir, reference_dir, seed), read_jsonl(data_dir / "val.jsonl"), health)
+    return RLRun(
+        algorithm,
+        params,
+        seed,
+        rank,
+        world,
+        engine,
+        tokenizer,
+        trainer,
+        engines,
+        fingerprint(params, algorithm, data_dir, reference_dir, seed),
+        read_jsonl(data_dir / "val.jsonl"),
+        health,
+    )

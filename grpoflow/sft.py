@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -18,7 +18,9 @@ def build_examples(rows: Sequence[dict], tokenizer, max_length: int) -> list[Exa
     examples = []
     for r in rows:
         prompt = tokenizer(format_prompt(r["prompt"]), add_special_tokens=False)["input_ids"]
-        target = tokenizer(sft_completion(r["solution"]), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        target = tokenizer(sft_completion(r["solution"]), add_special_tokens=False)["input_ids"] + [
+            tokenizer.eos_token_id
+        ]
         if len(prompt) + len(target) <= max_length:
             examples.append((prompt + target, [-100] * len(prompt) + target))
     return examples

@@ -2,11 +2,10 @@
 ``score(completions, rows) -> scores in [0, 1]`` that never raises on anything a model can write.
 They depend on nothing above them (no grpoflow, Prefect, MLflow or DVC)."""
 
-from verifiers.registry import Verifier, create, names, options_model, register
-
 # Importing the modules registers their verifiers.
 from verifiers import code as _code  # noqa: E402,F401
 from verifiers import format as _format  # noqa: E402,F401
 from verifiers import math as _math  # noqa: E402,F401
+from verifiers.registry import Verifier, create, names, options_model, register
 
 __all__ = ["Verifier", "create", "names", "options_model", "register"]

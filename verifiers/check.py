@@ -7,8 +7,9 @@ throughput. Each verifier builds its own cases (:meth:`verifiers.registry.Verifi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 # Texts no verifier may accept, whatever the reference.
 MALFORMED = [
@@ -70,14 +71,24 @@ class Validation:
     def to_dict(self) -> dict:
         """The counts and rates, for the metrics JSON."""
         return {
-            "tp": self.tp, "fp": self.fp, "tn": self.tn, "fn": self.fn,
-            "precision": round(self.precision, 6), "recall": round(self.recall, 6), "accuracy": round(self.accuracy, 6),
-            "checks_per_second": round(self.checks_per_second, 1), "cases": self.tp + self.fp + self.tn + self.fn,
+            "tp": self.tp,
+            "fp": self.fp,
+            "tn": self.tn,
+            "fn": self.fn,
+            "precision": round(self.precision, 6),
+            "recall": round(self.recall, 6),
+            "accuracy": round(self.accuracy, 6),
+            "checks_per_second": round(self.checks_per_second, 1),
+            "cases": self.tp + self.fp + self.tn + self.fn,
         }
 
 
-def validate(score: Callable[[list[str], list[Mapping[str, Any]]], list[float]], cases: Sequence[Case], *,
-             max_confusions: int = 20) -> Validation:
+def validate(
+    score: Callable[[list[str], list[Mapping[str, Any]]], list[float]],
+    cases: Sequence[Case],
+    *,
+    max_confusions: int = 20,
+) -> Validation:
     """Score every case (a score >= 0.5 counts as accepted) and tally the confusion matrix."""
     start = time.perf_counter()
     scores = score([c.completion for c in cases], [c.row for c in cases])
@@ -94,7 +105,13 @@ def validate(score: Callable[[list[str], list[Mapping[str, Any]]], list[float]],
         else:
             v.tn += 1
         if accepted != case.expected and len(v.confusions) < max_confusions:
-            v.confusions.append({"kind": case.kind, "expected": case.expected, "score": s,
-                                 "reference": str(case.row.get("reference_answer", ""))[:300],
-                                 "completion": case.completion[:300]})
+            v.confusions.append(
+                {
+                    "kind": case.kind,
+                    "expected": case.expected,
+                    "score": s,
+                    "reference": str(case.row.get("reference_answer", ""))[:300],
+                    "completion": case.completion[:300],
+                }
+            )
     return v

@@ -37,7 +37,7 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
         end = text.find("```", header.end())
         if end < 0:
             break  # unterminated: no later ``` can open a block either
-        blocks.append((header.group(1), text[header.end():end]))
+        blocks.append((header.group(1), text[header.end() : end]))
         pos = end + 3
     return blocks
 
@@ -50,8 +50,9 @@ def extract_code(completion: str) -> str:
     return chosen[-1] if chosen else (completion or "")
 
 
-def score_code(completion: str, tests: list[str], limits: Limits = Limits(), *,
-               allow_unsandboxed: bool | None = None) -> float:
+def score_code(
+    completion: str, tests: list[str], limits: Limits = Limits(), *, allow_unsandboxed: bool | None = None
+) -> float:
     """Fraction of ``tests`` passed. Bad code, crashes and timeouts score 0 for the tests they
     stop; a machine that cannot sandbox raises :class:`SandboxUnavailable` unless allowed
     (``allow_unsandboxed``, when given, overrides ``limits.allow_unsandboxed``)."""
@@ -68,8 +69,14 @@ def score_code(completion: str, tests: list[str], limits: Limits = Limits(), *,
         return 0.0
 
 
-def score_code_batch(completions: Sequence[object], tests_per_row: Sequence[Sequence[str]], limits: Limits = Limits(),
-                     *, workers: int | None = None, allow_unsandboxed: bool | None = None) -> list[float]:
+def score_code_batch(
+    completions: Sequence[object],
+    tests_per_row: Sequence[Sequence[str]],
+    limits: Limits = Limits(),
+    *,
+    workers: int | None = None,
+    allow_unsandboxed: bool | None = None,
+) -> list[float]:
     """:func:`score_code` for each row, ``workers`` (default ``limits.workers``) sandboxes at a time.
 
     Raises ValueError naming the row and field for a row without tests or with non-string tests.
@@ -80,7 +87,7 @@ def score_code_batch(completions: Sequence[object], tests_per_row: Sequence[Sequ
         if isinstance(tests, str) or not tests or not all(isinstance(t, str) for t in tests):
             raise ValueError(f"row {i}: field 'tests' must be a non-empty list of str, got {tests!r:.80}")
     runnable = [i for i, c in enumerate(completions) if isinstance(c, str)]
-    items = [(extract_code(completions[i]), list(tests_per_row[i])) for i in runnable]
+    items = [(extract_code(str(completions[i])), list(tests_per_row[i])) for i in runnable]
     scores = [0.0] * len(completions)
     try:
         results = run_batch(items, limits, workers=workers, allow_unsandboxed=allow_unsandboxed)
@@ -98,9 +105,18 @@ def score_code_batch(completions: Sequence[object], tests_per_row: Sequence[Sequ
 # process standing; each of the reward hacks scored 1.0 against a harness that ran the tests in the
 # completion's own interpreter.
 CODE_CASES: list[tuple[str, list[str], bool, str]] = [
-    ("```python\ndef add(a, b):\n    return a + b\n```", ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"], True, "correct"),
-    ("```python\ndef add(a, b):\n    return a - b\n```", ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 0"],
-     False, "mostly_wrong"),
+    (
+        "```python\ndef add(a, b):\n    return a + b\n```",
+        ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"],
+        True,
+        "correct",
+    ),
+    (
+        "```python\ndef add(a, b):\n    return a - b\n```",
+        ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 0"],
+        False,
+        "mostly_wrong",
+    ),
     ("def add(a, b) return a + b", ["assert add(1, 2) == 3"], False, "syntax_error"),
     ("while True:\n    pass", ["assert True"], False, "infinite_loop"),
     ("import os\nwhile True:\n    os.fork()", ["assert True"], False, "fork_bomb"),
@@ -108,14 +124,31 @@ CODE_CASES: list[tuple[str, list[str], bool, str]] = [
     ("import os\nos._exit(0)", ["assert True"], False, "early_exit"),
     ("import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)", ["assert True"], False, "network"),
     ("import builtins\nbuiltins.exec = lambda *a, **k: None", ["assert False"], False, "exec_replaced"),
-    ("import builtins\n_c = builtins.compile\nbuiltins.compile = lambda s, f, m, *a, **k: _c('pass', f, m)",
-     ["assert False"], False, "compile_replaced"),
-    ("import os, sys\nfr = sys._getframe(1)\nfor i in range(9):\n    print('%s:%d:pass' % (fr.f_locals.get('nonce'), i))\n"
-     "sys.stdout.flush()\nos._exit(0)", ["assert False"], False, "forged_verdict"),
-    ("class A:\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return A()",
-     ["assert add(1, 2) == 4", "assert add(0, 0) == 1"], False, "always_equal"),
-    ("def sorted(*a):\n    return 0\ndef add(a, b):\n    return [a]", ["assert sorted(add(1, 2)) == sorted([3])"], False,
-     "shadowed_builtin"),
+    (
+        "import builtins\n_c = builtins.compile\nbuiltins.compile = lambda s, f, m, *a, **k: _c('pass', f, m)",
+        ["assert False"],
+        False,
+        "compile_replaced",
+    ),
+    (
+        "import os, sys\nfr = sys._getframe(1)\nfor i in range(9):\n"
+        "    print('%s:%d:pass' % (fr.f_locals.get('nonce'), i))\nsys.stdout.flush()\nos._exit(0)",
+        ["assert False"],
+        False,
+        "forged_verdict",
+    ),
+    (
+        "class A:\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return A()",
+        ["assert add(1, 2) == 4", "assert add(0, 0) == 1"],
+        False,
+        "always_equal",
+    ),
+    (
+        "def sorted(*a):\n    return 0\ndef add(a, b):\n    return [a]",
+        ["assert sorted(add(1, 2)) == sorted([3])"],
+        False,
+        "shadowed_builtin",
+    ),
     ("import os, signal\nos.kill(1, signal.SIGKILL)", ["assert False"], False, "kill_judge"),
     ("while True:\n    print('x' * 65536)", ["assert True"], False, "infinite_output"),
 ]
@@ -125,7 +158,9 @@ def row_tests(row: Row) -> list[str]:
     """The asserts a code row carries (``tests``); ValueError naming the row when it has none."""
     tests = row.get("tests")
     if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
-        raise ValueError(f"row {row.get('id')!r}: field 'tests' must be a non-empty list of str (a code task needs tests)")
+        raise ValueError(
+            f"row {row.get('id')!r}: field 'tests' must be a non-empty list of str (a code task needs tests)"
+        )
     return tests
 
 
@@ -157,5 +192,7 @@ class CodeVerifier(Verifier):
 
     def gate_cases(self, rows: Sequence[Row]) -> list[Case]:
         """The self-test: correct code passes; wrong, broken, hostile and reward-hacking code fails."""
-        return [Case(code, {"id": f"self_test_{kind}", "tests": tests}, expected, kind)
-                for code, tests, expected, kind in CODE_CASES]
+        return [
+            Case(code, {"id": f"self_test_{kind}", "tests": tests}, expected, kind)
+            for code, tests, expected, kind in CODE_CASES
+        ]

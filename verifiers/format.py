@@ -8,8 +8,7 @@ line from every ``\\boxed{``: quadratic on a line of unclosed boxes.)
 from __future__ import annotations
 
 import re
-
-from typing import Sequence
+from collections.abc import Sequence
 
 from verifiers.check import Case, malformed_cases
 from verifiers.registry import Row, Verifier, register

@@ -28,12 +28,12 @@ from concurrent.futures import ProcessPoolExecutor
 from decimal import Decimal, InvalidOperation
 from typing import TypeVar
 
-from verifiers.extract import extract_answer
-from verifiers.math_checks import VerifierUnavailable, check
 from pydantic import BaseModel, ConfigDict, Field
 
 from verifiers.check import Case
+from verifiers.extract import extract_answer
 from verifiers.math_cases import math_cases
+from verifiers.math_checks import VerifierUnavailable, check
 from verifiers.registry import Row, Verifier, register
 
 MAX_SYMBOLIC_CHARS = 300  # a non-numeric answer (or reference) longer than this is never parsed
@@ -79,8 +79,10 @@ def check_reference(reference: str) -> None:
     if plain_number(reference) is not None:
         return
     if len(reference) > MAX_SYMBOLIC_CHARS:
-        raise ValueError(f"reference answer {reference[:60]!r}... has {len(reference)} characters, "
-                         f"above the {MAX_SYMBOLIC_CHARS} the math verifier parses")
+        raise ValueError(
+            f"reference answer {reference[:60]!r}... has {len(reference)} characters, "
+            f"above the {MAX_SYMBOLIC_CHARS} the math verifier parses"
+        )
     # no string fallback: a string math-verify could not read as math must not pass as one
     if not check("parses", latex_answer(reference)):
         raise ValueError(f"reference answer {reference!r} cannot be parsed by math-verify")
@@ -129,8 +131,13 @@ def _score_pairs(pairs: list[tuple[str, str]], fallback_last_number: bool = True
     return [score(c, r, fallback_last_number=fallback_last_number) for c, r in pairs]
 
 
-def score_batch(completions: Sequence[str], references: Sequence[str], *, workers: int | None = None,
-                fallback_last_number: bool = True) -> list[float]:
+def score_batch(
+    completions: Sequence[str],
+    references: Sequence[str],
+    *,
+    workers: int | None = None,
+    fallback_last_number: bool = True,
+) -> list[float]:
     """Scores of many completions: the plain-number ones inline, the rest over ``workers`` processes."""
     if len(completions) != len(references):
         raise ValueError(f"{len(completions)} completions but {len(references)} references")
@@ -180,8 +187,8 @@ class MathVerifier(Verifier):
     def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """1.0 per completion whose final answer equals its row's reference."""
         refs = [str(r["reference_answer"]) for r in rows]
-        return score_batch(completions, refs, workers=self.workers,
-                           fallback_last_number=self.options.fallback_last_number)  # type: ignore[attr-defined]
+        options: MathOptions = self.options  # type: ignore[assignment]  # validated as Options
+        return score_batch(completions, refs, workers=self.workers, fallback_last_number=options.fallback_last_number)
 
     def check_rows(self, rows: Sequence[Row]) -> list[tuple[int, str]]:
         """Rows whose reference answer math-verify cannot read."""

@@ -3,8 +3,9 @@ gold worked solution (all must pass), and systematically perturbed wrong answers
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from verifiers.check import Case, malformed_cases
 

@@ -213,15 +213,20 @@ class _Checker:
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
         command = [sys.executable, "-c", "from verifiers.math_checks import serve_checks; serve_checks()"]
         try:
-            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
-                                         env={**os.environ, "PYTHONPATH": path})
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                bufsize=0,
+                env={**os.environ, "PYTHONPATH": path},
+            )
         except OSError as exc:
             raise VerifierUnavailable(f"cannot start the math checker process {command}: {exc}") from exc
         if self._read_line(_WORKER_START_S) != b"ready":
             self.close()
             raise VerifierUnavailable(
-                f"the math checker process {command} did not start within {_WORKER_START_S:.0f} s; "
-                "see its stderr above")
+                f"the math checker process {command} did not start within {_WORKER_START_S:.0f} s; see its stderr above"
+            )
 
     def _read_line(self, timeout: float) -> bytes | None:
         assert self.proc.stdout is not None
@@ -278,8 +283,11 @@ class _CheckerPool:
             try:
                 verdict = checker.check(op, args)
             except _CheckerDied as exc:
-                _log.warning("math checker process failed on %r (%s); replaced, answer counts as not verified",
-                             [op, *(a[:80] for a in args)], exc)
+                _log.warning(
+                    "math checker process failed on %r (%s); replaced, answer counts as not verified",
+                    [op, *(a[:80] for a in args)],
+                    exc,
+                )
                 checker.kill()
                 return False
             with self._lock:

@@ -6,7 +6,8 @@ reach verifiers only through :func:`create`, so a new verifier is one class in o
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -30,13 +31,16 @@ class Verifier(ABC):
     name: ClassVar[str]
     Options: ClassVar[type[BaseModel]] = NoOptions
 
-    def __init__(self, options: Mapping[str, Any] | BaseModel | None = None, *, sandbox: Limits | None = None,
-                 workers: int = 1):
+    def __init__(
+        self, options: Mapping[str, Any] | BaseModel | None = None, *, sandbox: Limits | None = None, workers: int = 1
+    ):
         """``options``: this verifier's own settings (``rewards[].options``); ``sandbox``: the limits
         for executing code; ``workers``: processes a batch may use for CPU-heavy checks."""
         from verifiers.sandbox import Limits
 
-        self.options = options if isinstance(options, self.Options) else self.Options.model_validate(dict(options or {}))
+        self.options = (
+            options if isinstance(options, self.Options) else self.Options.model_validate(dict(options or {}))
+        )
         self.sandbox = sandbox or Limits()
         self.workers = workers
 

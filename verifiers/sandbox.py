@@ -121,8 +121,9 @@ def user_namespaces_available() -> bool:
 
 
 def _probe(what: str) -> bool:
-    probe = subprocess.run([sys.executable, "-I", "-S", str(RUNTIME), what], capture_output=True, timeout=30,
-                           check=False)
+    probe = subprocess.run(
+        [sys.executable, "-I", "-S", str(RUNTIME), what], capture_output=True, timeout=30, check=False
+    )
     return probe.returncode == 0
 
 
@@ -136,8 +137,12 @@ class _Server:
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             self.process = subprocess.Popen(
-                [python, "-I", "-S", str(RUNTIME), "serve", str(theirs.fileno())], pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"}, cwd="/",
+                [python, "-I", "-S", str(RUNTIME), "serve", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                env={"PATH": "/usr/bin:/bin"},
+                cwd="/",
                 start_new_session=True,
             )
         self.control.settimeout(30)
@@ -238,8 +243,9 @@ def _validate(code: object, tests: object, where: str) -> None:
         raise ValueError(f"{where}: field 'tests' must be a list of str")
 
 
-def run_tests(code: str, tests: Sequence[str], limits: Limits = Limits(), *,
-              allow_unsandboxed: bool | None = None) -> Result:
+def run_tests(
+    code: str, tests: Sequence[str], limits: Limits = Limits(), *, allow_unsandboxed: bool | None = None
+) -> Result:
     """Run ``code`` then each test in ``tests`` separately; one bool per test.
 
     Tests that finished before a timeout or crash keep their verdict; the rest count as failed.
@@ -249,8 +255,13 @@ def run_tests(code: str, tests: Sequence[str], limits: Limits = Limits(), *,
     return _prepare(limits, _isolation(limits, allow_unsandboxed)).finish(code, list(tests))
 
 
-def run_batch(items: Sequence[tuple[str, Sequence[str]]], limits: Limits = Limits(), *, workers: int | None = None,
-              allow_unsandboxed: bool | None = None) -> list[Result]:
+def run_batch(
+    items: Sequence[tuple[str, Sequence[str]]],
+    limits: Limits = Limits(),
+    *,
+    workers: int | None = None,
+    allow_unsandboxed: bool | None = None,
+) -> list[Result]:
     """:func:`run_tests` for each ``(code, tests)``, ``workers`` (default ``limits.workers``) checks at a time.
 
     Each check has its own namespaces, tmpfs, processes and limits, exactly as when run alone; each worker
@@ -277,6 +288,7 @@ def run_batch(items: Sequence[tuple[str, Sequence[str]]], limits: Limits = Limit
                 try:
                     pending = _prepare(limits, isolate)  # set up the next sandbox while this one runs
                 finally:
+                    assert current is not None
                     results[i] = current.finish(items[i][0], list(items[i][1]))
         finally:
             if pending is not None:
@@ -291,7 +303,7 @@ def run_batch(items: Sequence[tuple[str, Sequence[str]]], limits: Limits = Limit
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox") as pool:
             for future in [pool.submit(work) for _ in range(workers)]:
                 future.result()
-    return results  # type: ignore[return-value] - every index was filled
+    return [r for r in results if r is not None]  # every index was filled
 
 
 class _ServerGone(RuntimeError):
@@ -321,8 +333,10 @@ class _Pending:
             raise _ServerGone(str(exc)) from exc
         self.sock.settimeout(30)
         try:
-            _send_frame(self.sock, {**limits.model_dump(), "isolate": isolate,
-                                    "userns": isolate and user_namespaces_available()})
+            _send_frame(
+                self.sock,
+                {**limits.model_dump(), "isolate": isolate, "userns": isolate and user_namespaces_available()},
+            )
         except OSError:
             pass  # the supervisor is gone already: finish() reads the closed socket and reports it
 
@@ -339,8 +353,12 @@ class _Pending:
                 reply = _recv_frame(self.sock)
             except (OSError, EOFError, ValueError) as exc:
                 log.warning("sandbox: no answer from the supervisor (%s: %s)", type(exc).__name__, exc)
-                return Result([False] * len(tests), timed_out=isinstance(exc, TimeoutError), sandboxed=self.isolate,
-                              notes=[f"sandbox error: no answer from the supervisor ({type(exc).__name__})"])
+                return Result(
+                    [False] * len(tests),
+                    timed_out=isinstance(exc, TimeoutError),
+                    sandboxed=self.isolate,
+                    notes=[f"sandbox error: no answer from the supervisor ({type(exc).__name__})"],
+                )
         return _result(reply, len(tests), self.isolate, (self.created, sent, time.monotonic()))
 
     def discard(self) -> None:
@@ -377,8 +395,15 @@ def _result(reply: dict, n_tests: int, isolate: bool, stamps: tuple[float, float
     if reply.get("error"):
         log.warning("sandbox: %s", reply["error"])
         notes.insert(0, f"sandbox error: {reply['error']}")
-    return Result(reply["passed"], reply["timed_out"], reply["exit_code"], reply["sandboxed"], reply["output_tail"],
-                  notes, _phases(reply["timings"], *stamps))
+    return Result(
+        reply["passed"],
+        reply["timed_out"],
+        reply["exit_code"],
+        reply["sandboxed"],
+        reply["output_tail"],
+        notes,
+        _phases(reply["timings"], *stamps),
+    )
 
 
 def _phases(t: dict[str, float], created: float, sent: float, finished: float) -> dict[str, float]:
@@ -387,9 +412,15 @@ def _phases(t: dict[str, float], created: float, sent: float, finished: float) -
     Set-up phases (dispatch to the server, namespaces, judge fork, waiting for the payload) come before
     ``sent``; a batch overlaps them with the previous check, so ``latency`` counts from ``sent`` only.
     """
-    marks = [("dispatch", created, t.get("started")), ("namespaces", t.get("started"), t.get("namespaces")),
-             ("fork_judge", t.get("namespaces"), t.get("forked")), ("waiting", t.get("forked"), t.get("payload")),
-             ("load", t.get("payload"), t.get("loaded")), ("tests", t.get("loaded"), t.get("tests")),
-             ("teardown", t.get("tests"), t.get("reaped")), ("reply", t.get("reaped"), finished),
-             ("latency", sent, finished)]
+    marks = [
+        ("dispatch", created, t.get("started")),
+        ("namespaces", t.get("started"), t.get("namespaces")),
+        ("fork_judge", t.get("namespaces"), t.get("forked")),
+        ("waiting", t.get("forked"), t.get("payload")),
+        ("load", t.get("payload"), t.get("loaded")),
+        ("tests", t.get("loaded"), t.get("tests")),
+        ("teardown", t.get("tests"), t.get("reaped")),
+        ("reply", t.get("reaped"), finished),
+        ("latency", sent, finished),
+    ]
     return {name: round((b - a) * 1000, 3) for name, a, b in marks if a is not None and b is not None}

@@ -37,6 +37,7 @@ import signal
 import socket
 import sys
 import time
+from typing import Any
 
 NOBODY = 65534
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # one call's arguments or result, JSON-encoded
@@ -73,12 +74,12 @@ class NotPlain(TypeError):
     """A value that may not cross the sandbox boundary: not one of the exact builtin plain types, or too big."""
 
 
-def encode(value: object, *, proxy_type: type | None = None) -> object:
+def encode(value: Any, *, proxy_type: type | None = None) -> Any:
     """A JSON-able tree for a plain value: exact builtin types only, nesting and size capped."""
     return _encode(value, 0, [MAX_ITEMS], proxy_type)
 
 
-def _encode(value: object, depth: int, budget: list[int], proxy_type: type | None) -> object:
+def _encode(value: Any, depth: int, budget: list[int], proxy_type: type | None) -> Any:
     if depth > MAX_DEPTH:
         raise NotPlain(f"nested deeper than {MAX_DEPTH}")
     budget[0] -= 1
@@ -93,7 +94,7 @@ def _encode(value: object, depth: int, budget: list[int], proxy_type: type | Non
         return ["c", value.real, value.imag]
     if kind is bytes:
         return ["b", value.hex()]
-    tag = _CONTAINER_TAGS.get(kind)
+    tag = _CONTAINER_TAGS.get(kind)  # type: ignore[call-overload]  # any type may be asked for
     if tag is not None:
         return [tag, *(_encode(item, depth + 1, budget, proxy_type) for item in value)]
     if kind is dict:
@@ -114,7 +115,7 @@ _CONTAINER_TAGS = {list: "l", tuple: "t", set: "s", frozenset: "f"}
 _BUILDERS = {"l": list, "t": tuple, "s": set, "f": frozenset, "it": lambda items: iter(list(items))}
 
 
-def decode(node: object, refs: dict | None = None) -> object:
+def decode(node: Any, refs: dict | None = None) -> Any:
     """The plain value for a tree from :func:`encode`; ``["ref", name]`` resolves in ``refs`` when given."""
     try:
         return _decode(node, 0, refs)
@@ -124,7 +125,7 @@ def decode(node: object, refs: dict | None = None) -> object:
         raise NotPlain(f"malformed value: {type(exc).__name__}") from None
 
 
-def _decode(node: object, depth: int, refs: dict | None) -> object:
+def _decode(node: Any, depth: int, refs: dict | None) -> Any:
     if depth > MAX_DEPTH:
         raise NotPlain(f"nested deeper than {MAX_DEPTH}")
     kind = type(node)
@@ -134,14 +135,15 @@ def _decode(node: object, depth: int, refs: dict | None) -> object:
         raise NotPlain("malformed value")
     tag, items = node[0], node[1:]
     if tag in _BUILDERS:
-        return _BUILDERS[tag](_decode(item, depth + 1, refs) for item in items)
+        builder: Any = _BUILDERS[tag]
+        return builder(_decode(item, depth + 1, refs) for item in items)
     if tag == "d" and len(items) % 2 == 0:
         values = [_decode(item, depth + 1, refs) for item in items]
         return dict(zip(values[0::2], values[1::2]))
     return _decode_scalar(tag, items, depth, refs)
 
 
-def _decode_scalar(tag: str, items: list, depth: int, refs: dict | None) -> object:
+def _decode_scalar(tag: str, items: list, depth: int, refs: dict | None) -> Any:
     if tag == "i" and len(items) == 1 and type(items[0]) is str:
         return int(items[0], 16)
     if tag == "c" and len(items) == 2 and all(type(v) in (int, float) for v in items):
@@ -168,7 +170,7 @@ def write_all(fd: int, data: bytes) -> None:
     """Write every byte (a pipe or socket may take fewer per call)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def read_exact(fd: int, n: int) -> bytes:
@@ -191,13 +193,13 @@ def read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def send_frame(fd: int, obj: object) -> None:
+def send_frame(fd: int, obj: Any) -> None:
     """One length-prefixed JSON message."""
     data = json.dumps(obj).encode()
     write_all(fd, len(data).to_bytes(4, "big") + data)
 
 
-def recv_frame(fd: int, limit: int = MAX_MESSAGE_BYTES) -> object:
+def recv_frame(fd: int, limit: int = MAX_MESSAGE_BYTES) -> Any:
     """One length-prefixed JSON message, refused beyond ``limit`` bytes."""
     size = int.from_bytes(read_exact(fd, 4), "big")
     if size > limit:
@@ -265,9 +267,14 @@ def arrange_fds(targets: dict[int, int]) -> None:
 def drop_privileges(cfg: dict, workdir: str) -> None:
     """The rlimits, then ``nobody`` (when root), a clean environment and the sandbox's directory."""
     mb = 1024 * 1024
-    limits = ((resource.RLIMIT_AS, cfg["memory_mb"] * mb), (resource.RLIMIT_CPU, cfg["cpu_seconds"]),
-              (resource.RLIMIT_NPROC, cfg["max_processes"]), (resource.RLIMIT_FSIZE, cfg["max_file_mb"] * mb),
-              (resource.RLIMIT_NOFILE, cfg["max_open_files"]), (resource.RLIMIT_CORE, 0))
+    limits = (
+        (resource.RLIMIT_AS, cfg["memory_mb"] * mb),
+        (resource.RLIMIT_CPU, cfg["cpu_seconds"]),
+        (resource.RLIMIT_NPROC, cfg["max_processes"]),
+        (resource.RLIMIT_FSIZE, cfg["max_file_mb"] * mb),
+        (resource.RLIMIT_NOFILE, cfg["max_open_files"]),
+        (resource.RLIMIT_CORE, 0),
+    )
     for limit, value in limits:
         resource.setrlimit(limit, (value, value))
     if os.getuid() == 0:
@@ -287,8 +294,9 @@ def candidate_main(fds: dict[str, int], cfg: dict, workdir: str) -> None:
     set_name(b"sandbox-code")
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the judge ignores it; the completion may wait for children
     null = os.open(os.devnull, os.O_RDWR)
-    arrange_fds({0: null, 1: fds["out_w"], 2: fds["out_w"], 3: fds["rpc_candidate"], 4: fds["code_r"],
-                 5: fds["sync_candidate"]})
+    arrange_fds(
+        {0: null, 1: fds["out_w"], 2: fds["out_w"], 3: fds["rpc_candidate"], 4: fds["code_r"], 5: fds["sync_candidate"]}
+    )
     if cfg["isolate"] and cfg.get("userns"):
         own_user_namespace(sync=5)
     os.close(5)
@@ -297,7 +305,7 @@ def candidate_main(fds: dict[str, int], cfg: dict, workdir: str) -> None:
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the uid change cleared it (prctl(2)); matters without a PID ns
     code = read_all(4).decode("utf-8", "surrogatepass")
     os.close(4)
-    sys.stdout.reconfigure(line_buffering=True)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a TextIOWrapper here
     scope = {"__name__": "__main__", "__builtins__": builtins}
     try:
         exec(compile(code, "<completion>", "exec"), scope)
@@ -356,7 +364,7 @@ def describe(scope: dict) -> dict[str, list]:
     return kinds
 
 
-def answer(request: object, scope: dict) -> list:
+def answer(request: Any, scope: dict) -> list:
     """The reply to one judge request: ``ok`` with a plain value, ``raise`` with an exception, or ``bad``."""
     try:
         kind, seq, name = request[0], request[1], request[2]
@@ -405,7 +413,7 @@ class Channel:
         self.seq = 0
         self.broken = ""
 
-    def request(self, kind: str, name: str, *rest: object) -> list:
+    def request(self, kind: str, name: str, *rest: Any) -> list:
         """Send one request and return the candidate's checked reply."""
         if self.broken:
             raise BoundaryError(self.broken)
@@ -431,7 +439,7 @@ class Proxy:
         self._channel = channel
         self._name = name
 
-    def __call__(self, *args: object, **kwargs: object) -> object:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             payload = encode(list(args), proxy_type=Proxy), encode(kwargs, proxy_type=Proxy)
         except NotPlain as exc:
@@ -443,7 +451,7 @@ class Proxy:
         return f"<candidate {self._name}>"
 
 
-def _unwrap(reply: list, name: str) -> object:
+def _unwrap(reply: list, name: str) -> Any:
     if reply[0] == "ok":
         try:
             return decode(reply[2])
@@ -454,7 +462,7 @@ def _unwrap(reply: list, name: str) -> object:
     raise BoundaryError(f"{name}: {str(reply[2])[:200]}")
 
 
-def _candidate_exception(type_name: object, message: object) -> Exception:
+def _candidate_exception(type_name: Any, message: Any) -> Exception:
     """The builtin exception the candidate raised (so tests that expect e.g. ValueError work), else CandidateError."""
     cls = getattr(builtins, type_name, None) if type(type_name) is str else None
     text = str(message)[:500]
@@ -466,7 +474,7 @@ def _candidate_exception(type_name: object, message: object) -> Exception:
     return CandidateError(f"{str(type_name)[:100]}: {text}")
 
 
-def build_scope(kinds: object, tests: list[str], channel: Channel) -> dict:
+def build_scope(kinds: Any, tests: list[str], channel: Channel) -> dict:
     """The test scope: real builtins, plus each candidate name the tests mention that does not shadow a builtin."""
     scope: dict = {"__name__": "__main__", "__builtins__": builtins}
     if type(kinds) is not dict:
@@ -493,7 +501,7 @@ def build_scope(kinds: object, tests: list[str], channel: Channel) -> dict:
     return scope
 
 
-def _stdlib_module(name: object) -> object:
+def _stdlib_module(name: Any) -> Any:
     """The judge's own import of an allowed module the candidate imported (never the candidate's object)."""
     if type(name) is not str or name not in JUDGE_MODULES:
         return None
@@ -577,7 +585,7 @@ def _report(fd: int, line: str) -> None:
         os._exit(1)
 
 
-def _printable(text: object) -> str:
+def _printable(text: Any) -> str:
     return re.sub(r"[^\w .:()-]", "?", str(text))[:120]
 
 
@@ -672,7 +680,7 @@ class Supervisor:
         os.chmod(workdir, 0o777)
         return workdir
 
-    def _on_deadline(self, signum: int, frame: object) -> None:
+    def _on_deadline(self, signum: int, frame: Any) -> None:
         # Killing the judge (PID 1) ends the namespace, which closes every pipe: each blocking call returns.
         self.timed_out = True
         self._kill()
@@ -769,9 +777,16 @@ class Supervisor:
         if not finished and not self.timed_out:
             self.notes.append("the judge did not finish (killed or crashed)")
         self.timings["replied"] = time.monotonic()
-        return {"passed": passed, "timed_out": self.timed_out, "error": self.error,
-                "exit_code": os.waitstatus_to_exitcode(status), "sandboxed": self.isolate,
-                "output_tail": self.output.decode("utf-8", "replace"), "notes": self.notes, "timings": self.timings}
+        return {
+            "passed": passed,
+            "timed_out": self.timed_out,
+            "error": self.error,
+            "exit_code": os.waitstatus_to_exitcode(status),
+            "sandboxed": self.isolate,
+            "output_tail": self.output.decode("utf-8", "replace"),
+            "notes": self.notes,
+            "timings": self.timings,
+        }
 
 
 def supervise(conn: int, server_pid: int) -> None:

@@ -25,9 +25,10 @@ import csv
 import json
 import re
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO
 
 from grpoflow.config import DataConfig
 from grpoflow.data.records import QUARANTINE_TEXT_CHARS, Record, Rejected
@@ -132,9 +133,10 @@ def normalise_row(
     if fmt == "gsm8k":
         answer = gsm8k_final_answer(solution)
     else:
-        answer = last_boxed(solution)
-        if not answer:
+        boxed = last_boxed(solution)
+        if not boxed:
             raise RowError("unparseable_answer", "no \\boxed{...} final answer in solution")
+        answer = boxed
     rid = _row_id(raw, row_id)
     return Record(id=rid, prompt=prompt, reference_answer=answer, solution=solution, source=source, license=license)
 
@@ -335,8 +337,10 @@ def _json_element(text: str, start: int, index: int, cap: int) -> tuple[RawRow, 
         value, end = _DECODER.raw_decode(text, start)
     except (RowError, json.JSONDecodeError, RecursionError) as exc:
         after = _value_end(text, start)
-        err = _span_error(text, start, after or len(text), cap, check_size=False) or _json_error(exc, start)
-        return (RawRow(index, err), None) if after is None else (_bad_element(text, start, after, index, err), after)
+        found = _span_error(text, start, after or len(text), cap, check_size=False) or _json_error(exc, start)
+        return (
+            (RawRow(index, found), None) if after is None else (_bad_element(text, start, after, index, found), after)
+        )
     err = _span_error(text, start, end, cap, check_size=True)
     return (RawRow(index, value) if err is None else _bad_element(text, start, end, index, err)), end
 
@@ -472,7 +476,7 @@ class _CsvLines:
         self._ending = 0
         self.oversized = False
 
-    def __iter__(self) -> "_CsvLines":
+    def __iter__(self) -> _CsvLines:
         return self
 
     def __next__(self) -> str:

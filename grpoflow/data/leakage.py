@@ -15,8 +15,8 @@ Texts shorter than n words contribute their whole word sequence as their one n-g
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -29,6 +29,7 @@ _MASK64 = (1 << 64) - 1
 @dataclass(frozen=True)
 class Leak:
     """A train text that matches a reference text: which, how (kind) and how much (score)."""
+
     train_index: int
     reference_index: int
     kind: str  # "exact" | "ngram" | "near"
@@ -52,7 +53,7 @@ def _grams(ids: tuple[int, ...], n: int) -> set[int]:
 
 
 def _exact(train_norm: list[str], ref_norm: list[str]) -> dict[int, Leak]:
-    first = {}
+    first: dict[str, int] = {}
     for j, text in enumerate(ref_norm):
         if text:  # an empty text carries nothing to leak
             first.setdefault(text, j)
@@ -87,7 +88,7 @@ def _ngram(train_words, ref_words, n: int, min_overlap: float, common: int = 64)
                 for j in refs:
                     hits[j] += 1
             need = min_overlap * len(grams) - (len(shared) - len(rare))
-            candidates = [j for j, h in hits.items() if h >= need] or [max(hits, key=hits.get)]
+            candidates = [j for j, h in hits.items() if h >= need] or [max(hits, key=lambda j: hits[j])]
         else:
             candidates = min(shared, key=len)[:common]
         count, j = max((len(grams & ref_grams[j]), -j) for j in candidates)

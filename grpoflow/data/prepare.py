@@ -7,10 +7,10 @@ beyond the verdict of its two gates (rejected share, leakage).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from grpoflow.config import DataConfig, SourceConfig
 from grpoflow.data import synthetic
@@ -46,6 +46,7 @@ class FoundLeak:
 @dataclass
 class Prepared:
     """Everything the prepare stage writes: splits, benchmarks, quarantine, leaks, gate verdicts."""
+
     splits: dict[str, list[Record]]
     benchmarks: dict[str, list[Record]] = field(default_factory=dict)
     quarantine: list[Rejected] = field(default_factory=list)

@@ -8,7 +8,7 @@ was, and exact duplicates (after normalisation) always land in the same split.
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable
+from collections.abc import Iterable
 
 from grpoflow.config import SplitConfig
 from grpoflow.data.records import Record

@@ -12,15 +12,55 @@ list without changing the ones before it.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from grpoflow.config import SyntheticConfig
 
-NAMES = ["Ava", "Ben", "Chen", "Dana", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jia", "Kofi", "Lena",
-         "Mateo", "Nora", "Omar", "Priya", "Quinn", "Rosa", "Sam", "Tariq", "Uma", "Victor", "Wen", "Yara"]
-ITEMS = ["apples", "marbles", "stickers", "books", "coins", "pencils", "cards", "shells", "stamps",
-         "cookies", "beads", "eggs", "toy cars", "flowers", "buttons", "crayons"]
+NAMES = [
+    "Ava",
+    "Ben",
+    "Chen",
+    "Dana",
+    "Eli",
+    "Fatima",
+    "Gus",
+    "Hana",
+    "Ivan",
+    "Jia",
+    "Kofi",
+    "Lena",
+    "Mateo",
+    "Nora",
+    "Omar",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Sam",
+    "Tariq",
+    "Uma",
+    "Victor",
+    "Wen",
+    "Yara",
+]
+ITEMS = [
+    "apples",
+    "marbles",
+    "stickers",
+    "books",
+    "coins",
+    "pencils",
+    "cards",
+    "shells",
+    "stamps",
+    "cookies",
+    "beads",
+    "eggs",
+    "toy cars",
+    "flowers",
+    "buttons",
+    "crayons",
+]
 
 # One phrasing per operation; {n} is the operand. Kept few and regular on purpose: the tiny
 # default model must be able to learn the format from a few thousand examples.

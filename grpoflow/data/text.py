@@ -36,7 +36,8 @@ def _has_non_starter(char: str) -> bool:
     if unicodedata.combining(char):
         return True
     return bool(unicodedata.decomposition(char)) and any(
-        unicodedata.combining(c) for c in unicodedata.normalize("NFKD", char))
+        unicodedata.combining(c) for c in unicodedata.normalize("NFKD", char)
+    )
 
 
 def _class(codes: list[int]) -> str:
@@ -70,8 +71,11 @@ def _stream_safe(text: str) -> str:
     pieces, done = [], 0
     for m in run.finditer(probe):
         pieces.append(text[done : m.start()])
-        pieces.append(_CGJ.join(text[i : min(i + _MAX_NON_STARTERS, m.end())]
-                                for i in range(m.start(), m.end(), _MAX_NON_STARTERS)))
+        pieces.append(
+            _CGJ.join(
+                text[i : min(i + _MAX_NON_STARTERS, m.end())] for i in range(m.start(), m.end(), _MAX_NON_STARTERS)
+            )
+        )
         done = m.end()
     return "".join(pieces) + text[done:] if pieces else text
 

@@ -17,6 +17,7 @@ import torch
 @dataclass(frozen=True)
 class Sampling:
     """How to sample: temperature (0: greedy), top-p, and the completion cap."""
+
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 64
@@ -57,13 +58,16 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> tuple[torch.Te
     """``(mask, truncated)``: 1 on tokens up to and including the first EOS; truncated if no EOS."""
     is_eos = completion_ids == eos_id
     has_eos = is_eos.any(dim=1)
-    first = torch.where(has_eos, is_eos.float().argmax(dim=1), torch.full_like(has_eos, completion_ids.shape[1], dtype=torch.long))
+    first = torch.where(
+        has_eos, is_eos.float().argmax(dim=1), torch.full_like(has_eos, completion_ids.shape[1], dtype=torch.long)
+    )
     positions = torch.arange(completion_ids.shape[1]).unsqueeze(0)
     return (positions <= first.unsqueeze(1)).long(), ~has_eos
 
 
-def build_rollout(kind: str, model: torch.nn.Module, tokenizer, model_path: str | Path, *, seed: int,
-                  max_model_len: int) -> RolloutEngine:
+def build_rollout(
+    kind: str, model: torch.nn.Module, tokenizer, model_path: str | Path, *, seed: int, max_model_len: int
+) -> RolloutEngine:
     """The ``rl.rollout_engine`` named ``kind``: vLLM loads ``model_path`` itself (and is kept in
     sync with ``model`` through :meth:`RolloutEngine.sync_weights`); transformers samples ``model``."""
     if kind == "vllm":

@@ -14,6 +14,7 @@ from grpoflow.rollout import Rollouts, Sampling, completion_mask
 
 class HFRolloutEngine:
     """Rollouts with transformers ``generate`` on the training model itself (no copy, no sync)."""
+
     def __init__(self, model: torch.nn.Module, tokenizer, batch_size: int = 64):
         self.model = model
         self.tokenizer = tokenizer
@@ -55,5 +56,12 @@ class HFRolloutEngine:
         cmask, truncated = completion_mask(completion_ids, tok.eos_token_id)
         completion_ids = torch.where(cmask.bool(), completion_ids, torch.full_like(completion_ids, tok.pad_token_id))
         texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
-        return Rollouts(enc["input_ids"], enc["attention_mask"], completion_ids, cmask, texts, truncated,
-                        time.perf_counter() - start)
+        return Rollouts(
+            enc["input_ids"],
+            enc["attention_mask"],
+            completion_ids,
+            cmask,
+            texts,
+            truncated,
+            time.perf_counter() - start,
+        )

@@ -35,21 +35,33 @@ def _reload(worker, state: dict[str, torch.Tensor]) -> bool:
 
 class VLLMRolloutEngine:
     """Rollouts with an in-process vLLM engine, kept in sync with the trainer's weights."""
-    def __init__(self, model_path: str, tokenizer, *, seed: int, max_model_len: int, gpu_memory_utilization: float = 0.3):
+
+    def __init__(
+        self, model_path: str, tokenizer, *, seed: int, max_model_len: int, gpu_memory_utilization: float = 0.3
+    ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # colocated: same process
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU
         from vllm import LLM
 
         kwargs = {"gpu_memory_utilization": gpu_memory_utilization} if torch.cuda.is_available() else {}
-        self.llm = LLM(model=model_path, dtype="float32" if not torch.cuda.is_available() else "auto", seed=seed,
-                       max_model_len=max_model_len, enforce_eager=True, **kwargs)
+        self.llm = LLM(
+            model=model_path,
+            dtype="float32" if not torch.cuda.is_available() else "auto",
+            seed=seed,
+            max_model_len=max_model_len,
+            enforce_eager=True,
+            **kwargs,
+        )
         self.tokenizer = tokenizer
         self.syncs = 0
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         # All tensors in one call: one call per tensor gave NaN or wrong log-probs on CPU.
         """Load ``model``'s weights into the engine (all in one call) and reset its prefix cache."""
-        state = {k: v.detach().to("cpu" if not torch.cuda.is_available() else v.device) for k, v in model.state_dict().items()}
+        state = {
+            k: v.detach().to("cpu" if not torch.cuda.is_available() else v.device)
+            for k, v in model.state_dict().items()
+        }
         self.llm.collective_rpc(_reload, args=(state,))
         self.llm.reset_prefix_cache()
         self.syncs += 1
@@ -62,12 +74,22 @@ class VLLMRolloutEngine:
         tok = self.tokenizer
         prompt_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
         params = SamplingParams(
-            n=n, temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_new_tokens,
-            seed=seed, stop_token_ids=[tok.eos_token_id], detokenize=False, logprobs=0,
+            n=n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_new_tokens,
+            seed=seed,
+            stop_token_ids=[tok.eos_token_id],
+            detokenize=False,
+            logprobs=0,
         )
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
         width_p, width_c = max(map(len, prompt_ids)), sampling.max_new_tokens
-        rows = [(ids, list(c.token_ids), c.finish_reason, c.logprobs) for ids, out in zip(prompt_ids, outputs) for c in out.outputs]
+        rows = [
+            (ids, list(c.token_ids), c.finish_reason, c.logprobs)
+            for ids, out in zip(prompt_ids, outputs)
+            for c in out.outputs
+        ]
         pad = tok.pad_token_id
         p_ids = torch.full((len(rows), width_p), pad)
         p_mask = torch.zeros((len(rows), width_p), dtype=torch.long)
