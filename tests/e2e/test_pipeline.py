@@ -37,15 +37,18 @@ def test_leakage_gate_fails_the_flow_with_a_report(project, run_env):
     assert not (project / "data" / "verifier_validation").exists()  # nothing downstream ran
 
 
-def test_editing_a_verifier_reruns_validation_and_training_not_preparation(smoke, run_env):
+def test_editing_a_module_reruns_exactly_the_stages_that_import_it(smoke, run_env):
+    # dvc.yaml's code deps are each stage's import graph (tasks/stages.py): the loss is imported by
+    # the RL stages only. (Every stage that imports a file re-runs on its edit: tests/unit/test_stages.py.)
     project, _ = smoke
     assert run([PY, "-m", "dvc", "repro", "grpo"], project, run_env).returncode == 0
-    fmt = project / "verifiers" / "format.py"
-    fmt.write_text(fmt.read_text() + "\n# an edit\n")
+    losses = project / "grpoflow" / "losses.py"
+    losses.write_text(losses.read_text() + "\n# an edit\n")
     again = run([PY, "-m", "dvc", "repro", "grpo"], project, run_env)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "Stage 'prepare' didn't change" in again.stdout and "Stage 'sft' didn't change" in again.stdout
-    assert "Running stage 'validate_verifiers'" in again.stdout and "Running stage 'grpo'" in again.stdout
+    for stage in ("prepare", "validate_verifiers", "sft"):
+        assert f"Stage '{stage}' didn't change" in again.stdout
+    assert "Running stage 'grpo'" in again.stdout
 
 
 def test_dvc_repro_alone_shares_the_cache_and_reacts_to_params(project, run_env):
@@ -72,7 +75,7 @@ def test_bad_params_fail_fast_naming_the_key_and_write_nothing(project, run_env)
     flow = run([PY, "-m", "flows.pipeline", "--params", "params/bad.yaml"], project, run_env, timeout=60)
     assert flow.returncode == 2 and "num_exmples" in flow.stderr
     # Overrides of a flow run are validated as strictly, before anything starts (every message:
-    # tests/unit/test_flow_inputs.py).
+    # tests/unit/test_flows_pipeline.py).
     flow = run([PY, "-m", "flows.pipeline", "--set", "rl.num_generatoins=4"], project, run_env, timeout=60)
     assert flow.returncode == 2 and "rl.num_generatoins: unknown key (did you mean 'num_generations'?)" in flow.stderr
     unknown = run([PY, "-m", "flows.pipeline", "--stages", "prepare", "trian"], project, run_env, timeout=120)

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpoflow.config import ConfigError, Params, describe_schema, load_params, validate_params
+from grpoflow.config import ConfigError, Params, RLConfig, describe_schema, load_params, validate_params
 
 DEFAULT = Path(__file__).resolve().parents[2] / "params" / "default.yaml"
 
@@ -97,3 +97,19 @@ def test_the_schema_defaults_are_the_demo_except_the_leakage_thresholds():
     for key in leakage:  # real data keeps the schema's; generated problems share template phrases
         assert demo["data"]["leakage"].pop(key) != schema["data"]["leakage"].pop(key)
     assert demo == schema
+
+
+def test_generation_schedule_anneals_g():
+    cfg = RLConfig(num_generations=16, generation_schedule=[{"from_step": 10, "num_generations": 8}, {"from_step": 20, "num_generations": 4}])
+    assert [cfg.generations_at(s) for s in (0, 9, 10, 19, 20, 99)] == [16, 16, 8, 8, 4, 4]
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"rl": {"prompts_per_step": 6, "num_generations": 4, "engine": {"micro_batch_size": 16}}},
+     r"24 sequences per process .* not a multiple of rl.engine.micro_batch_size=16"),
+    ({"rl": {"sampling": {"temperature": 0.0}}}, "temperature 0 makes every completion of a group identical"),
+    ({"rl": {"adaptive_kl": {"enabled": True}}, "grpo": {"beta": 0}, "ppo": {"kl_coef": 0}}, "adaptive_kl needs a starting"),
+])
+def test_config_errors_that_need_no_model_fail_when_the_params_are_loaded(raw, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_params(raw)

@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import verifiers
 from verifiers import math as math_verifier
 from verifiers import math_checks
 from verifiers.extract import extract_answer

@@ -15,8 +15,16 @@ import yaml
 
 from flows import workspace
 from flows.dag import pipeline_params_file, stage_order
-from flows.pipeline import (_check_params_file, _stop_stage, kept_outputs, main, parse_overrides, precheck, run_edits,
-                            workspace_for_run)
+from flows.pipeline import (
+    _check_params_file,
+    _stop_stage,
+    kept_outputs,
+    main,
+    parse_overrides,
+    precheck,
+    run_edits,
+    workspace_for_run,
+)
 from grpoflow.config import ConfigError, load_params
 
 ROOT = Path(__file__).resolve().parents[2]

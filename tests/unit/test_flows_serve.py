@@ -148,8 +148,9 @@ def test_a_temporary_server_gets_the_time_a_loaded_machine_needs(monkeypatch):
 
 
 def test_sqlalchemy_is_pinned_below_the_release_that_breaks_prefects_scheduler():
-    import sqlalchemy
     import tomllib
+
+    import sqlalchemy
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(re.fullmatch(r"sqlalchemy==2\.0\.\d+", d.split(";")[0].strip().lower()) for d in deps)
