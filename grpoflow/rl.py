@@ -21,7 +21,7 @@ from grpoflow import metric_names as M
 from grpoflow.config import RLConfig
 from grpoflow.health import HealthMonitor, Symptom
 from grpoflow.logprobs import completion_logprobs
-from grpoflow.prompting import format_prompt
+from grpoflow.prompting import Prompter
 from grpoflow.rewards import WeightedReward
 from grpoflow.rollout import RolloutEngine, Rollouts, Sampling
 
@@ -146,6 +146,7 @@ class PolicyTrainer:
         prompts: Sequence[dict],
         *,
         kl_coef: float,
+        prompter: Prompter | None = None,
         seed: int,
         rank: int = 0,
         world: int = 1,
@@ -153,6 +154,7 @@ class PolicyTrainer:
     ):
         self.cfg, self.engine, self.ref, self.rollout = cfg, engine, ref_model, rollout
         self.tok, self.reward, self.prompts = tokenizer, reward, list(prompts)
+        self.prompter = prompter or Prompter(tokenizer)
         self.seed, self.rank, self.world = seed, rank, world
         self.health = health or HealthMonitor()
         self.state = LoopState(beta=kl_coef)
@@ -165,7 +167,10 @@ class PolicyTrainer:
         s = self.cfg.sampling
         sampling = Sampling(s.temperature, s.top_p, self.max_completion_length)
         ro = self.rollout.generate(
-            [format_prompt(r["prompt"]) for r in rows], g, sampling, seed=hash((self.seed, step, self.rank)) % 2**31
+            [self.prompter.prompt(r["prompt"]) for r in rows],
+            g,
+            sampling,
+            seed=hash((self.seed, step, self.rank)) % 2**31,
         )
         return ro, [r for r in rows for _ in range(g)]
 

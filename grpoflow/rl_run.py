@@ -22,12 +22,14 @@ from grpoflow.engine import build_engine, init_distributed
 from grpoflow.evaluation import greedy_accuracy
 from grpoflow.health import HealthMonitor, Symptom
 from grpoflow.io import read_jsonl, sha256_paths
+from grpoflow.lora import AdaptersDisabled, add_adapters
 from grpoflow.modeling import load_frozen, load_pretrained
+from grpoflow.preflight import Preflight, run_preflight
+from grpoflow.prompting import Prompter, prompter_for
 from grpoflow.provenance import module_files
 from grpoflow.rewards import build_reward, correctness_scorer
 from grpoflow.rl import LoopState, PolicyTrainer
 from grpoflow.rollout import build_rollout
-from grpoflow.rollout.hf import HFRolloutEngine
 
 # The core's entry point for training: its import closure is the code a checkpoint depends on.
 TRAINING_CODE = "grpoflow.rl_run"
@@ -61,6 +63,7 @@ class RLRun:
     world: int
     engine: Any  # a DeepSpeed engine
     tokenizer: Any
+    prompter: Prompter
     trainer: PolicyTrainer
     engines: dict  # extra engines checkpointed beside the policy's, by name
     fingerprint: str
@@ -77,14 +80,19 @@ class RLRun:
         if not self.lead:
             return {}
         p = self.params
-        engine = HFRolloutEngine(self.engine.module, self.tokenizer)
         res = greedy_accuracy(
-            engine,
+            self.trainer.rollout,  # kept in sync with the policy after every step (vLLM) or the policy itself
             self.val[: p.sft.eval_examples],
             correctness_scorer(p),
+            self.prompter,
             max_new_tokens=p.rl.sampling.max_completion_length,
         )
         return {"val_accuracy": res.accuracy}
+
+    def preflight(self) -> Preflight:
+        """The starting policy's learning signal on ``rl.preflight.prompts`` train prompts (before step 1)."""
+        return run_preflight(self.trainer.rollout, self.prompter.prompt, self.trainer.reward,
+                             correctness_scorer(self.params), self.trainer.prompts, self.params.rl, seed=self.seed)
 
     def resume(self, directory: str | Path) -> tuple[dict | None, list[str]]:
         """Continue from the newest intact checkpoint of these inputs, if any: ``(the stage's own
@@ -142,8 +150,16 @@ def build_rl_run(
     data_dir, reference_dir = Path(data_dir), Path(reference_dir)
     rl = params.rl
     policy, tokenizer = load_pretrained(reference_dir)
-    reference = load_frozen(reference_dir) if needs_reference(params, algorithm) else None
+    if params.model.gradient_checkpointing:
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if params.model.lora:
+        policy = add_adapters(policy, params.model.lora)
     engine = build_engine(policy, rl.engine, rl.prompts_per_step * max(rl.generation_sizes()))
+    reference = None
+    if needs_reference(params, algorithm):
+        # A LoRA policy with its adapters off is the reference itself: no second copy of the model.
+        reference = AdaptersDisabled(engine.module) if params.model.lora else load_frozen(reference_dir)
+    prompter = prompter_for(policy, tokenizer, params.prompt)
     rollout = build_rollout(
         rl.rollout_engine,
         engine.module,
@@ -151,10 +167,11 @@ def build_rl_run(
         reference_dir,
         seed=params.experiment.seed,
         max_model_len=params.model.max_length,
+        stop_ids=prompter.stop_ids,
     )
     health = HealthMonitor()
     args = (rl, engine, reference, rollout, tokenizer, build_reward(params), read_jsonl(data_dir / "train.jsonl"))
-    kwargs = {"seed": seed, "rank": rank, "world": world, "health": health}
+    kwargs = {"seed": seed, "rank": rank, "world": world, "health": health, "prompter": prompter}
     trainer, engines = algorithm.build(params, args, kwargs, engine=engine, reference_dir=reference_dir)
     return RLRun(
         algorithm,
@@ -164,6 +181,7 @@ def build_rl_run(
         world,
         engine,
         tokenizer,
+        prompter,
         trainer,
         engines,
         fingerprint(params, algorithm, data_dir, reference_dir, seed),

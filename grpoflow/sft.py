@@ -8,19 +8,16 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from grpoflow.prompting import format_prompt, sft_completion
+from grpoflow.prompting import Prompter
 
 Example = tuple[list[int], list[int]]  # (input_ids, labels with -100 on prompt tokens)
 
 
-def build_examples(rows: Sequence[dict], tokenizer, max_length: int) -> list[Example]:
-    """Prompt + solution + EOS, labels masked on the prompt; rows too long are skipped."""
+def build_examples(rows: Sequence[dict], prompter: Prompter, max_length: int) -> list[Example]:
+    """Prompt + solution + end of turn, labels masked on the prompt; rows too long are skipped."""
     examples = []
     for r in rows:
-        prompt = tokenizer(format_prompt(r["prompt"]), add_special_tokens=False)["input_ids"]
-        target = tokenizer(sft_completion(r["solution"]), add_special_tokens=False)["input_ids"] + [
-            tokenizer.eos_token_id
-        ]
+        prompt, target = prompter.prompt_ids(r["prompt"]), prompter.target_ids(r["solution"])
         if len(prompt) + len(target) <= max_length:
             examples.append((prompt + target, [-100] * len(prompt) + target))
     return examples

@@ -17,7 +17,7 @@ from grpoflow.config import Params
 from grpoflow.evaluation import greedy_accuracy, heldout_loss, sampled_metrics
 from grpoflow.io import read_jsonl, write_json, write_jsonl
 from grpoflow.modeling import load_pretrained
-from grpoflow.prompting import format_prompt, sft_completion
+from grpoflow.prompting import prompter_for
 from grpoflow.rewards import correctness_scorer
 from grpoflow.rollout import Sampling, build_rollout
 from tasks import tracking
@@ -43,16 +43,18 @@ def eval_sets(data: Path, limit: int, seed: int) -> dict[str, list[dict]]:
 
 
 def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: list, out: Path) -> dict:
+    """One policy's scores on every set, its held-out loss, and its per-example outputs."""
     cfg = params.evaluate
     model, tokenizer = load_pretrained(path)
+    prompter = prompter_for(model, tokenizer, params.prompt)
     engine = build_rollout(params.rl.rollout_engine, model, tokenizer, path, seed=params.experiment.seed,
-                           max_model_len=params.model.max_length)
+                           max_model_len=params.model.max_length, stop_ids=prompter.stop_ids)
     score = correctness_scorer(params)
     max_new = params.rl.sampling.max_completion_length
-    result: dict = {"heldout_loss": heldout_loss(model, tokenizer, heldout)}
+    result: dict = {"heldout_loss": heldout_loss(model, prompter, heldout)}
     for set_name, rows in sets.items():
-        greedy = greedy_accuracy(engine, rows, score, max_new_tokens=max_new, seed=params.experiment.seed)
-        sampled = sampled_metrics(engine, rows, score, canonical, n=cfg.n_samples, k=cfg.k,
+        greedy = greedy_accuracy(engine, rows, score, prompter, max_new_tokens=max_new, seed=params.experiment.seed)
+        sampled = sampled_metrics(engine, rows, score, canonical, prompter, n=cfg.n_samples, k=cfg.k,
                                   sampling=Sampling(cfg.temperature, 1.0, max_new), seed=params.experiment.seed)
         write_jsonl(out / f"{name}_{set_name}.jsonl",
                     ({**g, **{k: v for k, v in s.items() if k != "id"}} for g, s in zip(greedy.outputs, sampled.outputs)))
@@ -68,7 +70,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     if "sft" not in models:
         raise SystemExit("error: the reference (sft=...) is needed: the forgetting check compares against it")
     sets = eval_sets(data, params.evaluate.max_examples, params.experiment.seed)
-    heldout = [(format_prompt(r["prompt"]), sft_completion(r["solution"])) for r in read_jsonl(data / "val.jsonl")[:256]]
+    heldout = [r for r in read_jsonl(data / "val.jsonl")[:256] if r.get("solution")]
     results: dict[str, dict] = {}
     with tracking.stage_run("evaluate", params, args.params) as parent:
         for name, path in models.items():

@@ -3,7 +3,8 @@ the file that ``GRPOFLOW_EVENTS`` names (a stage run by hand, or by ``dvc repro`
 and emits nothing). The flow reads them instead of parsing console text.
 
 Kinds: ``start`` (the stage's command began: DVC did not skip it), ``progress`` (step, total),
-``health`` (a symptom's fields), ``stopped`` (reason, message), ``exit`` (code). Each carries
+``health`` (a symptom's fields), ``stopped`` (reason, message), ``preflight`` (verdict, report),
+``exit`` (code). Each carries
 ``stage``. Only the lead process (rank 0) of a multi-process stage emits.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 EVENTS_ENV = "GRPOFLOW_EVENTS"
-START, PROGRESS, HEALTH, STOPPED, EXIT = "start", "progress", "health", "stopped", "exit"
+START, PROGRESS, HEALTH, STOPPED, EXIT, PREFLIGHT = "start", "progress", "health", "stopped", "exit", "preflight"
 
 
 def emit(kind: str, stage: str, **fields: Any) -> None:

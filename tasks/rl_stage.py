@@ -71,6 +71,33 @@ def _console_line(name: str, step: int, total: int, m: dict) -> str:
             f"len {m[M.COMPLETION_LENGTH_MEAN]:.1f} {m[M.STEP_SECONDS]:.2f}s{val}")
 
 
+def _preflight(rl_run, name: str, out: Path) -> None:
+    """Run the preflight, report it everywhere, and stop the stage when it finds no signal at all."""
+    import mlflow
+
+    from grpoflow.io import atomic_write
+    from grpoflow.preflight import NONE
+
+    result = rl_run.preflight()
+    report = result.report()
+    print(f"{name} preflight: {result.verdict} ({result.signal:.0%} of groups with unequal rewards, pass@G "
+          f"{result.pass_at_g:.2f}, truncated {result.frac_truncated:.0%})"
+          + "".join(f"\n  remedy: {r}" for r in result.remedies), flush=True)
+    events.emit(events.PREFLIGHT, name, verdict=result.verdict, report=report)
+    mlflow.set_tag("preflight", result.verdict)
+    mlflow.log_metrics({f"preflight/{k}": float(v) for k, v in result.to_dict().items() if isinstance(v, (int, float))})
+    mlflow.log_text(report, "preflight.md")
+    if result.verdict == NONE and rl_run.params.rl.preflight.stop_on_none:
+        with atomic_write(out / "report.md") as fh:  # the flow's failure report includes it
+            fh.write(f"# {name.upper()} stopped before training\n\n{report}")
+        message = ("preflight: no group of the starting policy has unequal rewards, so every advantage is 0 and "
+                   "training cannot learn; see the remedies above (rl.preflight.stop_on_none: false runs anyway)")
+        print(f"{name}: STOPPED: {message}", file=sys.stderr)
+        events.emit(events.STOPPED, name, reason="no_signal", message=message)
+        mlflow.set_tag("health", "no_signal")
+        raise SystemExit(EXIT_VERDICT)
+
+
 def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
     """Train ``algorithm`` as the stage CLI does: resume, train, export, report."""
     from grpoflow.engine import init_distributed
@@ -98,6 +125,7 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
             events.emit(events.HEALTH, name, name="checkpoint_corrupt", evidence=problem)
         if stage_state is not None:
             print(f"{name}: resuming from step {rl_run.trainer.state.step} ({ckpt_dir})", flush=True)
+    fresh = stage_state is None
     stage_state = stage_state or {}
     history = History(Path(args.history), stage_state.get("history_rows", [])) if lead else None
     total = params.rl.steps
@@ -110,6 +138,8 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
             mlflow.set_tags({"algorithm": name, "train_seed": str(rl_run.seed), "world_size": str(world),
                              "resumed_from_step": str(rl_run.trainer.state.step)})
             mlflow.log_text(format_findings(findings), "config_check.txt")
+        if fresh and params.rl.preflight.prompts and lead:
+            _preflight(rl_run, name, out)
         val_start = stage_state.get(M.VAL_ACCURACY_START)
         if val_start is None and lead:
             val_start = rl_run.evaluate(-1)[M.VAL_ACCURACY]

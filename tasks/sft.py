@@ -16,23 +16,26 @@ from pathlib import Path
 import mlflow
 import torch
 
+from grpoflow.base_model import base_model_path
 from grpoflow.config import Params
 from grpoflow.engine import build_engine
 from grpoflow.evaluation import greedy_accuracy
 from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
 from grpoflow.modeling import build_tiny_model, count_parameters, load_pretrained, save_pretrained, train_tokenizer
-from grpoflow.prompting import format_prompt, sft_completion
+from grpoflow.prompting import PLAIN_TEMPLATE, prompter_for
 from grpoflow.rewards import correctness_scorer
-from grpoflow.rollout.hf import HFRolloutEngine
+from grpoflow.rollout import build_rollout
 from grpoflow.sft import build_examples, train_sft
 from tasks import events, tracking
 from tasks.cli import run_stage_cli, stage_parser
 
 
-def initial_model(params: Params, train: list[dict]):
-    if params.model.name_or_path:
-        return load_pretrained(params.model.name_or_path)
-    texts = [format_prompt(r["prompt"]) + sft_completion(r["solution"]) for r in train]
+def initial_model(params: Params, train: list[dict], base_dir: Path):
+    """The starting model (the base_model stage's), or the tiny model with a tokenizer trained here."""
+    base = base_model_path(base_dir)
+    if base:
+        return load_pretrained(base)
+    texts = [PLAIN_TEMPLATE.format(question=r["prompt"].strip()) + r["solution"].strip() for r in train]
     tokenizer = train_tokenizer(texts, params.model.vocab_size)
     return build_tiny_model(params.model, tokenizer, seed=params.experiment.seed), tokenizer
 
@@ -44,10 +47,11 @@ def main(args: argparse.Namespace, params: Params) -> None:
     cfg = params.sft
     with tracking.stage_run("sft", params, args.params):
         start = time.perf_counter()
-        model, tokenizer = initial_model(params, train)
+        model, tokenizer = initial_model(params, train, Path(args.base))
+        prompter = prompter_for(model, tokenizer, params.prompt)
         history: list[dict] = []
         if cfg.enabled:
-            examples = build_examples(train, tokenizer, params.model.max_length)
+            examples = build_examples(train, prompter, params.model.max_length)
             engine = build_engine(model, cfg.engine, cfg.batch_size)
 
             def on_step(step: int, m: dict) -> None:
@@ -61,9 +65,11 @@ def main(args: argparse.Namespace, params: Params) -> None:
             train_sft(engine, examples, epochs=cfg.epochs, batch_size=cfg.batch_size, pad_id=tokenizer.pad_token_id,
                       seed=params.experiment.seed, on_step=on_step)
             model = engine.module
-        result = greedy_accuracy(HFRolloutEngine(model, tokenizer), val[: cfg.eval_examples], correctness_scorer(params),
-                                 max_new_tokens=params.rl.sampling.max_completion_length)
         save_pretrained(model, tokenizer, out)
+        engine = build_rollout(params.rl.rollout_engine, model, tokenizer, out, seed=params.experiment.seed,
+                               max_model_len=params.model.max_length, stop_ids=prompter.stop_ids)
+        result = greedy_accuracy(engine, val[: cfg.eval_examples], correctness_scorer(params), prompter,
+                                 max_new_tokens=params.rl.sampling.max_completion_length)
         write_jsonl(out / "val_outputs.jsonl", result.outputs)
         with atomic_write(out / "history.csv") as fh:
             writer = csv.DictWriter(fh, fieldnames=["step", "loss", "lr"])

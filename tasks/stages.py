@@ -4,7 +4,8 @@ also its command-line defaults), and the params keys it depends on.
 dvc.yaml is generated from these declarations, each stage's code dependencies from the import
 graph of its module, so that editing any file a stage imports makes ``dvc repro`` run it again:
 
-    python -m tasks.stages --write     # regenerate dvc.yaml after changing a declaration
+    python -m tasks.stages --write     # regenerate dvc.yaml after changing a declaration (for the set
+                                       # dvc.yaml's params_file names; --write --params X switches sets)
     python -m tasks.stages --check     # exit 1 when dvc.yaml differs (a unit test does the same)
 
 The Prefect flow reads stage order, outputs and metrics from here as well.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -110,6 +111,15 @@ def _io(flag: str | None, path: str | tuple[str, ...], kind: Kind, help: str) ->
 
 
 STAGES: list[Stage] = [
+    Stage(
+        "base_model",
+        "tasks.base_model",
+        (
+            _io("out", "models/base", "out", "the starting model: converted from GGUF, or its source record"),
+            _io("metrics", "metrics/base_model.json", "metric", "the stage's metrics JSON"),
+        ),
+        params=("model", "prompt"),
+    ),
     Stage("prepare", "tasks.prepare", (
         _io(None, "data/raw", "dep", "local source files (DVC-tracked)"),
         _io("out", "data/prepared", "out", "directory for the splits, quarantine and report"),
@@ -122,9 +132,11 @@ STAGES: list[Stage] = [
     ), params=("rewards", "sandbox", "verifier_gate")),
     Stage("sft", "tasks.sft", (
         _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
+        _io("base", "models/base", "dep", "the starting model (the base_model stage)"),
         _io("out", "models/sft", "out", "where to save the reference model (Hugging Face format)"),
         _io("metrics", "metrics/sft.json", "metric", "the stage's metrics JSON"),
-    ), params=("experiment.seed", "model", "rewards", "sandbox", "sft", "rl.sampling.max_completion_length")),
+    ), params=("experiment.seed", "model", "prompt", "rewards", "sandbox", "sft", "rl.rollout_engine",
+               "rl.sampling.max_completion_length")),
     *[Stage(algo, f"tasks.{algo}", (
         _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
         _io(None, "data/verifier_validation", "dep", "the verifier gate must have passed"),
@@ -135,7 +147,7 @@ STAGES: list[Stage] = [
         _io("checkpoints", f"checkpoints/{algo}", "persist", "resumable checkpoints (kept across runs)"),
         _io("metrics", f"metrics/{algo}.json", "metric", "the stage's metrics JSON"),
         _io("history", f"metrics/{algo}_history.csv", "history", "per-step metrics CSV (DVC plots)"),
-    ), params=("experiment.seed", "model", "rewards", "sandbox", "rl", algo), plot=curves)
+    ), params=("experiment.seed", "model", "prompt", "rewards", "sandbox", "rl", algo), plot=curves)
       for algo, curves in (
           ("grpo", {"title": "GRPO training curves", "y": ["reward_mean", "kl", "entropy", "val_accuracy"]}),
           ("ppo", {"title": "PPO training curves", "y": ["reward_mean", "kl", "value_loss", "explained_variance", "val_accuracy"]}),
@@ -146,7 +158,7 @@ STAGES: list[Stage] = [
             "the policies to evaluate, as name=path (sft is the reference of the forgetting check)"),
         _io("out", "data/evaluation", "out", "directory for per-example outputs"),
         _io("metrics", "metrics/evaluate.json", "metric", "the stage's metrics JSON"),
-    ), params=("evaluate", "rewards", "sandbox", "rl.rollout_engine", "rl.sampling.max_completion_length")),
+    ), params=("evaluate", "prompt", "rewards", "sandbox", "rl.rollout_engine", "rl.sampling.max_completion_length")),
     Stage("compare", "tasks.compare", (
         _io("evaluation", "metrics/evaluate.json", "dep", "the evaluate stage's metrics"),
         _io("sft-metrics", "metrics/sft.json", "dep", "the sft stage's metrics"),
@@ -191,14 +203,38 @@ def _dvc_stage(s: Stage) -> dict:
     return entry
 
 
-def dvc_spec(params_file: str = "params/default.yaml") -> dict:
-    """dvc.yaml's content for the declared stages, reading parameters from ``params_file``."""
-    plots: list = [{s.plot["title"]: {"x": "step", "y": {s.paths("history")[0]: s.plot["y"]}}} for s in STAGES if s.plot]
+def select(names: list[str] | None) -> list[Stage]:
+    """The declared stages a parameter set runs (``experiment.stages``; None: all). A list option fed
+    by a stage left out loses that item (evaluate evaluates fewer models); a required input that
+    such a stage would produce is an error naming both."""
+    if names is None:
+        return list(STAGES)
+    unknown = sorted(set(names) - BY_NAME.keys())
+    if unknown:
+        raise ValueError(f"experiment.stages: unknown stage(s) {unknown}; declared: {[s.name for s in STAGES]}")
+    dropped = {p: s.name for s in STAGES if s.name not in names for p in s.outs}
+    chosen = []
+    for declared in (s for s in STAGES if s.name in names):
+        io = []
+        for i in declared.io:
+            if i.kind == "dep" and isinstance(i.path, str) and i.path in dropped:
+                raise ValueError(f"experiment.stages: {declared.name} needs {i.path}, which {dropped[i.path]} makes")
+            if i.kind == "dep" and not isinstance(i.path, str):
+                i = Io(i.flag, tuple(item for item, path in zip(i.path, i.paths) if path not in dropped), i.kind, i.help)
+            io.append(i)
+        chosen.append(replace(declared, io=tuple(io)))
+    return chosen
+
+
+def dvc_spec(params_file: str = "params/default.yaml", stages: list[str] | None = None) -> dict:
+    """dvc.yaml's content for the stages a set runs, reading parameters from ``params_file``."""
+    chosen = select(stages)
+    plots: list = [{s.plot["title"]: {"x": "step", "y": {s.paths("history")[0]: s.plot["y"]}}} for s in chosen if s.plot]
     return {
         "vars": [{"params_file": params_file}],
-        "stages": {s.name: _dvc_stage(s) for s in STAGES},
+        "stages": {s.name: _dvc_stage(s) for s in chosen},
         "metrics": [RUN_RECORD],
-        "plots": plots + REPORT_PLOTS,
+        "plots": plots + (REPORT_PLOTS if "compare" in {s.name for s in chosen} else []),
     }
 
 
@@ -213,9 +249,9 @@ HEADER = """\
 """
 
 
-def render(params_file: str = "params/default.yaml") -> str:
-    """dvc.yaml as text."""
-    return HEADER + yaml.safe_dump(dvc_spec(params_file), sort_keys=False, width=120)
+def render(params_file: str = "params/default.yaml", stages: list[str] | None = None) -> str:
+    """dvc.yaml as text, for the set in ``params_file`` running ``stages`` (None: all)."""
+    return HEADER + yaml.safe_dump(dvc_spec(params_file, stages), sort_keys=False, width=120)
 
 
 def params_file_var(path: str | Path = DVC_YAML) -> str | None:
@@ -231,9 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", action="store_true", help="regenerate dvc.yaml from the declarations")
     group.add_argument("--check", action="store_true", help="exit 1 if dvc.yaml is not what the declarations give")
+    parser.add_argument("--params", default=None, help="the parameter set dvc.yaml reads (default: its params_file var)")
     args = parser.parse_args(argv)
-    params_file = (params_file_var() if Path(DVC_YAML).is_file() else None) or "params/default.yaml"
-    text = render(params_file)
+    params_file = args.params or (params_file_var() if Path(DVC_YAML).is_file() else None) or "params/default.yaml"
+    from grpoflow.config import load_params
+
+    text = render(params_file, load_params(params_file).experiment.stages)
     if args.write:
         Path(DVC_YAML).write_text(text)
         print(f"wrote {DVC_YAML} ({len(STAGES)} stages)")

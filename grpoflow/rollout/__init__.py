@@ -54,9 +54,12 @@ class RolloutEngine(Protocol):
         ...
 
 
-def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(mask, truncated)``: 1 on tokens up to and including the first EOS; truncated if no EOS."""
-    is_eos = completion_ids == eos_id
+def completion_mask(completion_ids: torch.Tensor, stop_ids: int | list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mask, truncated)``: 1 on tokens up to and including the first stop token (EOS or end of
+    turn); truncated when a completion has none, i.e. it hit the length cap. Built from positions,
+    never from ``ids != pad``: many tokenizers pad with their EOS."""
+    stops = torch.tensor([stop_ids] if isinstance(stop_ids, int) else list(stop_ids))
+    is_eos = torch.isin(completion_ids, stops)
     has_eos = is_eos.any(dim=1)
     first = torch.where(
         has_eos, is_eos.float().argmax(dim=1), torch.full_like(has_eos, completion_ids.shape[1], dtype=torch.long)
@@ -66,14 +69,21 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> tuple[torch.Te
 
 
 def build_rollout(
-    kind: str, model: torch.nn.Module, tokenizer, model_path: str | Path, *, seed: int, max_model_len: int
+    kind: str,
+    model: torch.nn.Module,
+    tokenizer,
+    model_path: str | Path,
+    *,
+    seed: int,
+    max_model_len: int,
+    stop_ids: list[int] | None = None,
 ) -> RolloutEngine:
     """The ``rl.rollout_engine`` named ``kind``: vLLM loads ``model_path`` itself (and is kept in
     sync with ``model`` through :meth:`RolloutEngine.sync_weights`); transformers samples ``model``."""
     if kind == "vllm":
         from grpoflow.rollout.vllm_engine import VLLMRolloutEngine
 
-        return VLLMRolloutEngine(str(model_path), tokenizer, seed=seed, max_model_len=max_model_len)
+        return VLLMRolloutEngine(str(model_path), tokenizer, seed=seed, max_model_len=max_model_len, stop_ids=stop_ids)
     from grpoflow.rollout.hf import HFRolloutEngine
 
-    return HFRolloutEngine(model, tokenizer, batch_size=128)
+    return HFRolloutEngine(model, tokenizer, batch_size=128, stop_ids=stop_ids)

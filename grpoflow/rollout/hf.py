@@ -15,10 +15,11 @@ from grpoflow.rollout import Rollouts, Sampling, completion_mask
 class HFRolloutEngine:
     """Rollouts with transformers ``generate`` on the training model itself (no copy, no sync)."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, batch_size: int = 64):
+    def __init__(self, model: torch.nn.Module, tokenizer, batch_size: int = 64, stop_ids: list[int] | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.stop_ids = list(stop_ids) if stop_ids else [tokenizer.eos_token_id]
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Generate from ``model`` from now on: the trained module's own tensors, nothing to copy."""
@@ -42,18 +43,18 @@ class HFRolloutEngine:
                 attention_mask=mask,
                 do_sample=sampling.temperature > 0,
                 temperature=sampling.temperature if sampling.temperature > 0 else None,
-                top_p=sampling.top_p,
-                top_k=0,
+                top_p=sampling.top_p if sampling.temperature > 0 else None,
+                top_k=None,  # no top-k filter (transformers 5 reads 0 as "not set" and warns)
                 max_new_tokens=sampling.max_new_tokens,
                 pad_token_id=tok.pad_token_id,
-                eos_token_id=tok.eos_token_id,
+                eos_token_id=self.stop_ids,
             )
             gen = out[:, ids.shape[1] :]
             pad = sampling.max_new_tokens - gen.shape[1]
             outs.append(torch.nn.functional.pad(gen, (0, pad), value=tok.pad_token_id))
         self.model.train(was_training)
         completion_ids = torch.cat(outs)
-        cmask, truncated = completion_mask(completion_ids, tok.eos_token_id)
+        cmask, truncated = completion_mask(completion_ids, self.stop_ids)
         completion_ids = torch.where(cmask.bool(), completion_ids, torch.full_like(completion_ids, tok.pad_token_id))
         texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
         return Rollouts(

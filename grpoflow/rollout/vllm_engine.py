@@ -37,7 +37,15 @@ class VLLMRolloutEngine:
     """Rollouts with an in-process vLLM engine, kept in sync with the trainer's weights."""
 
     def __init__(
-        self, model_path: str, tokenizer, *, seed: int, max_model_len: int, gpu_memory_utilization: float = 0.3
+        self,
+        model_path: str,
+        tokenizer,
+        *,
+        seed: int,
+        max_model_len: int,
+        gpu_memory_utilization: float = 0.3,
+        stop_ids: list[int] | None = None,
+        max_batched_tokens: int = 65536,
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # colocated: same process
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU
@@ -50,17 +58,24 @@ class VLLMRolloutEngine:
             seed=seed,
             max_model_len=max_model_len,
             enforce_eager=True,
+            # A prefill split into chunks rewinds the per-request seeded generator, which only CUDA
+            # generators support ("CPU Generator does not use offset"): give one step room for a
+            # whole batch of prompts x G instead of vLLM's default 4096 tokens.
+            max_num_batched_tokens=max(max_batched_tokens, max_model_len),
             **kwargs,
         )
         self.tokenizer = tokenizer
+        self.stop_ids = list(stop_ids) if stop_ids else [tokenizer.eos_token_id]
         self.syncs = 0
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         # All tensors in one call: one call per tensor gave NaN or wrong log-probs on CPU.
         """Load ``model``'s weights into the engine (all in one call) and reset its prefix cache."""
+        from grpoflow.lora import merged_state_dict
+
         state = {
             k: v.detach().to("cpu" if not torch.cuda.is_available() else v.device)
-            for k, v in model.state_dict().items()
+            for k, v in merged_state_dict(model).items()
         }
         self.llm.collective_rpc(_reload, args=(state,))
         self.llm.reset_prefix_cache()
@@ -79,7 +94,7 @@ class VLLMRolloutEngine:
             top_p=sampling.top_p,
             max_tokens=sampling.max_new_tokens,
             seed=seed,
-            stop_token_ids=[tok.eos_token_id],
+            stop_token_ids=self.stop_ids,
             detokenize=False,
             logprobs=0,
         )

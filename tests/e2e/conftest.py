@@ -104,6 +104,9 @@ SMOKE_OVERRIDES = {
     "evaluate.max_examples": 16,
     "evaluate.n_samples": 4,
     "evaluate.k": 2,
+    # The smoke SFT is too short to promise a learning signal; the preflight gate has its own tests.
+    "rl.preflight.prompts": 4,
+    "rl.preflight.stop_on_none": False,
 }
 
 

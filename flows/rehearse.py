@@ -1,0 +1,95 @@
+"""A rehearsal: every stage of a parameter set at smoke scale, in a scratch copy of the checkout,
+with the set's own model, tokenizer, prompt style, rewards and engine settings. A GPU set's mistakes
+(prompt style, batch arithmetic, a verifier on real data, a missing model) show up in minutes on a
+CPU, before a cluster job is spent; the set's real outputs and DVC experiments are not touched.
+
+    python -m flows.pipeline --params params/smollm2-135m.yaml --rehearse [--set model.name_or_path=...]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpoflow.config import load_params, set_dotted
+from grpoflow.provenance import copy_checkout
+
+# What makes a run smoke-sized; everything else stays the set's own.
+SMOKE: dict[str, Any] = {
+    "data.synthetic.num_examples": 300,
+    "verifier_gate.max_examples": 40,
+    "sft.epochs": 0.1,
+    "sft.eval_examples": 4,
+    "rl.steps": 2,
+    "rl.checkpoint_every": 1,
+    "rl.eval_every": 2,
+    "rl.preflight.prompts": 2,
+    "rl.preflight.stop_on_none": False,
+    "evaluate.max_examples": 4,
+    "evaluate.n_samples": 1,
+    "evaluate.k": 1,
+    "orchestration.record_experiment": False,
+    "orchestration.dvc_remote": None,
+    "orchestration.stage_retries": 0,
+}
+SOURCE_ROWS = 300  # rows read from each file or hub source (benchmarks: a sixth of it)
+
+
+def smoke_params(params_file: str, overrides: dict[str, Any] | None) -> dict:
+    """The set's raw params with the user's overrides, shrunk to smoke scale."""
+    raw = yaml.safe_load(Path(params_file).read_text())
+    for key, value in {**(overrides or {}), **SMOKE}.items():
+        set_dotted(raw, key, value)
+    data = raw.setdefault("data", {})
+    for key, rows in (("sources", SOURCE_ROWS), ("benchmarks", SOURCE_ROWS // 6)):
+        for source in data.get(key) or []:
+            source["limit"] = min(source.get("limit") or rows, rows)
+    params = load_params_from(raw, params_file)
+    rl = raw.setdefault("rl", {})
+    # Two prompts per process and a short completion keep a big set's step to seconds on a CPU;
+    # G, the engines and everything else stay as the set has them.
+    rl["prompts_per_step"] = min(params.rl.prompts_per_step, 2)
+    rl.setdefault("sampling", {})["max_completion_length"] = min(params.rl.sampling.max_completion_length, 32)
+    rl.setdefault("engine", {})["micro_batch_size"] = 2 * params.rl.num_generations
+    return raw
+
+
+def load_params_from(raw: dict, source: str):
+    """Validate ``raw`` as a params file would be."""
+    from grpoflow.config import validate_params
+
+    return validate_params(raw, source=source)
+
+
+def rehearse(params_file: str, overrides: dict[str, Any] | None, stages: list[str] | None, *,
+             keep: bool = False) -> int:
+    """Run the pipeline on the smoke version of ``params_file`` in a scratch copy; its exit code."""
+    load_params(params_file, overrides)  # the set itself must validate first, with its own numbers
+    raw = smoke_params(params_file, overrides)
+    load_params_from(raw, f"{params_file} (rehearsal)")
+    scratch = Path(tempfile.mkdtemp(prefix="grpoflow-rehearsal-"))
+    project = copy_checkout(Path.cwd(), scratch / "project")
+    rel = Path(params_file)
+    if rel.is_absolute():
+        rel = rel.resolve().relative_to(Path.cwd().resolve())
+    (project / rel).write_text(f"# rehearsal of {params_file}\n" + yaml.safe_dump(raw, sort_keys=False))
+    git = ["git", "-c", "user.email=rehearsal@grpoflow.local", "-c", "user.name=rehearsal"]
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-qm", "rehearsal"]):
+        subprocess.run(cmd, cwd=project, check=True, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_"))}
+    env["PREFECT_HOME"] = str(scratch / "prefect-home")
+    print(f"rehearsal of {params_file} at smoke scale in {project}", flush=True)
+    cmd = [sys.executable, "-m", "flows.pipeline", "--params", str(rel), *(["--stages", *stages] if stages else [])]
+    code = subprocess.run(cmd, cwd=project, env=env).returncode
+    print(f"rehearsal of {params_file}: {'passed' if code == 0 else f'FAILED (exit {code})'}"
+          + (f"; its workspace is kept at {project}" if code or keep else ""), flush=True)
+    if code == 0 and not keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return code

@@ -1,0 +1,88 @@
+"""LoRA adapters (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models") through
+peft: the policy trains ``W + (alpha / r) * B @ A`` with ``W`` frozen.
+
+The reference policy is the same model with its adapters disabled, not a second copy; vLLM and the
+exported model get the merged weights ``W + (alpha / r) * B @ A``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from grpoflow.config import LoraConfig
+
+_PREFIX = "base_model.model."
+
+
+class LoraTargetError(ValueError):
+    """``model.lora.target_modules`` names layers the model does not have."""
+
+
+def linear_names(model: torch.nn.Module) -> list[str]:
+    """The distinct last names of the model's linear layers: what ``target_modules`` may name."""
+    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+
+
+def add_adapters(model: torch.nn.Module, cfg: LoraConfig) -> torch.nn.Module:
+    """``model`` wrapped with trainable adapters on ``cfg.target_modules``; everything else frozen."""
+    import peft
+
+    available = linear_names(model)
+    missing = sorted(set(cfg.target_modules) - set(available))
+    if missing:
+        raise LoraTargetError(
+            f"model.lora.target_modules: {missing} are not linear layers of this model; it has {available}"
+        )
+    config = peft.LoraConfig(
+        r=cfg.rank,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=list(cfg.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    return peft.get_peft_model(model, config)
+
+
+def has_adapters(model: Any) -> bool:
+    """Whether ``model`` is a peft model with LoRA adapters."""
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+class AdaptersDisabled:
+    """The reference policy of a LoRA run: the policy's forward with its adapters switched off."""
+
+    def __init__(self, model: Any):
+        self.model = model
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The base model's outputs (exactly: the adapters are bypassed, not zeroed)."""
+        with self.model.disable_adapter():
+            return self.model(*args, **kwargs)
+
+
+@torch.no_grad()
+def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:
+    """The weights a plain model of the same architecture would have: for a LoRA model each target
+    layer's ``W + scale * B @ A`` under the base model's names; any other model's own state dict."""
+    if not has_adapters(model):
+        return dict(model.state_dict())
+    from peft.tuners.lora import Linear as LoraLinear
+
+    inner = model.base_model.model
+    merged = {k.replace(".base_layer", ""): v for k, v in inner.state_dict().items() if "lora_" not in k}
+    for name, module in inner.named_modules():
+        if isinstance(module, LoraLinear):
+            for adapter in module.active_adapters:
+                key = f"{name}.weight"
+                merged[key] = merged[key] + module.get_delta_weight(adapter).to(merged[key].dtype)
+    return merged
+
+
+def merged_model(model: Any) -> torch.nn.Module:
+    """A plain model with the adapters merged in, for export (``model`` itself if it has none)."""
+    if not has_adapters(model):
+        return model
+    return model.merge_and_unload()
