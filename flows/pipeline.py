@@ -39,7 +39,7 @@ from prefect.runtime import flow_run, task_run
 
 from flows import experiments, serve, workspace
 from flows.dag import Stage, stage_order
-from grpoflow.config import ConfigError, Params, load_params, set_dotted
+from grpoflow.config import ConfigError, Params, load_params
 from grpoflow.model_source import has_chat_template, model_unavailable
 from tasks import events, tracking
 from tasks.stages import render as render_dvc_yaml
@@ -332,21 +332,34 @@ def precheck(params_file: str, overrides: dict[str, Any] | None = None, stages: 
         raise
 
 
+def _missing_keys(raw: dict, keys: list[str]) -> list[str]:
+    """The dotted ``keys`` that ``raw`` lacks (DVC reads each stage's params keys from the file)."""
+    missing = []
+    for key in keys:
+        node: Any = raw
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                missing.append(key)
+                break
+            node = node[part]
+    return missing
+
+
 def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, str]:
     """The files this run rewrites for DVC to see what it runs: dvc.yaml, rendered for the set and
-    its stages (tasks/stages.py) when that differs from the committed one, and the set itself when
-    there are overrides."""
+    its stages (tasks/stages.py) when that differs from the committed one; and the set itself, with
+    every value the schema fills in written out, when there are overrides or the file leaves out a
+    key a stage depends on (DVC reads those keys from the file, not from the schema)."""
     changes: dict[str, str] = {}
-    stages = load_params(params_file, overrides).experiment.stages
-    rendered = render_dvc_yaml(params_file, stages)  # dvc.yaml is generated: the same text for another set
+    params = load_params(params_file, overrides)
+    stages = select_stages(params.experiment.stages)
+    rendered = render_dvc_yaml(params_file, params.experiment.stages)  # the same text for another set
     if Path(DVC_YAML).read_text() != rendered:
         changes[DVC_YAML] = rendered
-    if overrides:
-        raw = yaml.safe_load(Path(params_file).read_text()) or {}
-        for key, value in overrides.items():
-            set_dotted(raw, key, value)
-        header = f"# {params_file} with the overrides of one flow run: {json.dumps(overrides)}\n"
-        changes[params_file] = header + yaml.safe_dump(raw, sort_keys=False)
+    raw = yaml.safe_load(Path(params_file).read_text()) or {}
+    if overrides or _missing_keys(raw, sorted({k for s in stages for k in s.params})):
+        header = f"# {params_file} as one flow run ran it, every value filled in; overrides: {json.dumps(overrides or {})}\n"
+        changes[params_file] = header + yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
     return changes
 
 def _uncached_outputs(stage: Stage) -> list[Path]:

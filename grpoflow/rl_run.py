@@ -91,8 +91,15 @@ class RLRun:
 
     def preflight(self) -> Preflight:
         """The starting policy's learning signal on ``rl.preflight.prompts`` train prompts (before step 1)."""
-        return run_preflight(self.trainer.rollout, self.prompter.prompt, self.trainer.reward,
-                             correctness_scorer(self.params), self.trainer.prompts, self.params.rl, seed=self.seed)
+        return run_preflight(
+            self.trainer.rollout,
+            self.prompter.prompt,
+            self.trainer.reward,
+            correctness_scorer(self.params),
+            self.trainer.prompts,
+            self.params.rl,
+            seed=self.seed,
+        )
 
     def resume(self, directory: str | Path) -> tuple[dict | None, list[str]]:
         """Continue from the newest intact checkpoint of these inputs, if any: ``(the stage's own

@@ -28,6 +28,7 @@ Kind = Literal["dep", "out", "persist", "report", "metric", "history"]
 # report: written, uncached (small files git or an experiment can carry); metric: a metrics JSON;
 # history: a per-step CSV, uncached, plotted.
 DVC_YAML = "dvc.yaml"
+ROOT = Path(__file__).resolve().parents[1]  # the checkout this code runs from: its import graph is the deps
 PARAMS_VAR = "${params_file}"
 
 
@@ -87,10 +88,10 @@ class Stage:
 
     def code(self) -> list[str]:
         """The project source the stage's module imports, a package directory where all of it is."""
-        return collapse(module_files(self.module))
+        return collapse(module_files(self.module, root=ROOT), root=ROOT)
 
 
-def collapse(files: list[str]) -> list[str]:
+def collapse(files: list[str], root: Path = Path(".")) -> list[str]:
     """``files`` with each project package directory whose every .py file is listed replaced by
     the directory (shortest directories first)."""
     chosen = set(files)
@@ -99,7 +100,7 @@ def collapse(files: list[str]) -> list[str]:
     for d in dirs:
         if any(d == k or d.startswith(k + "/") for k in kept) or d.split("/")[0] not in PROJECT_PACKAGES:
             continue
-        in_dir = {p.as_posix() for p in Path(d).rglob("*.py") if "__pycache__" not in p.parts}
+        in_dir = {p.relative_to(root).as_posix() for p in (root / d).rglob("*.py") if "__pycache__" not in p.parts}
         if in_dir and in_dir <= chosen:
             kept.append(d)
     loose = [f for f in files if not any(f.startswith(k + "/") for k in kept)]

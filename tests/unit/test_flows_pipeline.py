@@ -112,7 +112,8 @@ def test_the_set_is_validated_as_it_will_run_with_the_workspace_held(project):
 def test_the_fast_check_leaves_a_failure_that_another_runs_edits_may_cause_to_the_lock(project):
     combined = {"data.synthetic.max_ops": 2}  # valid on the set as it is, not beside the other run's min_ops: 3
     precheck("params/default.yaml", combined)
-    with workspace.exclusive("first"), workspace.edits(run_edits("params/default.yaml", {"data.synthetic.min_ops": 3})):
+    with workspace.exclusive("first"), workspace.edits(
+            run_edits("params/default.yaml", {"data.synthetic.min_ops": 3, "data.synthetic.max_ops": 3})):
         with pytest.raises(ConfigError, match="min_ops"):
             _check_params_file("params/default.yaml", combined)
         precheck("params/default.yaml", combined)  # deferred to the check under the lock
@@ -203,3 +204,12 @@ def test_a_stage_cli_stops_on_ctrl_c_with_one_line(monkeypatch, capsys):
     assert stop.value.code == EXIT_INTERRUPTED == 130
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("python -m tasks.grpo: interrupted")
+
+
+def test_a_chat_prompt_for_a_model_without_a_chat_template_fails_before_any_stage(project):
+    from flows.pipeline import model_problem
+
+    params = load_params("params/default.yaml", {"prompt.style": "chat"})
+    assert "prompt.style is 'chat' but the model's tokenizer has no chat template" in model_problem(params)
+    gguf = load_params("params/default.yaml", {"model.name_or_path": "package:no-such-dist/m.gguf"})
+    assert "model.name_or_path: package 'no-such-dist' is not installed" in model_problem(gguf)

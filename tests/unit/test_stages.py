@@ -65,3 +65,15 @@ def test_the_rl_stages_read_only_their_own_algorithm_section():
     assert "ppo" not in stage("grpo").params and "grpo" not in stage("ppo").params
     assert "rl" in stage("grpo").params and "rl" in stage("ppo").params
     assert "grpoflow/ppo.py" not in module_files("tasks.grpo") and "grpoflow/grpo.py" not in module_files("tasks.ppo")
+
+
+def test_a_set_may_leave_stages_out_and_their_consumers_adapt():
+    from tasks.stages import select
+
+    chosen = {s.name: s for s in select(["base_model", "prepare", "validate_verifiers", "sft", "grpo", "evaluate"])}
+    assert "ppo" not in chosen and "compare" not in chosen
+    assert chosen["evaluate"].option("models").path == ("sft=models/sft", "grpo=models/grpo")
+    with pytest.raises(ValueError, match="compare needs metrics/ppo.json, which ppo makes"):
+        select([s.name for s in STAGES if s.name != "ppo"])
+    with pytest.raises(ValueError, match=r"unknown stage\(s\) \['trian'\]"):
+        select(["trian"])

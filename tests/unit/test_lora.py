@@ -1,0 +1,62 @@
+"""LoRA: the reference is the policy with its adapters off, vLLM and the export get the merged
+weights, and a checkpoint holds the adapters and their optimizer state."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from grpoflow.config import LoraConfig
+from grpoflow.logprobs import completion_logprobs
+from grpoflow.lora import AdaptersDisabled, LoraTargetError, add_adapters, merged_state_dict
+from grpoflow.modeling import load_pretrained
+from tests.chat_model import build_chat_model
+
+
+@pytest.fixture(scope="module")
+def chat_dir(tmp_path_factory):
+    return build_chat_model(tmp_path_factory.mktemp("lora") / "model")
+
+
+def _perturbed(model):
+    with torch.no_grad():  # B starts at zero (adapters are a no-op): make them matter
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    return model
+
+
+def test_adapters_off_is_the_base_model_exactly(chat_dir):
+    base, _ = load_pretrained(chat_dir)
+    policy = _perturbed(add_adapters(copy.deepcopy(base), LoraConfig(rank=4, alpha=8)))
+    ids = torch.randint(0, 100, (3, 12))
+    attn = torch.ones_like(ids)
+    want, _ = completion_logprobs(base, ids, attn, 6)
+    got, _ = completion_logprobs(AdaptersDisabled(policy), ids, attn, 6)
+    assert torch.equal(got, want)
+    on, _ = completion_logprobs(policy, ids, attn, 6)
+    assert (on - want).abs().max() > 1e-3  # the adapters are on again outside the context
+
+
+def test_merged_weights_equal_peft_merge_and_keep_the_adapters(chat_dir):
+    base, _ = load_pretrained(chat_dir)
+    policy = _perturbed(add_adapters(base, LoraConfig(rank=4, alpha=8)))
+    merged = merged_state_dict(policy)
+    reference = copy.deepcopy(policy).merge_and_unload().state_dict()
+    assert merged.keys() == reference.keys()
+    assert max((merged[k] - reference[k]).abs().max().item() for k in merged) < 1e-6
+    assert any("lora_A" in n for n, _ in policy.named_parameters())  # adapters untouched
+    plain, _ = load_pretrained(chat_dir)
+    plain.load_state_dict(merged)
+    ids = torch.randint(0, 100, (2, 10))
+    a, _ = completion_logprobs(plain, ids, torch.ones_like(ids), 5)
+    b, _ = completion_logprobs(policy, ids, torch.ones_like(ids), 5)
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_unknown_target_modules_are_named_with_the_ones_the_model_has(chat_dir):
+    base, _ = load_pretrained(chat_dir)
+    with pytest.raises(LoraTargetError, match=r"\['qkv_proj'\] are not linear layers of this model; it has \[.*'q_proj'"):
+        add_adapters(base, LoraConfig(target_modules=["q_proj", "qkv_proj"]))
