@@ -1,62 +1,86 @@
-"""Seconds per GRPO step for one implementation, printed as JSON (run by bench_trl in a
-subprocess per implementation, so neither inherits the other's process group or threads).
+"""Seconds per GRPO step and peak RSS for one implementation, printed as JSON (run by bench_trl in
+a subprocess per implementation, so neither inherits the other's threads or memory).
 
-    python -m benchmarks.grpo_step_timing --impl ours|trl --steps 10 --warmup 2
+    python -m benchmarks.grpo_step_timing --impl ours|trl --model tiny|smollm [--lora] --steps 4 --warmup 1
+
+Both sides get the same prompts (rendered with the same chat template for the real model), G,
+completion length, beta, learning rate, gradient checkpointing and LoRA settings, HF rollouts.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import resource
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
-from grpoflow.config import ModelConfig
+from grpoflow.config import ModelConfig, SyntheticConfig, validate_params
 from grpoflow.data.synthetic import generate
-from grpoflow.config import SyntheticConfig
-from grpoflow.modeling import build_tiny_model, count_parameters, save_pretrained, train_tokenizer
-from grpoflow.prompting import format_prompt
+from grpoflow.io import write_jsonl
+from grpoflow.modeling import build_tiny_model, count_parameters, load_pretrained, save_pretrained, train_tokenizer
+from grpoflow.prompting import PLAIN_TEMPLATE, prompter_for
 from verifiers.math import score
 
-PROMPTS, G, COMPLETION, BETA = 8, 8, 16, 0.04
+SETUPS = {  # prompts per step, G, completion tokens
+    "tiny": (8, 8, 16),
+    "smollm": (4, 8, 64),
+}
+BETA, LR = 0.04, 1e-5
+LORA = {"rank": 16, "alpha": 32}
 
 
-def _setup(path: str):
+def _rows() -> list[dict]:
     problems = list(generate(0, SyntheticConfig(num_examples=256)))
-    rows = [{"id": str(p.index), "prompt": p.question, "reference_answer": str(p.final)} for p in problems]
-    tok = train_tokenizer([format_prompt(p.question) + p.answer for p in problems], 384)
-    model = build_tiny_model(ModelConfig(), tok, seed=0)
-    save_pretrained(model, tok, path)
-    return rows, count_parameters(model)
+    return [{"id": str(p.index), "prompt": p.question, "reference_answer": str(p.final), "solution": p.answer}
+            for p in problems]
 
 
-def _ours(path: str, rows, steps: int) -> list[float]:
-    from grpoflow.config import GRPOConfig
-    from grpoflow.engine import build_engine
-    from grpoflow.grpo import GRPOTrainer
-    from grpoflow.modeling import load_pretrained
-    from grpoflow.rewards import RewardComponent, WeightedReward
-    from grpoflow.rollout.hf import HFRolloutEngine
+def _model(name: str, rows: list[dict]) -> tuple[Path, dict]:
+    """The model folder and the params' model/prompt sections for ``name``."""
+    if name == "tiny":
+        path = Path(tempfile.mkdtemp())
+        tok = train_tokenizer([PLAIN_TEMPLATE.format(question=r["prompt"]) + r["solution"] for r in rows], 384)
+        save_pretrained(build_tiny_model(ModelConfig(), tok, seed=0), tok, path)
+        return path, {"prompt": {"style": "plain"}, "model": {}}
+    from benchmarks.real_model import smollm_folder, smollm_prompt
 
-    policy, tok = load_pretrained(path)
-    ref, _ = load_pretrained(path)
-    cfg = GRPOConfig(steps=steps, prompts_per_step=PROMPTS, num_generations=G, beta=BETA, eval_every=10**6,
-                     sampling={"max_completion_length": COMPLETION}, engine={"lr": 1e-5, "micro_batch_size": PROMPTS * G})
-    engine = build_engine(policy, cfg.engine, PROMPTS * G)
-    reward = WeightedReward([RewardComponent("math", lambda c, r: [score(x, y) for x, y in zip(c, r)], 1.0)])
-    trainer = GRPOTrainer(cfg, engine, ref.eval().requires_grad_(False), HFRolloutEngine(engine.module, tok, batch_size=PROMPTS * G),
-                          tok, reward, rows, seed=0)
+    folder = smollm_folder()
+    if folder is None:
+        raise SystemExit("the SmolLM2 packages are not installed (make demo PARAMS=params/smollm2-135m.yaml)")
+    return folder, {"prompt": smollm_prompt().model_dump(), "model": {"gradient_checkpointing": True}}
+
+
+def _params(name: str, sections: dict, lora: bool, steps: int):
+    prompts, g, length = SETUPS[name]
+    model = {**sections["model"], **({"lora": LORA} if lora else {})}
+    return validate_params({
+        "prompt": sections["prompt"], "model": model, "grpo": {"beta": BETA},
+        "rl": {"steps": steps, "prompts_per_step": prompts, "num_generations": g, "eval_every": 10**6,
+               "checkpoint_every": 10**6, "preflight": {"prompts": 0}, "sampling": {"max_completion_length": length},
+               "engine": {"lr": LR, "micro_batch_size": prompts * g}},
+    })
+
+
+def _ours(path: Path, rows: list[dict], params) -> list[float]:
+    from grpoflow.grpo import ALGORITHM
+    from grpoflow.rl_run import build_rl_run
+
+    data = Path(tempfile.mkdtemp())
+    write_jsonl(data / "train.jsonl", rows)
+    write_jsonl(data / "val.jsonl", rows[:8])
+    run = build_rl_run(params, ALGORITHM, data_dir=data, reference_dir=path)
     times: list[float] = []
-    trainer.train(on_step=lambda s, m: times.append(m["step_seconds"]))
+    run.trainer.train(on_step=lambda s, m: times.append(m["step_seconds"]))
     return times
 
 
-def _trl(path: str, rows, steps: int) -> list[float]:
+def _trl(path: Path, rows: list[dict], params) -> list[float]:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     class Timer(TrainerCallback):
@@ -69,37 +93,56 @@ def _trl(path: str, rows, steps: int) -> list[float]:
         def on_step_end(self, args, state, control, **kw):
             self.times.append(time.perf_counter() - self.start)
 
-    tok = AutoTokenizer.from_pretrained(path)
-    data = Dataset.from_list([{"prompt": format_prompt(r["prompt"]), "reference_answer": r["reference_answer"]} for r in rows])
+    model, tok = load_pretrained(path)
+    prompter = prompter_for(model, tok, params.prompt)
+    # The prompts as text, rendered by our prompter: TRL then sees exactly the tokens we do.
+    data = Dataset.from_list([{"prompt": prompter.prompt(r["prompt"]), "reference_answer": r["reference_answer"]}
+                              for r in rows])
 
     def math_reward(prompts, completions, reference_answer, **_):
         return [score(c, r) for c, r in zip(completions, reference_answer)]
 
+    rl = params.rl
+    peft_config = None
+    if params.model.lora:
+        import peft
+
+        lo = params.model.lora
+        peft_config = peft.LoraConfig(r=lo.rank, lora_alpha=lo.alpha, lora_dropout=lo.dropout,
+                                      target_modules=list(lo.target_modules), task_type="CAUSAL_LM")
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=PROMPTS * G, num_generations=G,
-        max_completion_length=COMPLETION, beta=BETA, max_steps=steps, use_cpu=True, report_to=[], logging_steps=10**6,
-        save_strategy="no", learning_rate=1e-5, temperature=1.0, disable_tqdm=True, bf16=False,
+        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=rl.prompts_per_step * rl.num_generations,
+        num_generations=rl.num_generations, max_completion_length=rl.sampling.max_completion_length,
+        beta=params.grpo.beta, max_steps=rl.steps, use_cpu=True, report_to=[], logging_steps=10**6,
+        save_strategy="no", learning_rate=LR, temperature=1.0, disable_tqdm=True, bf16=False,
+        gradient_checkpointing=params.model.gradient_checkpointing,
     )
     timer = Timer()
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=math_reward, args=args,
-                          train_dataset=data, processing_class=tok, callbacks=[timer])
+                          train_dataset=data, processing_class=tok, callbacks=[timer], peft_config=peft_config)
     trainer.train()
     return timer.times
 
 
 def main() -> None:
+    """Time ``--steps`` GRPO steps after ``--warmup`` and print one RESULT line."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--impl", choices=["ours", "trl"], required=True)
+    parser.add_argument("--model", choices=list(SETUPS), default="tiny")
+    parser.add_argument("--lora", action="store_true")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args()
     torch.manual_seed(0)
-    path = tempfile.mkdtemp()
-    rows, n_params = _setup(path)
-    times = (_ours if args.impl == "ours" else _trl)(path, rows, args.steps + args.warmup)[args.warmup :]
-    print("RESULT " + json.dumps({"impl": args.impl, "parameters": n_params, "steps": len(times),
-                                  "seconds_per_step": sum(times) / len(times), "threads": torch.get_num_threads(),
-                                  "pid": os.getpid()}))
+    rows = _rows()
+    path, sections = _model(args.model, rows)
+    params = _params(args.model, sections, args.lora, args.steps + args.warmup)
+    times = (_ours if args.impl == "ours" else _trl)(path, rows, params)[args.warmup :]
+    print("RESULT " + json.dumps({
+        "impl": args.impl, "model": args.model, "lora": args.lora, "parameters": count_parameters(load_pretrained(path)[0]),
+        "steps": len(times), "seconds_per_step": sum(times) / len(times),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }))
 
 
 if __name__ == "__main__":

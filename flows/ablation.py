@@ -27,8 +27,9 @@ from flows.pipeline import (EXIT_INTERRUPTED, INTERRUPTED, held_workspace, parse
 from grpoflow.compare import seed_spread, seed_verdict
 from grpoflow.config import ConfigError
 from grpoflow.io import write_json
+from tasks.stages import STAGES as DECLARED_STAGES
 
-ABLATION_STAGES = ["prepare", "validate_verifiers", "sft", "grpo", "ppo", "evaluate", "compare"]
+ABLATION_STAGES = [s.name for s in DECLARED_STAGES]  # the whole pipeline: both algorithms, evaluate, compare
 ALGORITHMS = ("grpo", "ppo")
 
 

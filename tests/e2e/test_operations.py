@@ -18,12 +18,13 @@ from mlflow.tracking import MlflowClient
 
 from flows.pipeline import EXIT_INTERRUPTED, INTERRUPTED
 from grpoflow.checkpoint import latest_step, verify
+from tasks.stages import STAGES as DECLARED
 from tests.e2e.conftest import free_port, prefect_artifact_keys, prefect_query, run, write_params
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-STAGES = ("prepare", "validate_verifiers", "sft", "grpo", "ppo", "evaluate", "compare")
+STAGES = tuple(s.name for s in DECLARED)
 
 
 @pytest.fixture
@@ -224,7 +225,7 @@ def test_a_flow_interrupted_then_killed_mid_training_resumes_and_skips_finished_
     # Another params set and an override: the run edits dvc.yaml and the params file, and a kill
     # must not leave those edits behind for the next run to mistake for the user's.
     flow = [PY, "-m", "flows.pipeline", "--params", params_file, "--set", "rl.sampling.temperature=0.9",
-            "--stages", "prepare", "validate_verifiers", "sft", "grpo"]
+            "--stages", "base_model", "prepare", "validate_verifiers", "sft", "grpo"]
     checkpoints = project / "checkpoints" / "grpo"
     # Ctrl-C in a terminal (SIGINT to the process group): a prompt exit, one line, the checkpoint intact,
     # nothing left running, the run's edits undone. (It took 153 s when Prefect's own temporary server,

@@ -66,3 +66,32 @@ def test_vllm_and_hf_rollouts_share_one_layout(setup):
     assert torch.equal(v.completion_ids, h.completion_ids)  # greedy: the same tokens
     assert torch.equal(v.completion_mask, h.completion_mask) and torch.equal(v.truncated, h.truncated)
     assert v.texts == h.texts
+
+
+def test_a_lora_policy_reaches_vllm_as_merged_weights_and_chat_prompts_stop_at_the_end_of_turn(tmp_path):
+    from grpoflow.config import LoraConfig, PromptConfig
+    from grpoflow.lora import add_adapters
+    from grpoflow.modeling import load_pretrained
+    from grpoflow.prompting import prompter_for
+    from grpoflow.rollout.vllm_engine import VLLMRolloutEngine
+    from tests.chat_model import build_chat_model
+
+    path = build_chat_model(tmp_path / "chat")
+    base, tok = load_pretrained(path)
+    prompter = prompter_for(base, tok, PromptConfig(style="chat", system="Answer."))
+    engine = VLLMRolloutEngine(str(path), tok, seed=0, max_model_len=256, stop_ids=prompter.stop_ids)
+    policy = add_adapters(base, LoraConfig(rank=4, alpha=8))
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    engine.sync_weights(policy)
+    prompts = [prompter.prompt("Tom has 3 apples and gets 2 more. How many?")]
+    ro = engine.generate(prompts, 4, Sampling(temperature=1.0, max_new_tokens=16), seed=3)
+    assert ro.prompt_ids[0, -len(prompter.prompt_ids("Tom has 3 apples and gets 2 more. How many?")):].tolist() == \
+        prompter.prompt_ids("Tom has 3 apples and gets 2 more. How many?")  # the same tokens as every other path
+    mask = ro.completion_mask.bool()
+    policy.eval()
+    assert torch.allclose(ro.sampler_logprobs[mask], trainer_logprobs(policy, ro)[mask], atol=1e-4)
+    ends = [row[m].tolist()[-1] for row, m in zip(ro.completion_ids, mask)]
+    assert all(e in prompter.stop_ids for e, t in zip(ends, ro.truncated) if not t)
