@@ -31,7 +31,8 @@ prompts = [prompter.prompt(p.question) for p in problems[:8]]
 sampling = Sampling(temperature=1.0, max_new_tokens=64)
 if ENGINE == "vllm":
     from grpoflow.rollout.vllm_engine import VLLMRolloutEngine
-    engine = VLLMRolloutEngine(path, tok, seed=0, max_model_len=512, stop_ids=prompter.stop_ids)
+    max_len = min(512, model.config.max_position_embeddings)  # the tiny model's context is shorter
+    engine = VLLMRolloutEngine(path, tok, seed=0, max_model_len=max_len, stop_ids=prompter.stop_ids)
 else:
     from grpoflow.rollout.hf import HFRolloutEngine
     engine = HFRolloutEngine(model, tok, batch_size=64, stop_ids=prompter.stop_ids)

