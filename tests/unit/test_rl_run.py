@@ -70,3 +70,42 @@ def test_the_fingerprint_changes_with_what_shapes_training_only(workspace):
     assert fp(base, PPO) == fp(validate_params({**TINY, "grpo": {"beta": 0.1}}), PPO)  # PPO ignores grpo.*
     assert fp(base) == fp(validate_params({**TINY, "evaluate": {"k": 2}}))  # evaluation does not shape training
     assert fp(base) != fp(base, seed=1)
+
+
+def test_a_lora_run_checkpoints_its_adapters_resumes_them_and_exports_a_merged_model(workspace, tmp_path):
+    """Checkpoints hold the adapters (and their optimizer state) only; a new run resumes them; the
+    export is a plain model, with no peft in it, whose outputs are the trained policy's."""
+    import torch
+
+    from grpoflow.logprobs import completion_logprobs
+    from grpoflow.modeling import load_pretrained
+    from tests.chat_model import build_chat_model
+
+    ref = build_chat_model(tmp_path / "chat")
+    params = validate_params({**TINY, "rl": {**TINY["rl"], "engine": {"micro_batch_size": 4, "lr": 0.05}},
+                              "model": {"lora": {"rank": 4, "alpha": 8}}, "prompt": {"style": "chat"}})
+    run = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=ref)
+    with torch.no_grad():  # B starts at zero; moved off it, the KL term has a gradient whatever the rewards
+        for name, param in run.engine.module.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    before = {n: p.detach().clone() for n, p in run.engine.module.named_parameters() if p.requires_grad}
+    assert before and all("lora_" in n for n in before)  # only the adapters train
+    state = run.trainer.train()
+    trained = {n: p.detach().clone() for n, p in run.engine.module.named_parameters() if p.requires_grad}
+    assert any(not torch.equal(before[n], trained[n]) for n in trained)
+    run.save(tmp_path / "ckpt", state, {"note": "stage state"})
+    run.export(tmp_path / "out")
+
+    again = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=ref)
+    stage_state, skipped = again.resume(tmp_path / "ckpt")
+    assert stage_state == {"note": "stage state"} and skipped == []
+    resumed = {n: p.detach() for n, p in again.engine.module.named_parameters() if p.requires_grad}
+    assert all(torch.equal(resumed[n], trained[n]) for n in trained)
+
+    exported, _ = load_pretrained(tmp_path / "out")
+    assert not any("lora" in n for n, _ in exported.named_parameters())
+    ids = torch.randint(3, 100, (2, 10))
+    want, _ = completion_logprobs(run.engine.module, ids, torch.ones_like(ids), 5)
+    got, _ = completion_logprobs(exported, ids, torch.ones_like(ids), 5)
+    assert torch.allclose(got, want, atol=1e-5)
