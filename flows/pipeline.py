@@ -38,7 +38,7 @@ from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run, task_run
 
 from flows import experiments, serve, workspace
-from flows.dag import Stage, stage_order
+from flows.dag import Stage, pipeline_params_file, stage_order
 from grpoflow.config import ConfigError, Params, load_params
 from grpoflow.model_source import has_chat_template, model_unavailable
 from tasks import events, tracking
@@ -345,17 +345,28 @@ def _missing_keys(raw: dict, keys: list[str]) -> list[str]:
     return missing
 
 
+def _wired_for(params_file: str) -> list[str] | None:
+    """The stages dvc.yaml runs when it reads its parameters from ``params_file``; None when it reads
+    another file."""
+    wired = pipeline_params_file(DVC_YAML)
+    if not wired or Path(wired).resolve() != Path(params_file).resolve():
+        return None
+    return list((yaml.safe_load(Path(DVC_YAML).read_text()) or {}).get("stages") or {})
+
+
 def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, str]:
     """The files this run rewrites for DVC to see what it runs: dvc.yaml, rendered for the set and
-    its stages (tasks/stages.py) when that differs from the committed one; and the set itself, with
+    its stages (tasks/stages.py) when the current one reads another set or runs other stages (a
+    dvc.yaml already wired for the run keeps its hand edits); and the set itself, with
     every value the schema fills in written out, when there are overrides or the file leaves out a
     key a stage depends on (DVC reads those keys from the file, not from the schema)."""
     changes: dict[str, str] = {}
     params = load_params(params_file, overrides)
     stages = select_stages(params.experiment.stages)
-    rendered = render_dvc_yaml(params_file, params.experiment.stages)  # the same text for another set
-    if Path(DVC_YAML).read_text() != rendered:
-        changes[DVC_YAML] = rendered
+    if _wired_for(params_file) != [s.name for s in stages]:
+        # Another set, or another choice of stages: dvc.yaml is generated, so the same text for them.
+        # A dvc.yaml already wired for this run is left as it is, hand edits (torchrun commands) included.
+        changes[DVC_YAML] = render_dvc_yaml(params_file, params.experiment.stages)
     raw = yaml.safe_load(Path(params_file).read_text()) or {}
     if overrides or _missing_keys(raw, sorted({k for s in stages for k in s.params})):
         header = f"# {params_file} as one flow run ran it, every value filled in; overrides: {json.dumps(overrides or {})}\n"

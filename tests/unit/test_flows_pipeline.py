@@ -71,6 +71,14 @@ def test_no_edits_for_the_wired_set_without_overrides(project):
     assert run_edits("params/default.yaml", None) == {}
 
 
+def test_a_hand_edited_dvc_yaml_wired_for_the_run_is_kept(project):
+    # docs/operations.md tells GPU users to put torchrun in front of a stage's command in dvc.yaml.
+    text = (project / "dvc.yaml").read_text()
+    (project / "dvc.yaml").write_text(text.replace("python -m tasks.grpo", "torchrun --nproc_per_node=8 -m tasks.grpo"))
+    assert "dvc.yaml" not in run_edits("params/default.yaml", {"rl.steps": 7})
+    assert "dvc.yaml" in run_edits("params/default.yaml", {"experiment.stages": ["base_model", "prepare"]})
+
+
 def test_edits_point_dvc_at_another_set_and_carry_the_overrides(project):
     edits = run_edits("params/gsm8k-qwen2.5-0.5b.yaml", {"rl.steps": 7})
     (project / "dvc.yaml").write_text(edits["dvc.yaml"])
