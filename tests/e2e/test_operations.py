@@ -204,10 +204,17 @@ return arts[0].data""")
     assert "injected fault: attempt 2 fails" in report and "Health diagnosis" in report and "attempt 2" in report
 
 
+def _as_in_a_terminal() -> None:
+    """SIGINT as a terminal's foreground job has it. A suite started in the background of a
+    non-interactive shell (nohup ... &) inherits SIGINT ignored, and Python keeps an ignored SIGINT:
+    the flow would never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_and_wait_for_checkpoint(project: Path, flow: list[str], env: dict, step: int, out: Path) -> subprocess.Popen:
     """The flow in its own process group (as a terminal runs it), once training has saved ``step``."""
     proc = subprocess.Popen(flow, cwd=project, env=env, stdout=open(out, "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_as_in_a_terminal)
     latest = project / "checkpoints" / "grpo"
     deadline = time.monotonic() + 400
     while (latest_step(latest) or 0) < step:
