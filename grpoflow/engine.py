@@ -38,6 +38,17 @@ def init_distributed() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def leave_distributed() -> None:
+    """Every process leaves the group together, once the last collective work is done: a rank that
+    exits while another still exports, with its group's threads alive, can abort at interpreter
+    shutdown ("terminate called without an active exception")."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_world_size() > 1:  # one process: nothing to wait for
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def use_bf16(cfg: EngineConfig) -> bool:
     """Whether the engine trains in bfloat16 (``auto``: on CUDA with bf16 support only)."""
     if cfg.bf16 == "auto":

@@ -100,7 +100,7 @@ def _preflight(rl_run, name: str, out: Path) -> None:
 
 def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
     """Train ``algorithm`` as the stage CLI does: resume, train, export, report."""
-    from grpoflow.engine import init_distributed
+    from grpoflow.engine import init_distributed, leave_distributed
     from grpoflow.health import TrainingDiverged
     from grpoflow.io import atomic_write, write_json
     from grpoflow.lint import format_findings, lint
@@ -168,6 +168,7 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
                 events.emit(events.STOPPED, name, reason=reason, message=str(exc))
             raise SystemExit(EXIT_VERDICT) from None
         rl_run.export(out)
+        leave_distributed()
         if not lead:
             return
         history.write()  # also when a finished checkpoint was resumed and no step ran
