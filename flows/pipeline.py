@@ -39,7 +39,7 @@ from prefect.runtime import flow_run, task_run
 
 from flows import experiments, serve, workspace
 from flows.dag import Stage, pipeline_params_file, stage_order
-from grpoflow.config import ConfigError, Params, load_params
+from grpoflow.config import ConfigError, Params, has_dotted, load_params
 from grpoflow.model_source import has_chat_template, model_unavailable
 from tasks import events, tracking
 from tasks.stages import render as render_dvc_yaml
@@ -332,19 +332,6 @@ def precheck(params_file: str, overrides: dict[str, Any] | None = None, stages: 
         raise
 
 
-def _missing_keys(raw: dict, keys: list[str]) -> list[str]:
-    """The dotted ``keys`` that ``raw`` lacks (DVC reads each stage's params keys from the file)."""
-    missing = []
-    for key in keys:
-        node: Any = raw
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                missing.append(key)
-                break
-            node = node[part]
-    return missing
-
-
 def _wired_for(params_file: str) -> list[str] | None:
     """The stages dvc.yaml runs when it reads its parameters from ``params_file``; None when it reads
     another file."""
@@ -368,7 +355,8 @@ def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, s
         # A dvc.yaml already wired for this run is left as it is, hand edits (torchrun commands) included.
         changes[DVC_YAML] = render_dvc_yaml(params_file, params.experiment.stages)
     raw = yaml.safe_load(Path(params_file).read_text()) or {}
-    if overrides or _missing_keys(raw, sorted({k for s in stages for k in s.params})):
+    # DVC reads each stage's params keys from the file itself, not from the schema's defaults.
+    if overrides or not all(has_dotted(raw, k) for s in stages for k in s.params):
         header = f"# {params_file} as one flow run ran it, every value filled in; overrides: {json.dumps(overrides or {})}\n"
         changes[params_file] = header + yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
     return changes

@@ -68,8 +68,7 @@ class CheckpointError(RuntimeError):
 
 def _has_frozen(engine) -> bool:
     """Whether some of the engine's weights do not train (LoRA: the base model under the adapters)."""
-    module = getattr(engine, "module", None)
-    return module is not None and any(not p.requires_grad for p in module.parameters())
+    return any(not p.requires_grad for p in engine.module.parameters())
 
 
 def _tag(step: int) -> str:
@@ -448,8 +447,9 @@ def save(
     }
     # Frozen weights (a LoRA run's base model) are the reference's, not training state: only the
     # trainable ones and their optimizer state are saved, and loaded back non-strictly.
-    frozen = {"exclude_frozen_parameters": True} if _has_frozen(engine) else {}
-    engine.save_checkpoint(str(directory), tag=tag, client_state=client, save_latest=False, **frozen)
+    engine.save_checkpoint(
+        str(directory), tag=tag, client_state=client, save_latest=False, exclude_frozen_parameters=_has_frozen(engine)
+    )
     # Only tensors, tuples and numbers: readable by torch.load(weights_only=True).
     torch.save({"python": random.getstate(), "torch": torch.get_rng_state()}, directory / tag / f"rng_rank{rank}.pt")
     _barrier()
@@ -509,8 +509,8 @@ def _activate_and_choose(
 def _load_tag(engine, directory: Path, step: int, fingerprint: str, engines: dict) -> tuple[Resumed | None, str | None]:
     """Load checkpoint ``step`` into the engines: ``(what was resumed, None)`` or ``(None, the problem)``."""
     tag = _tag(step)
-    lenient = {"load_module_strict": False} if _has_frozen(engine) else {}  # the frozen weights were not saved
-    path, client = engine.load_checkpoint(str(directory), tag=tag, **lenient)
+    # The frozen weights were not saved: load the rest non-strictly.
+    path, client = engine.load_checkpoint(str(directory), tag=tag, load_module_strict=not _has_frozen(engine))
     if path is None:
         return None, f"DeepSpeed could not load {directory / tag}"
     loop = client.get("loop") if isinstance(client, dict) else None

@@ -694,6 +694,16 @@ def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
+def has_dotted(raw: dict[str, Any], dotted: str) -> bool:
+    """Whether a raw params mapping spells out ``dotted`` (e.g. ``rl.steps``) itself."""
+    node: Any = raw
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def describe_schema(model: type[BaseModel] = Params, prefix: str = "") -> list[tuple[str, str, str]]:
     """``(dotted key, default, description)`` for every field: the configuration reference."""
     rows: list[tuple[str, str, str]] = []

