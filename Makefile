@@ -16,7 +16,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo ablation serve lint test test-all bench ui clean
+.PHONY: setup demo ablation serve experiments lint test test-all bench ui clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,10 @@ ablation: setup
 # $(PARAMS), the `gpu` concurrency limit, prefect.yaml's deployments and a worker (Ctrl-C stops all).
 serve: setup
 	$(PY) -m flows.serve --params $(PARAMS)
+
+# The DVC experiments the flow saved (one per successful run), as the columns people compare.
+experiments: setup
+	$(PY) -m flows.experiments
 
 # The core's habits: ruff (lint and format check) and mypy on grpoflow/ and verifiers/.
 lint: setup

@@ -1,7 +1,7 @@
 """The GRPO-vs-PPO ablation as a Prefect flow: both algorithms on the same prepared data and SFT
 reference (DVC reuses whatever is cached), then evaluation and the comparison report, published
 as a Prefect table artifact. In MLflow the run is one parent with ``grpo`` and ``ppo`` children
-that carry identical metric names and an ``algorithm`` tag: select both to compare them.
+that carry identical metric names and an ``algorithm`` param: select both to compare them.
 
 ``--seeds 1 2`` adds training runs of both algorithms with those training seeds (same data and
 reference; outside DVC's cache, under ``models/seeds/``), evaluates them, and reports the mean
@@ -22,6 +22,7 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows import serve
+from tasks.cli import help_text
 from flows.pipeline import (EXIT_INTERRUPTED, INTERRUPTED, held_workspace, parse_overrides, precheck, run_stage_cli,
                             run_stages)
 from grpoflow.compare import seed_spread, seed_verdict
@@ -79,8 +80,9 @@ def _ablation(params, params_file: str, seeds: list[int] | None, overrides: dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.ablation", description=__doc__)
-    parser.add_argument("--params", default="params/default.yaml")
+    parser = argparse.ArgumentParser(prog="python -m flows.ablation", description=help_text(__doc__),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
     parser.add_argument("--seeds", type=int, nargs="*", default=None, help="extra training seeds for mean and spread")
     parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="override a parameter for this run (validated), e.g. rl.steps=20")

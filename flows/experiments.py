@@ -1,10 +1,19 @@
 """Every successful flow run as a DVC experiment: ``dvc exp show`` lists scheduled runs next to
 hand-run ones, ``dvc exp apply <name>`` + ``dvc repro`` reproduces any of them, and
 ``metrics/run.json`` inside the experiment names the MLflow run (the MLflow run carries the
-experiment's name and commit in return)."""
+experiment's name and commit in return).
+
+``python -m flows.experiments`` (``make experiments``) shows them as the few columns people
+compare, where ``dvc exp show`` has hundreds (every dependency's hash):
+
+    python -m flows.experiments            # newest first
+    python -m flows.experiments --json     # the same rows, for a script
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import subprocess
 import sys
@@ -12,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from flows.run_report import reference_first
 from grpoflow.io import write_json
 
 RUN_RECORD = "metrics/run.json"
@@ -66,3 +76,59 @@ def push(remote: str) -> str:
     if out.returncode != 0:
         raise RecordFailed(f"dvc push --remote {remote} failed (exit {out.returncode}):\n{out.stdout}{out.stderr}")
     return (out.stdout.strip().splitlines() or [""])[-1]
+
+
+def _metrics(rev: dict) -> dict[str, dict]:
+    return {path: (v or {}).get("data") or {} for path, v in ((rev.get("data") or {}).get("metrics") or {}).items()}
+
+
+def experiment_rows(shown: list) -> list[dict]:
+    """``dvc exp show --json`` as one row per experiment, newest first: what it ran (params file,
+    overrides) and what it gave (test pass@1 per model, seconds per step per algorithm, winner)."""
+    rows = []
+    for baseline in shown:
+        for exp in baseline.get("experiments") or []:
+            for rev in exp.get("revs") or []:
+                m = _metrics(rev)
+                run, models = m.get(RUN_RECORD, {}), m.get("metrics/evaluate.json", {}).get("models", {})
+                rows.append({
+                    "experiment": rev.get("name") or exp.get("name") or rev["rev"][:7],
+                    "created": ((rev.get("data") or {}).get("timestamp") or "")[:16].replace("T", " "),
+                    "params": run.get("params_file", ""),
+                    "overrides": " ".join(f"{k}={v}" for k, v in (run.get("overrides") or {}).items()),
+                    **{f"pass@1 {name}": models[name].get("test", {}).get("pass@1") for name in reference_first(models)},
+                    **{f"s/step {a}": m.get(f"metrics/{a}.json", {}).get("seconds_per_step") for a in ("grpo", "ppo")},
+                    "winner": m.get("metrics/compare.json", {}).get("winner_on_test_pass@1", ""),
+                })
+    return sorted(rows, key=lambda r: r["created"], reverse=True)
+
+
+def format_rows(rows: list[dict]) -> str:
+    """``rows`` as an aligned text table (numbers to three decimals)."""
+    if not rows:
+        return "no DVC experiments yet: a successful flow run of every stage saves one"
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    cell = lambda v: "-" if v is None or v == "" else f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
+    table = [columns] + [[cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tasks.cli import help_text
+
+    parser = argparse.ArgumentParser(prog="python -m flows.experiments", description=help_text(__doc__),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = parser.parse_args(argv)
+    out = _dvc("exp", "show", "--json")
+    if out.returncode != 0:
+        print(f"dvc exp show failed (exit {out.returncode}):\n{out.stderr}", file=sys.stderr)
+        return 1
+    rows = experiment_rows(json.loads(out.stdout))
+    print(json.dumps(rows, indent=2) if args.json else format_rows(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -36,15 +36,19 @@ from prefect.artifacts import (create_link_artifact, create_markdown_artifact, c
 from prefect.concurrency.sync import concurrency
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run, task_run
+from prefect.states import Completed, State
 
-from flows import experiments, serve, workspace
+from flows import experiments, run_report, serve, workspace
 from flows.dag import Stage, pipeline_params_file, stage_order
+from flows.run_report import StageResult
 from grpoflow.config import ConfigError, Params, has_dotted, load_params
 from grpoflow.model_source import has_chat_template, model_unavailable
 from tasks import events, tracking
 from tasks.stages import render as render_dvc_yaml
+from tasks.stages import STAGES as declared_stages
+from tasks.stages import stage as stage_declaration
 from tasks.stages import select as select_stages
-from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT
+from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, help_text
 
 DVC_YAML = "dvc.yaml"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
@@ -54,14 +58,10 @@ STAGE_GRACE_S = 10.0  # for a stage command to stop by itself, before each firme
 LAST_GOOD = workspace.STATE_DIR / "last-good"
 FAILED = workspace.STATE_DIR / "failed"
 EVENTS_DIR = workspace.STATE_DIR / "events"  # one file per stage command while it runs
-
-
-@dataclass
-class StageResult:
-    stage: str
-    ran: bool
-    seconds: float
-    metrics: dict
+# DVC's advice after each stage (git add dvc.lock, autostage, dvc push): the flow saves each run as a
+# DVC experiment instead, and the README says what to commit; repeated after every stage, it buries the log.
+DVC_ADVICE = ("To track the changes with git, run:", "git add ", "To enable auto staging, run:",
+              "dvc config core.autostage true", "Use `dvc push` to send your updates to remote storage.")
 
 
 class StageFailed(RuntimeError):
@@ -175,7 +175,7 @@ def _stream(cmd: list[str], env: dict[str, str], progress: _Progress | None = No
     try:
         for line in proc.stdout:  # type: ignore[union-attr]
             line = line.rstrip()
-            if not line:
+            if not line or line.lstrip().startswith(DVC_ADVICE):
                 continue
             logger.info(line)
             log.tail = (log.tail + [line])[-40:]
@@ -248,9 +248,10 @@ def _fail(name: str, log: StageLog, reports: str = "", final: bool = True) -> No
 
 
 @task(name="dvc-stage", task_run_name="{stage.name}", retry_condition_fn=_worth_retrying)
-def run_dvc_stage(stage: Stage, env: dict[str, str], gpu_limit: str | None = None, retries: int = 0) -> StageResult:
+def run_dvc_stage(stage: Stage, env: dict[str, str], gpu_limit: str | None = None, retries: int = 0) -> StageResult | State:
     """``dvc repro --single-item`` one stage, streaming its output into the Prefect log; a GPU
-    stage first takes a slot of the ``gpu_limit`` global concurrency limit."""
+    stage first takes a slot of the ``gpu_limit`` global concurrency limit. A stage DVC skipped
+    ends in the state named ``Cached`` (a kind of Completed), so that the UI tells it apart."""
     start = time.perf_counter()
     cmd = [sys.executable, "-m", "dvc", "repro", "--single-item", stage.name]
     slot = concurrency(gpu_limit, occupy=1) if gpu_limit else contextlib.nullcontext()
@@ -260,7 +261,10 @@ def run_dvc_stage(stage: Stage, env: dict[str, str], gpu_limit: str | None = Non
         final = (task_run.get_run_count() or 1) > retries
         _fail(stage.name, log, "\n\n".join(p.read_text() for p in _stage_reports(stage)), final=final)
     _publish_reports(stage)
-    return StageResult(stage.name, log.ran, round(time.perf_counter() - start, 2), _read_metrics(stage))
+    result = StageResult(stage.name, log.ran, round(time.perf_counter() - start, 2), _read_metrics(stage))
+    if not log.ran:
+        return Completed(name="Cached", message="skipped by DVC: inputs unchanged, outputs from its cache", data=result)
+    return result
 
 
 @task(name="stage-cli", task_run_name="{name}")
@@ -426,17 +430,51 @@ def _metrics_markdown(results: list[StageResult]) -> str:
     return "\n".join(parts)
 
 
-def _mlflow_link(experiment_id: str, run_id: str) -> str:
-    """The run in the tracking server's UI; with the local SQLite store, in `make ui`'s."""
+def _mlflow_ui() -> tuple[str, str]:
+    """The MLflow UI's address, and how to reach it: a tracking server serves its own; the local
+    SQLite store is served by `make ui`."""
     uri = tracking.tracking_uri()
-    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
-    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
+    if uri.startswith(("http://", "https://")):
+        return uri.rstrip("/"), f"the MLflow tracking server at {uri}"
+    return "http://127.0.0.1:5000", "the MLflow UI, once `make ui` serves this project's store (mlflow.db) there"
+
+
+# MLflow 3's UI opens on its GenAI view unless a link asks for the model-training one.
+MLFLOW_VIEW = "workflowType=machine_learning"
+
+
+def _mlflow_link(experiment_id: str, run_id: str) -> str:
+    """The run in the MLflow UI, in its model-training view."""
+    return f"{_mlflow_ui()[0]}/#/experiments/{experiment_id}/runs/{run_id}?{MLFLOW_VIEW}"
+
+
+def _publish_run_report(results: list[StageResult], title: str, experiment_id: str, parent_id: str) -> None:
+    """reports/run.html, and the headline on the MLflow parent run (metrics, description, report and
+    the comparison's plots as artifacts) and in Prefect (a link and a markdown artifact)."""
+    import mlflow
+
+    head = run_report.write(results, title)
+    text = run_report.headline_text(head)
+    mlflow.log_metrics(run_report.headline_metrics(head))
+    if head["winner"]:
+        mlflow.set_tag("winner", head["winner"])
+    mlflow.set_tag("mlflow.note.content", f"{text}\n\nThe whole run on one page: `run.html` under Artifacts.")
+    mlflow.log_artifact(str(run_report.REPORT))
+    compare_out = Path(stage_declaration("compare").option("out").path)
+    for name in ("report.html", "curves.png", "cost.png"):
+        if (compare_out / name).is_file():
+            mlflow.log_artifact(str(compare_out / name), artifact_path="compare")
+    page = run_report.REPORT.resolve()
+    create_link_artifact(page.as_uri(), link_text=str(page), key="run-report",
+                         description="This run on one page (open the file in a browser; also `run.html` in the MLflow parent run)")
+    create_markdown_artifact(f"# {title}\n\n{text}\n\nReport: `{page}`; MLflow: {_mlflow_link(experiment_id, parent_id)}",
+                             key="run-headline", description="The run's result")
 
 
 def _gpu_limit(name: str | None) -> str | None:
     """``name`` if the server has that global concurrency limit; else None, said once. (Acquiring
     a missing limit costs seconds per stage and guards nothing: e.g. Prefect's temporary server.)"""
-    if not name:
+    if not name or serve.on_temporary_server():  # one flow run alone on its server: nothing to throttle
         return None
     from prefect.client.orchestration import get_client
 
@@ -490,17 +528,19 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None,
     with tracking.pipeline_run(params, params_file, f"{flow_run.flow_name or 'pipeline'}-{flow_run.name or 'local'}", flow_run_id) as parent:
         parent_id = parent.info.run_id
         experiment_id = parent.info.experiment_id
-        create_link_artifact(_mlflow_link(experiment_id, parent_id), link_text="MLflow parent run", key="mlflow-run")
+        create_link_artifact(_mlflow_link(experiment_id, parent_id), link_text="MLflow parent run", key="mlflow-run",
+                             description=f"This run's MLflow parent run, in {_mlflow_ui()[1]}")
         env = {tracking.PARENT_ENV: parent_id, tracking.FLOW_RUN_ENV: flow_run_id}
         for stage in order:
             gpu = gpu_limit if stage.name in orch.gpu_stages else None
             with kept_outputs(stage):
-                result = stage_task(stage, env, gpu_limit=gpu, retries=orch.stage_retries)
+                result = stage_task(stage, env, gpu_limit=gpu, retries=orch.stage_retries, return_state=True).result()
             if not result.ran:
                 tracking.log_cached_stage(stage.name, params, params_file, parent_id, flow_run_id, list(stage.metrics))
             results.append(result)
         if extra:
             extra(env)
+        _publish_run_report(results, parent.info.run_name, experiment_id, parent_id)
         whole = {s.name for s in order} == {s.name for s in stage_order(DVC_YAML)}
         _record_experiment(params, params_file, overrides, parent_id, experiment_id, whole)
     create_table_artifact(
@@ -553,12 +593,25 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+EXAMPLES = """examples:
+  python -m flows.pipeline                                      # the tiny default, every stage
+  python -m flows.pipeline --params params/smollm2-135m.yaml    # a real instruct model on CPU
+  python -m flows.pipeline --set rl.steps=20 rl.sampling.temperature=0.7
+  python -m flows.pipeline --stages prepare validate_verifiers
+  python -m flows.pipeline --params params/smollm2-135m.yaml --rehearse   # every stage at smoke scale
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=__doc__)
+    names = [s.name for s in declared_stages]
+    parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=help_text(__doc__),
+                                     epilog=EXAMPLES + f"\nstages, in order: {' '.join(names)}",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
     parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="override a parameter for this run (validated), e.g. rl.steps=20")
-    parser.add_argument("--stages", nargs="*", default=None, help="only these dvc.yaml stages (DAG order)")
+    parser.add_argument("--stages", nargs="*", default=None, choices=names, metavar="STAGE",
+                        help="only these stages (run in DAG order; listed below)")
     parser.add_argument("--rehearse", action="store_true",
                         help="run every stage of the set at smoke scale in a scratch copy (flows/rehearse.py)")
     args = parser.parse_args(argv)

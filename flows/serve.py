@@ -165,10 +165,23 @@ def prefect_api() -> Iterator[None]:
         yield
         return
     with temporary_server() as url, temporary_settings(updates={PREFECT_API_URL: url}):
+        _TEMPORARY_URLS.add(url)
         try:
             yield
         finally:
             _drain_prefect_clients()
+            _TEMPORARY_URLS.discard(url)
+
+
+_TEMPORARY_URLS: set[str] = set()
+
+
+def on_temporary_server() -> bool:
+    """Whether this process talks to a temporary server of its own (:func:`prefect_api`): no other
+    flow run shares it, so there is no GPU to share through it either."""
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value() in _TEMPORARY_URLS
 
 
 class ServerLogWatch:
@@ -239,7 +252,9 @@ def configure(env: dict[str, str], pool: str, pool_type: str, gpu_limit: str | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.serve", description=__doc__,
+    from tasks.cli import help_text
+
+    parser = argparse.ArgumentParser(prog="python -m flows.serve", description=help_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set whose orchestration section names the pool")
     parser.add_argument("--port", type=int, default=4200)

@@ -559,7 +559,9 @@ def _rng_problem(state: object) -> str | None:
 
 def export_model(engine, tokenizer, path: str | Path) -> None:
     """Save the trained policy as a plain Hugging Face checkpoint (gathering ZeRO-3 shards)."""
-    import deepspeed
+    from grpoflow.engine import import_deepspeed
+
+    deepspeed = import_deepspeed()
 
     module = engine.module
     rank = _rank()

@@ -10,10 +10,38 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 
 import torch
 
 from grpoflow.config import EngineConfig
+
+# Where DeepSpeed compiles its CPU ops unless the user chose (TORCH_EXTENSIONS_DIR): in the project,
+# so that every stage process, flow or shell reuses one build.
+EXTENSIONS_DIR = Path(__file__).resolve().parents[1] / ".cache" / "torch_extensions"
+
+
+def import_deepspeed():
+    """DeepSpeed, set up for this machine before its import: without CUDA it is told its CPU
+    accelerator (else it warns at every start that it fell back to it), and its compiled ops live
+    in the project's cache."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(EXTENSIONS_DIR))
+    import deepspeed
+
+    return deepspeed
+
+
+def _announce_first_build() -> None:
+    """Say so before DeepSpeed compiles its CPU communication op: the first time, a minute or two
+    passes with nothing else on the console."""
+    cache = Path(os.environ.get("TORCH_EXTENSIONS_DIR", EXTENSIONS_DIR))
+    if not torch.cuda.is_available() and not any(cache.glob("deepspeed_shm_comm/*.so")):
+        print(
+            f"building DeepSpeed's CPU communication op into {cache} (a minute or two, once; later runs reuse it)",
+            flush=True,
+        )
 
 
 def _free_port() -> int:
@@ -24,8 +52,9 @@ def _free_port() -> int:
 
 def init_distributed() -> tuple[int, int]:
     """``(rank, world_size)``; starts a single-process group when no launcher set one up."""
-    import deepspeed
     import torch.distributed as dist
+
+    deepspeed = import_deepspeed()
 
     # A launcher sets these; without one this is the single process, also when the group exists
     # already and the variables were lost since (DeepSpeed reads LOCAL_RANK at every initialize).
@@ -34,6 +63,7 @@ def init_distributed() -> tuple[int, int]:
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+        _announce_first_build()
         deepspeed.init_distributed(dist_backend=backend)
     return dist.get_rank(), dist.get_world_size()
 
@@ -76,10 +106,24 @@ def deepspeed_config(cfg: EngineConfig, batch_size: int, world_size: int) -> dic
     }
 
 
+def optimizer_step(engine) -> None:
+    """``engine.step()``, keeping the global gradient norm (before clipping) where DeepSpeed keeps none.
+
+    DeepSpeed takes the norm from its own optimizers (ZeRO 1-3, bf16); with a torch optimizer at
+    ZeRO 0 its ``get_global_grad_norm()`` stays None. The gradients are all-reduced at the
+    accumulation boundary's backward already, so every process computes the same norm here.
+    """
+    if engine.is_gradient_accumulation_boundary() and not hasattr(engine.optimizer, "_global_grad_norm"):
+        grads = [p.grad for p in engine.module.parameters() if p.grad is not None]
+        if grads:
+            # The attribute get_global_grad_norm() reads, as DeepSpeed itself sets it from its optimizers.
+            engine._global_grad_norm = float(torch.nn.utils.get_total_norm(grads))
+    engine.step()
+
+
 def build_engine(model: torch.nn.Module, cfg: EngineConfig, batch_size: int):
     """A DeepSpeed engine with AdamW and linear warm-up, for ``batch_size`` sequences a step."""
-    import deepspeed
-
+    deepspeed = import_deepspeed()
     _, world = init_distributed()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)

@@ -14,6 +14,7 @@ from grpoflow import metric_names as M
 from grpoflow.advantages import ESTIMATORS
 from grpoflow.algorithm import Algorithm
 from grpoflow.config import GRPOConfig, Params
+from grpoflow.engine import optimizer_step
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import grpo_loss
 from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
@@ -55,7 +56,7 @@ class GRPOTrainer(PolicyTrainer):
                 if not torch.isfinite(loss):
                     self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
                 eng.backward(loss)
-                eng.step()
+                optimizer_step(eng)
                 n += 1
                 sums[M.LOSS] += loss.item()
                 sums[M.KL] += m.get(M.KL, 0.0)

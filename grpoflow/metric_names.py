@@ -68,6 +68,37 @@ REWARD_MEAN_LAST10 = "reward_mean_last10"
 SECONDS_PER_STEP = "seconds_per_step"
 STEPS = "steps"
 
+# MLflow's run page draws one section of charts per name prefix (before the first "/"), in the
+# sorted order of the names: evaluation and the learning signal sort first, then cost, the
+# preflight, the rollouts' shape, schedules that moved and end-of-stage summaries. Summaries get
+# names of their own so that no final value lands on a curve as an extra point.
+LEARNING = "learning/"
+EVAL = "eval/"
+PERF = "perf/"
+ROLLOUT = "rollout/"
+SCHEDULE = "schedule/"
+SUMMARY = "summary/"
+_GROUPS = {
+    EVAL: (VAL_ACCURACY,),
+    PERF: (ROLLOUT_TOKENS_PER_S, UPDATE_TOKENS_PER_S, STEP_SECONDS, ROLLOUT_SECONDS, UPDATE_SECONDS, PEAK_MEMORY_MB),
+    ROLLOUT: (COMPLETION_LENGTH_MEAN, COMPLETION_LENGTH_MAX, FRAC_TRUNCATED, FRAC_ZERO_STD_GROUPS, GROUP_REWARD_STD),
+    SCHEDULE: (KL_COEF, NUM_GENERATIONS, MAX_COMPLETION_LENGTH, MICRO_BATCH_SIZE, LR),
+}
+_GROUP_OF = {key: prefix for prefix, keys in _GROUPS.items() for key in keys}
+# In the history CSV only: the count of health symptoms so far (MLflow has them as a tag and a report).
+_NOT_CHARTED = {HEALTH_SYMPTOMS}
+
+
+def tracked(key: str) -> str | None:
+    """The MLflow name of per-step metric ``key``: its section's prefix, then the key (None: not charted)."""
+    return None if key in _NOT_CHARTED else _GROUP_OF.get(key, LEARNING) + key
+
+
+def is_schedule(name: str) -> bool:
+    """Whether MLflow name ``name`` is a schedule value (a param unless a schedule or back-off moves it)."""
+    return name.startswith(SCHEDULE)
+
+
 # Evaluation (metrics/evaluate.json, per model and set).
 PASS_AT_1 = "pass@1"
 HELDOUT_LOSS = "heldout_loss"

@@ -13,7 +13,7 @@ from grpoflow import metric_names as M
 from grpoflow.advantages import gae, masked_whiten
 from grpoflow.algorithm import Algorithm
 from grpoflow.config import Params, PPOConfig
-from grpoflow.engine import build_engine
+from grpoflow.engine import build_engine, optimizer_step
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import grpo_loss, kl_k3
 from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
@@ -117,13 +117,13 @@ class PPOTrainer(PolicyTrainer):
                 if not torch.isfinite(loss):
                     self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
                 eng.backward(loss)
-                eng.step()
+                optimizer_step(eng)
                 values = completion_values(critic, b.ids[sl], b.attn[sl], b.start)
                 clipped = old_values[sl] + (values - old_values[sl]).clamp(-ppo.cliprange_value, ppo.cliprange_value)
                 vf = 0.5 * torch.maximum((values - returns[sl]) ** 2, (clipped - returns[sl]) ** 2)
                 value_loss = (vf * b.mask[sl]).sum() / b.mask[sl].sum().clamp(min=1)
                 critic.backward(value_loss)
-                critic.step()
+                optimizer_step(critic)
                 n += 1
                 sums[M.LOSS] += loss.item()
                 sums[M.VALUE_LOSS] += value_loss.item()

@@ -272,6 +272,8 @@ class PolicyTrainer:
         t1 = time.perf_counter()
         self._set_batch(len(ids))  # G may change with the schedule or a back-off
         local = self.update(step, Batch(ids, attn, mask, start, total, g))
+        if cfg.num_iterations == 1:  # one optimizer step per batch: the ratio is 1, nothing can be clipped
+            local.pop(M.CLIP_RATIO, None)
         t_update = time.perf_counter() - t1
         self.rollout.sync_weights(eng.module)
         grouped = total.view(-1, g)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from grpoflow.engine import optimizer_step
 from grpoflow.prompting import Prompter
 
 Example = tuple[list[int], list[int]]  # (input_ids, labels with -100 on prompt tokens)
@@ -62,7 +63,7 @@ def train_sft(
             inputs = collate(batch[lo : lo + micro], pad_id)
             loss = engine(**inputs).loss
             engine.backward(loss)
-            engine.step()
+            optimizer_step(engine)
             step_loss += loss.item() * micro / batch_size
         losses.append(step_loss)
         if on_step:

@@ -1,7 +1,8 @@
 """Pipeline stages as CLIs (``python -m tasks.<stage>``): I/O, tracking and wiring, no algorithms.
 
 Importing this package turns off every tool's telemetry before any of them is imported: nothing
-in a run may try to reach the internet.
+in a run may try to reach the internet. It also turns off the Hugging Face progress bars (one
+"Loading weights" bar per model load, in every stage's log), which tell nothing here.
 """
 
 import os
@@ -12,5 +13,6 @@ for _key, _value in {
     "DO_NOT_TRACK": "1",
     "DVC_NO_ANALYTICS": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
 }.items():
     os.environ.setdefault(_key, _value)

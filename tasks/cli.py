@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 from typing import Callable
@@ -16,12 +17,19 @@ EXIT_VERDICT = 3  # a gate said no (leakage, verifier gate), or training stopped
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT): 128 + the signal's number, as a shell reports it
 
 
+def help_text(doc: str | None) -> str:
+    """A module docstring as a terminal shows it: reST roles and literals as plain words
+    (``:mod:`flows.workspace``` -> ``flows.workspace``), examples kept as written."""
+    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", doc or "")
+    return text.replace("``", "").strip()
+
+
 def stage_parser(stage: str, description: str) -> argparse.ArgumentParser:
     """The stage's parser: ``--params`` and one option per path its declaration in tasks/stages.py
     names, with that path as the default (so dvc.yaml, the CLI and the flow agree)."""
     from tasks.stages import stage as declared
 
-    parser = argparse.ArgumentParser(prog=f"python -m tasks.{stage}", description=description,
+    parser = argparse.ArgumentParser(prog=f"python -m tasks.{stage}", description=help_text(description),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
     for io in declared(stage).io:

@@ -6,76 +6,64 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from pathlib import Path
 
-import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import mlflow  # noqa: E402
-
-from grpoflow.compare import memory_breakdown, summarize, winner  # noqa: E402
-from grpoflow.config import Params  # noqa: E402
-from grpoflow.io import atomic_write, write_json  # noqa: E402
-from tasks import tracking  # noqa: E402
-from tasks.cli import run_stage_cli, stage_parser  # noqa: E402
-from tasks.stages import stage  # noqa: E402
+from grpoflow.compare import memory_breakdown, summarize, winner
+from grpoflow.config import Params
+from grpoflow.io import atomic_write, write_json
+from tasks import html_report
+from tasks.cli import run_stage_cli, stage_parser
+from tasks.stages import stage
 
 ALGORITHMS = ("grpo", "ppo")
 
 
-def read_history(path: Path) -> list[dict]:
-    with open(path) as fh:
-        return list(csv.DictReader(fh))
+def _memory_sentence(memory: dict) -> str:
+    return (f"GRPO / PPO = {memory['grpo_over_ppo']:.3f}; PPO needs {memory['difference_mb']:.1f} MiB more, of "
+            f"which the critic's model state (weights {memory['critic_weights_mb']:.1f} + gradients {memory['critic_gradients_mb']:.1f} "
+            f"+ AdamW moments {memory['critic_optimizer_mb']:.1f} MiB) explains {memory['critic_model_state_mb']:.1f}; the rest "
+            f"({memory['other_mb']:.1f} MiB) is what the critic costs beyond its state: its activations in forward and "
+            f"backward, its second DeepSpeed engine's buffers, and allocator slack (peak RSS on CPU).")
 
 
-def plot_curves(histories: dict[str, list[dict]], out: Path) -> Path:
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for ax, key in zip(axes, ("reward_mean", "kl", "val_accuracy")):
-        for algo, rows in histories.items():
-            pts = [(int(r["step"]), float(r[key])) for r in rows if r.get(key) not in ("", None)]
-            if pts:
-                ax.plot(*zip(*pts), marker="o" if key == "val_accuracy" else None, label=algo)
-        ax.set_title(key)
-        ax.set_xlabel("step")
-        ax.legend()
-    fig.tight_layout()
-    path = out / "curves.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+def table_rows(summaries: dict) -> list[dict]:
+    """The comparison as rows: metric, then each algorithm's value."""
+    return [{"metric": k, **{a: summaries[a][k] for a in ALGORITHMS}} for k in summaries["grpo"] if k != "algorithm"]
 
 
-def plot_bars(summaries: dict[str, dict], out: Path) -> Path:
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    for ax, key, label in zip(axes, ("peak_memory_mb", "seconds_per_step"), ("peak memory (MiB)", "seconds per step")):
-        ax.bar(list(summaries), [summaries[a][key] or 0 for a in summaries], color=["tab:blue", "tab:orange"])
-        ax.set_title(label)
-    fig.tight_layout()
-    path = out / "cost.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+def winner_line(verdict: str) -> str:
+    return f"Winner on test pass@1: {verdict} (one seed; see the ablation flow for several)."
 
 
 def report(summaries: dict, memory: dict, verdict: str) -> str:
-    keys = [k for k in summaries["grpo"] if k != "algorithm"]
-    fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
-    lines = ["# GRPO vs PPO", "", f"Winner on test pass@1: **{verdict}** (one seed; see the ablation flow for several).", "",
+    """The comparison in Markdown (Prefect's artifact, DVC's reports/); the plots are beside it."""
+    lines = ["# GRPO vs PPO", "", winner_line(verdict).replace(verdict, f"**{verdict}**", 1), "",
              "| metric | GRPO | PPO |", "|---|---|---|"]
-    lines += [f"| {k} | {fmt(summaries['grpo'][k])} | {fmt(summaries['ppo'][k])} |" for k in keys]
-    lines += ["", "## Peak memory", "", f"GRPO / PPO = {memory['grpo_over_ppo']:.3f}; PPO needs {memory['difference_mb']:.1f} MiB more, of "
-              f"which the critic's model state (weights {memory['critic_weights_mb']:.1f} + gradients {memory['critic_gradients_mb']:.1f} "
-              f"+ AdamW moments {memory['critic_optimizer_mb']:.1f} MiB) explains {memory['critic_model_state_mb']:.1f}; the rest "
-              f"({memory['other_mb']:.1f} MiB) is what the critic costs beyond its state: its activations in forward and "
-              f"backward, its second DeepSpeed engine's buffers, and allocator slack (peak RSS on CPU).", "",
-              "![curves](curves.png)", "", "![cost](cost.png)"]
+    lines += [f"| {r['metric']} | {html_report.fmt(r['grpo'])} | {html_report.fmt(r['ppo'])} |" for r in table_rows(summaries)]
+    lines += ["", "## Peak memory", "", _memory_sentence(memory), "",
+              "Plots: `curves.png` and `cost.png` beside this file; `report.html` has them inline."]
     return "\n".join(lines) + "\n"
 
 
+def report_html(summaries: dict, memory: dict, verdict: str, curves: Path, cost: Path) -> str:
+    """The comparison as one self-contained page, plots inline (MLflow's viewer shows it)."""
+    return html_report.page("GRPO vs PPO", [
+        f'<p class="headline">{html_report.esc(winner_line(verdict))}</p>',
+        html_report.table(table_rows(summaries), ["metric", *ALGORITHMS]),
+        "<h2>Training curves</h2>", html_report.image(curves, "reward, KL and validation accuracy per step"),
+        "<h2>Cost</h2>", html_report.image(cost, "peak memory and seconds per step"),
+        f"<h2>Peak memory</h2><p>{html_report.esc(_memory_sentence(memory))}</p>",
+    ])
+
+
 def main(args: argparse.Namespace, params: Params) -> None:
+    import mlflow  # here, not above: --help answers without loading MLflow or matplotlib
+
+    from tasks import tracking
+    from tasks.plots import plot_bars, plot_curves, read_history
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     evaluation = json.loads(Path(args.evaluation).read_text())
@@ -92,13 +80,14 @@ def main(args: argparse.Namespace, params: Params) -> None:
         text = report(summaries, memory, verdict)
         with atomic_write(out / "report.md") as fh:
             fh.write(text)
-        table = [{"metric": key, "grpo": summaries["grpo"][key], "ppo": summaries["ppo"][key]} for key in summaries["grpo"]]
-        write_json(out / "table.json", table)
+        with atomic_write(out / "report.html") as fh:
+            fh.write(report_html(summaries, memory, verdict, curves, cost))
+        write_json(out / "table.json", table_rows(summaries))
         metrics = {"summaries": summaries, "memory": memory, "winner_on_test_pass@1": verdict}
         write_json(args.metrics, metrics)
-        mlflow.log_metrics(tracking.numeric_metrics({"memory": memory, **{a: s for a, s in summaries.items()}}))
+        tracking.log_summary({"memory": memory, **{a: s for a, s in summaries.items()}})
         mlflow.set_tag("winner_on_test_pass_at_1", verdict)
-        for path in (curves, cost, out / "report.md"):
+        for path in (curves, cost, out / "report.md", out / "report.html"):
             mlflow.log_artifact(str(path))
     print(text)
 

@@ -11,16 +11,8 @@ import argparse
 import random
 from pathlib import Path
 
-import mlflow
-
 from grpoflow.config import Params
-from grpoflow.evaluation import greedy_accuracy, heldout_loss, sampled_metrics
 from grpoflow.io import read_jsonl, write_json, write_jsonl
-from grpoflow.modeling import load_pretrained
-from grpoflow.prompting import prompter_for
-from grpoflow.rewards import correctness_scorer
-from grpoflow.rollout import Sampling, build_rollout
-from tasks import tracking
 from tasks.cli import run_stage_cli, stage_parser
 from verifiers.extract import extract_answer
 from verifiers.math import plain_number
@@ -44,6 +36,12 @@ def eval_sets(data: Path, limit: int, seed: int) -> dict[str, list[dict]]:
 
 def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: list, out: Path) -> dict:
     """One policy's scores on every set, its held-out loss, and its per-example outputs."""
+    from grpoflow.evaluation import greedy_accuracy, heldout_loss, sampled_metrics
+    from grpoflow.modeling import load_pretrained
+    from grpoflow.prompting import prompter_for
+    from grpoflow.rewards import correctness_scorer
+    from grpoflow.rollout import Sampling, build_rollout
+
     cfg = params.evaluate
     model, tokenizer = load_pretrained(path)
     prompter = prompter_for(model, tokenizer, params.prompt)
@@ -64,6 +62,10 @@ def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: li
 
 
 def main(args: argparse.Namespace, params: Params) -> None:
+    import mlflow  # here, not above: --help answers without loading MLflow (and torch)
+
+    from tasks import tracking
+
     data, out = Path(args.data), Path(args.out)
     models = dict(m.split("=", 1) for m in args.models)
     models = {k: v for k, v in models.items() if (Path(v) / "config.json").is_file()}
@@ -77,14 +79,15 @@ def main(args: argparse.Namespace, params: Params) -> None:
             results[name] = evaluate_model(name, path, params, sets, heldout, out)
             with mlflow.start_run(run_name=f"evaluate/{name}", nested=True, parent_run_id=parent.info.run_id,
                                   tags={"grpoflow.stage": "evaluate", "algorithm": name, "model_path": path}):
-                mlflow.log_metrics(tracking.numeric_metrics(results[name]))
+                mlflow.log_params({"algorithm": name, "model_path": path})
+                tracking.log_summary(results[name])
         ref_loss = results["sft"]["heldout_loss"]
         for name, r in results.items():
             r["heldout_loss_increase"] = r["heldout_loss"] - ref_loss
             r["forgetting_flagged"] = r["heldout_loss_increase"] > params.evaluate.max_loss_increase
         metrics = {"models": results, "k": params.evaluate.k, "n_samples": params.evaluate.n_samples}
         write_json(args.metrics, metrics)
-        mlflow.log_metrics(tracking.numeric_metrics(results))
+        tracking.log_summary(results)
         mlflow.log_artifact(args.metrics)
     for name, r in results.items():
         flag = "  FORGETTING FLAGGED" if r["forgetting_flagged"] else ""

@@ -4,8 +4,15 @@
     torchrun --nproc_per_node=2 -m tasks.grpo --params ...        # several (CPU: gloo; GPU: nccl)
 """
 
-from grpoflow.grpo import ALGORITHM
 from tasks.rl_stage import cli
 
+
+def algorithm():
+    """The algorithm, loaded once the arguments are parsed: --help needs no torch."""
+    from grpoflow.grpo import ALGORITHM
+
+    return ALGORITHM
+
+
 if __name__ == "__main__":
-    cli(ALGORITHM, __doc__)
+    cli("grpo", algorithm, __doc__)

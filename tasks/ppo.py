@@ -3,8 +3,15 @@
     python -m tasks.ppo --params params/default.yaml
 """
 
-from grpoflow.ppo import ALGORITHM
 from tasks.rl_stage import cli
 
+
+def algorithm():
+    """The algorithm, loaded once the arguments are parsed: --help needs no torch."""
+    from grpoflow.ppo import ALGORITHM
+
+    return ALGORITHM
+
+
 if __name__ == "__main__":
-    cli(ALGORITHM, __doc__)
+    cli("ppo", algorithm, __doc__)

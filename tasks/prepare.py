@@ -15,13 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-import mlflow
 
 from grpoflow.config import Params
 from grpoflow.data.prepare import Prepared, prepare
 from grpoflow.data.report import prepare_report
 from grpoflow.io import atomic_write, sha256_paths, write_json, write_jsonl
-from tasks import tracking
 from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, run_stage_cli, stage_parser
 
 
@@ -68,6 +66,10 @@ def write_outputs(prepared: Prepared, out: Path, report: str) -> str:
 
 
 def main(args: argparse.Namespace, params: Params) -> None:
+    import mlflow  # here, not above: --help answers without loading MLflow
+
+    from tasks import tracking
+
     out = Path(args.out)
     with tracking.stage_run("prepare", params, args.params):
         start = time.perf_counter()
@@ -85,7 +87,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
         write_json(args.metrics, metrics)
         mlflow.set_tags({"data_hash": data_hash, "gate": "passed" if metrics["passed"] else "failed"})
         mlflow.set_tags({f"license.{k}": str(v) for k, v in metrics["licenses"].items()})
-        mlflow.log_metrics(tracking.numeric_metrics(metrics))
+        tracking.log_summary(metrics)
         for name in ("report.md", "quarantine.jsonl", "leakage.jsonl"):
             mlflow.log_artifact(str(out / name))
         mlflow.log_artifact(args.metrics)

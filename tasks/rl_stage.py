@@ -14,12 +14,14 @@ import csv
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from grpoflow import metric_names as M
 from grpoflow.algorithm import Algorithm
 from grpoflow.config import Params
 from tasks import events
 from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, run_stage_cli, stage_parser
+from tasks.console import StepConsole
 
 
 class History:
@@ -137,22 +139,26 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
         if lead:
             mlflow.set_tags({"algorithm": name, "train_seed": str(rl_run.seed), "world_size": str(world),
                              "resumed_from_step": str(rl_run.trainer.state.step)})
+            # Params, so that MLflow's compare view shows what differs between the GRPO and PPO runs.
+            mlflow.log_params({"algorithm": name, "train_seed": rl_run.seed})
             mlflow.log_text(format_findings(findings), "config_check.txt")
         if fresh and params.rl.preflight.prompts and lead:
             _preflight(rl_run, name, out)
         val_start = stage_state.get(M.VAL_ACCURACY_START)
         if val_start is None and lead:
             val_start = rl_run.evaluate(-1)[M.VAL_ACCURACY]
+        steps_log = tracking.StepLogger()
+        console = StepConsole(name, total, done=rl_run.trainer.state.step) if lead else None
 
         def on_step(step: int, m: dict) -> None:
             if not lead:
                 return
             for s in m.pop("new_symptoms"):
-                print(f"{name}: HEALTH step {s['step']}: {s['name']}: {s['evidence']} -> {s['remedy']}", flush=True)
+                console.say(f"{name}: HEALTH step {s['step']}: {s['name']}: {s['evidence']} -> {s['remedy']}")
                 events.emit(events.HEALTH, name, **s)
             history.add(step, m)
-            mlflow.log_metrics(tracking.numeric_metrics({k: v for k, v in m.items() if isinstance(v, (int, float))}), step=step)
-            print(_console_line(name, step, total, m), flush=True)
+            steps_log.log(step, m)
+            console.step(_console_line(name, step, total, m), {k: m[k] for k in (M.REWARD_MEAN, M.KL, M.VAL_ACCURACY) if k in m})
             events.emit(events.PROGRESS, name, step=step + 1, total=total)
 
         def on_checkpoint(step: int, state: LoopState) -> None:
@@ -161,12 +167,16 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
         try:
             rl_run.trainer.train(on_step=on_step, on_checkpoint=on_checkpoint, evaluate=rl_run.evaluate)
         except (TrainingDiverged, OutOfMemoryAfterBackoff) as exc:
+            if console:
+                console.close()
             reason = "diverged" if isinstance(exc, TrainingDiverged) else "out_of_memory"
             if lead:
                 mlflow.set_tag("health", reason)
                 print(f"{name}: STOPPED: {exc}", file=sys.stderr)
                 events.emit(events.STOPPED, name, reason=reason, message=str(exc))
             raise SystemExit(EXIT_VERDICT) from None
+        if console:
+            console.close()
         rl_run.export(out)
         leave_distributed()
         if not lead:
@@ -180,14 +190,16 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
         with atomic_write(out / "report.md") as fh:
             fh.write(report)
         mlflow.set_tag("health", ",".join(symptoms) or "ok")
-        mlflow.log_metrics(tracking.numeric_metrics({k: v for k, v in metrics.items() if k not in (M.HEALTH_SYMPTOMS, "algorithm")}))
+        steps_log.finish()
+        tracking.log_summary({k: v for k, v in metrics.items() if k != M.HEALTH_SYMPTOMS})
         mlflow.log_artifact(str(out / "report.md"))
         mlflow.log_artifact(args.metrics)
         print(f"{name}: val accuracy {val_start} -> {metrics[M.VAL_ACCURACY]} in {metrics['seconds']} s", flush=True)
 
 
-def cli(algorithm: Algorithm, doc: str) -> None:
-    """The stage CLI of ``algorithm``: its paths and their defaults come from tasks/stages.py."""
-    parser = stage_parser(algorithm.name, doc)
+def cli(name: str, algorithm: Callable[[], Algorithm], doc: str) -> None:
+    """The stage CLI of algorithm ``name`` (loaded by ``algorithm()`` after parsing): its paths and
+    their defaults come from tasks/stages.py."""
+    parser = stage_parser(name, doc)
     parser.add_argument("--seed", type=int, default=None, help="training seed (default: experiment.seed); data unchanged")
-    run_stage_cli(parser, lambda args, params: run(args, params, algorithm))
+    run_stage_cli(parser, lambda args, params: run(args, params, algorithm()))

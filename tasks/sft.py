@@ -13,25 +13,16 @@ import csv
 import time
 from pathlib import Path
 
-import mlflow
-import torch
-
-from grpoflow.base_model import base_model_path
 from grpoflow.config import Params
-from grpoflow.engine import build_engine
-from grpoflow.evaluation import greedy_accuracy
-from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
-from grpoflow.modeling import build_tiny_model, count_parameters, load_pretrained, save_pretrained, train_tokenizer
-from grpoflow.prompting import PLAIN_TEMPLATE, prompter_for
-from grpoflow.rewards import correctness_scorer
-from grpoflow.rollout import build_rollout
-from grpoflow.sft import build_examples, train_sft
-from tasks import events, tracking
 from tasks.cli import run_stage_cli, stage_parser
 
 
 def initial_model(params: Params, train: list[dict], base_dir: Path):
     """The starting model (the base_model stage's), or the tiny model with a tokenizer trained here."""
+    from grpoflow.base_model import base_model_path
+    from grpoflow.modeling import build_tiny_model, load_pretrained, train_tokenizer
+    from grpoflow.prompting import PLAIN_TEMPLATE
+
     base = base_model_path(base_dir)
     if base:
         return load_pretrained(base)
@@ -41,6 +32,21 @@ def initial_model(params: Params, train: list[dict], base_dir: Path):
 
 
 def main(args: argparse.Namespace, params: Params) -> None:
+    # Here, not above: --help answers without loading torch, DeepSpeed or MLflow.
+    import mlflow
+    import torch
+
+    from grpoflow import metric_names as M
+    from grpoflow.engine import build_engine
+    from grpoflow.evaluation import greedy_accuracy
+    from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
+    from grpoflow.modeling import count_parameters, save_pretrained
+    from grpoflow.prompting import prompter_for
+    from grpoflow.rewards import correctness_scorer
+    from grpoflow.rollout import build_rollout
+    from grpoflow.sft import build_examples, train_sft
+    from tasks import events, tracking
+
     torch.manual_seed(params.experiment.seed)
     data, out = Path(args.data), Path(args.out)
     train, val = read_jsonl(data / "train.jsonl"), read_jsonl(data / "val.jsonl")
@@ -53,18 +59,20 @@ def main(args: argparse.Namespace, params: Params) -> None:
         if cfg.enabled:
             examples = build_examples(train, prompter, params.model.max_length)
             engine = build_engine(model, cfg.engine, cfg.batch_size)
+            steps_log = tracking.StepLogger()
 
             def on_step(step: int, m: dict) -> None:
                 total = m.pop("steps")
                 history.append({"step": step, **m})
                 if step % 10 == 0 or step + 1 == total:
-                    mlflow.log_metrics({"train_loss": m["loss"], "lr": m["lr"]}, step=step)
+                    steps_log.log(step, {M.LOSS: m["loss"], M.LR: m["lr"]})
                     print(f"sft step {step + 1}/{total}: loss {m['loss']:.4f}", flush=True)
                     events.emit(events.PROGRESS, "sft", step=step + 1, total=total)
 
             train_sft(engine, examples, epochs=cfg.epochs, batch_size=cfg.batch_size, pad_id=tokenizer.pad_token_id,
                       seed=params.experiment.seed, on_step=on_step)
             model = engine.module
+            steps_log.finish()
         save_pretrained(model, tokenizer, out)
         engine = build_rollout(params.rl.rollout_engine, model, tokenizer, out, seed=params.experiment.seed,
                                max_model_len=params.model.max_length, stop_ids=prompter.stop_ids)
@@ -84,7 +92,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
             "seconds": round(time.perf_counter() - start, 1),
         }
         write_json(args.metrics, metrics)
-        mlflow.log_metrics(tracking.numeric_metrics(metrics))
+        tracking.log_summary(metrics)
         mlflow.log_artifact(args.metrics)
     print(f"sft: val accuracy {result.accuracy:.1%} on {len(result.outputs)} prompts, {metrics['seconds']} s -> {out}")
 

@@ -263,7 +263,9 @@ def params_file_var(path: str | Path = DVC_YAML) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """``--write`` regenerates dvc.yaml; ``--check`` reports whether it is current."""
-    parser = argparse.ArgumentParser(prog="python -m tasks.stages", description=__doc__,
+    from tasks.cli import help_text
+
+    parser = argparse.ArgumentParser(prog="python -m tasks.stages", description=help_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", action="store_true", help="regenerate dvc.yaml from the declarations")

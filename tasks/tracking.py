@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 import mlflow
 
+from grpoflow import metric_names as M
 from grpoflow.config import Params
 from grpoflow.io import sha256_paths
 from grpoflow.provenance import code_hash, git_commit
@@ -31,9 +32,17 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
 
 
+# MLflow 3's UI opens an experiment on its GenAI (traces) view unless told it holds model training.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def use_experiment(params: Params) -> str:
+    """The set's MLflow experiment (created on first use, marked as model training); its id."""
     mlflow.set_tracking_uri(tracking_uri())
     experiment = mlflow.set_experiment(params.mlflow_experiment)
+    for key, value in EXPERIMENT_KIND.items():
+        if key not in experiment.tags:
+            mlflow.set_experiment_tag(key, value)
     return experiment.experiment_id
 
 
@@ -56,6 +65,52 @@ def numeric_metrics(d: dict[str, Any]) -> dict[str, float]:
         for k, v in flatten(d).items()
         if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
+
+
+def log_summary(metrics: dict[str, Any], prefix: str = M.SUMMARY) -> None:
+    """A stage's end-of-run numbers, under ``summary/`` names (never at a curve's step 0)."""
+    mlflow.log_metrics({f"{prefix}{k}": v for k, v in numeric_metrics(metrics).items()})
+
+
+class StepLogger:
+    """Per-step metrics into the active run, at their step, under their section's name
+    (:func:`grpoflow.metric_names.tracked`).
+
+    Schedule values (KL coefficient, G, lengths, micro-batch, learning rate) are params; they are
+    charted only where a schedule or an OOM back-off moves them: from the step before the first
+    move, and their last value at the end so the line reaches it.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, float]] = {}
+        self._drawn: dict[str, int] = {}  # moved schedule values: the last step charted
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        """Log ``metrics`` of step ``step``."""
+        batch = {}
+        for key, value in numeric_metrics(metrics).items():
+            name = M.tracked(key)
+            if name is None:
+                continue
+            if M.is_schedule(name):
+                previous = self._last.get(name)
+                self._last[name] = (step, value)
+                if previous is None or (previous[1] == value and name not in self._drawn):
+                    continue
+                if name not in self._drawn:
+                    mlflow.log_metric(name, previous[1], step=previous[0])
+                if previous[1] == value:
+                    continue
+                self._drawn[name] = step
+            batch[name] = value
+        mlflow.log_metrics(batch, step=step)
+
+    def finish(self) -> None:
+        """Chart each moved schedule value's last value, where its line stopped short of it."""
+        for name, drawn in self._drawn.items():
+            step, value = self._last[name]
+            if step > drawn:
+                mlflow.log_metric(name, value, step=step)
 
 
 def data_hash(prepare_metrics: str | Path = "metrics/prepare.json") -> str:
@@ -95,7 +150,7 @@ def stage_run(stage: str, params: Params, params_file: str) -> Iterator[mlflow.A
     start = time.perf_counter()
     with _run(stage, params, params_file, os.environ.get(PARENT_ENV) or None) as run:
         yield run
-        mlflow.log_metric("stage_seconds", time.perf_counter() - start)
+        mlflow.log_metric(f"{M.SUMMARY}stage_seconds", time.perf_counter() - start)
 
 
 def pipeline_run(params: Params, params_file: str, run_name: str, flow_run_id: str):
@@ -114,6 +169,6 @@ def log_cached_stage(
     with _run(stage, params, params_file, parent_run_id, **tags) as run:
         for path in metrics_files:
             if Path(path).is_file():
-                mlflow.log_metrics(numeric_metrics(json.loads(Path(path).read_text())))
+                log_summary(json.loads(Path(path).read_text()))
                 mlflow.log_artifact(path)
         return run.info.run_id

@@ -17,12 +17,10 @@ import random
 import sys
 from pathlib import Path
 
-import mlflow
 
 import verifiers
 from grpoflow.config import Params
 from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
-from tasks import tracking
 from tasks.cli import EXIT_VERDICT, run_stage_cli, stage_parser
 from verifiers.check import validate
 from verifiers.sandbox import SandboxUnavailable
@@ -72,6 +70,10 @@ def report(results: dict[str, dict], failures: list[str]) -> str:
 
 
 def main(args: argparse.Namespace, params: Params) -> None:
+    import mlflow  # here, not above: --help answers without loading MLflow
+
+    from tasks import tracking
+
     out = Path(args.out)
     with tracking.stage_run("validate_verifiers", params, args.params):
         sets = reference_sets(Path(args.data), params.verifier_gate.max_examples, params.experiment.seed)
@@ -90,7 +92,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
         metrics = {"verifiers": summary, "passed": not failures, "failures": failures}
         write_json(args.metrics, metrics)
         mlflow.set_tag("gate", "passed" if not failures else "failed")
-        mlflow.log_metrics(tracking.numeric_metrics(metrics))
+        tracking.log_summary(metrics)
         mlflow.log_artifact(str(out / "report.md"))
         mlflow.log_artifact(args.metrics)
     print(text)

@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 
+from tests.e2e.browser import rendered
 from tests.e2e.conftest import free_port, run
 
 pytestmark = pytest.mark.e2e
@@ -62,8 +63,27 @@ def test_ablation_runs_are_comparable_in_the_tracking_server(smoke, run_env, mlf
     assert seeds == {("grpo", "0"), ("grpo", "1"), ("ppo", "0"), ("ppo", "1")}
     assert len({tags(r)["mlflow.parentRunId"] for r in training}) == 1  # one parent: select and compare
     keys = {tags(r)["algorithm"]: {m["key"] for m in r["data"]["metrics"]} for r in training}
-    assert {"reward_mean", "kl", "entropy", "peak_memory_mb", "seconds_per_step", "val_accuracy"} <= keys["grpo"]
-    assert keys["ppo"] - keys["grpo"] == {"value_loss", "explained_variance"}
+    assert {"learning/reward_mean", "learning/kl", "learning/entropy", "learning/grad_norm", "perf/peak_memory_mb", "eval/val_accuracy",
+            "summary/seconds_per_step", "summary/val_accuracy"} <= keys["grpo"]
+    assert keys["ppo"] - keys["grpo"] == {"learning/value_loss", "learning/explained_variance"}
+    params = {tags(r)["algorithm"]: {p["key"]: p["value"] for p in r["data"]["params"]} for r in training}
+    assert params["grpo"]["algorithm"] == "grpo" and params["ppo"]["algorithm"] == "ppo"  # compare's "diff only" shows it
+
+    # The parent run carries the headline: test pass@1 per model, the winner, s/step, the run's page.
+    (parent,) = [r for r in runs if tags(r).get("grpoflow.stage") == "pipeline"]
+    headline = {m["key"]: m["value"] for m in parent["data"]["metrics"]}
+    evaluation = json.loads((project / "metrics" / "evaluate.json").read_text())["models"]
+    for model in ("sft", "grpo", "ppo"):
+        assert headline[f"test_pass_at_1/{model}"] == evaluation[model]["test"]["pass@1"]
+    assert headline["seconds_per_step/grpo"] > 0 and tags(parent)["winner"] in ("grpo", "ppo", "tie")
+    assert "Test pass@1: sft" in tags(parent)["mlflow.note.content"]
+    with urllib.request.urlopen(f"{mlflow_server}/api/2.0/mlflow/artifacts/list?run_id={parent['info']['run_id']}") as r:
+        assert "run.html" in {f["path"] for f in json.loads(r.read())["files"]}
+
+    # The run's page, as Chromium renders it: every plot loaded, the headline's numbers visible.
+    page = rendered(project / "reports" / "run.html")
+    assert page["images"] and all(i["loaded"] for i in page["images"]), page["images"]
+    assert page["headline_height"] > 0 and f"grpo {evaluation['grpo']['test']['pass@1']:.1%}" in page["headline"]
     spread = json.loads((project / "metrics" / "ablation_seeds.json").read_text())
     assert spread["test_pass@1"]["grpo"]["seeds"] == 2 and "winner" in spread
     compare = json.loads((project / "metrics" / "compare.json").read_text())

@@ -111,13 +111,29 @@ def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_
             assert (child.data.tags.get("dvc_cached") == "true") == cached, stage
             assert child.data.tags["git_commit"] == parent.data.tags["git_commit"] != "unknown"
             assert child.data.tags["verifier_hash"] == parent.data.tags["verifier_hash"] != ""
+    # In Prefect, a stage DVC skipped ends in a state of its own name; every run links its page.
+    ids = [p.data.tags["prefect_flow_run_id"] for p in parents]  # the run that ran, the run DVC skipped
+    stage_states = prefect_query(project, env, f"""
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+runs = await c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_={ids!r})))
+return [[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {list(STAGES)!r}]""")
+    named = {(run_id, name): state for run_id, name, state in stage_states}
+    assert {named[ids[0], s] for s in STAGES} == {"Completed"} and {named[ids[1], s] for s in STAGES} == {"Cached"}, named
+    assert {"run-report", "run-headline", "mlflow-run"} <= set(prefect_artifact_keys(project, env))
+
     first_prepare = next(r for r in runs if r.data.tags.get("grpoflow.stage") == "prepare")
-    assert first_prepare.data.tags["data_hash"] == prepare["data_hash"] and first_prepare.data.metrics["rows.train"] == rows["train"]
+    assert first_prepare.data.tags["data_hash"] == prepare["data_hash"] and first_prepare.data.metrics["summary/rows.train"] == rows["train"]
     validation = next(r for r in runs if r.data.tags.get("grpoflow.stage") == "validate_verifiers")
-    assert validation.data.metrics["verifiers.math.val.recall"] == 1.0
+    assert validation.data.metrics["summary/verifiers.math.val.recall"] == 1.0
     grpo = next(r for r in runs if r.data.tags.get("grpoflow.stage") == "grpo")
     assert grpo.data.tags["algorithm"] == "grpo"
-    assert [m.step for m in client.get_metric_history(grpo.info.run_id, "reward_mean")] == [0, 1, 2]
+    assert grpo.data.params["algorithm"] == "grpo"  # a param, so that MLflow's compare view shows it
+    # Every curve has one point per step at its own step, summaries have names of their own.
+    for name in ("learning/reward_mean", "learning/grad_norm", "perf/rollout_tokens_per_s", "perf/peak_memory_mb"):
+        assert [m.step for m in client.get_metric_history(grpo.info.run_id, name)] == [0, 1, 2], name
+    assert all(m.value > 0 for m in client.get_metric_history(grpo.info.run_id, "learning/grad_norm"))
+    assert not any(k.startswith("schedule/") for k in grpo.data.metrics)  # constants: params, not charts
+    assert grpo.data.metrics["summary/steps"] == 3
     assert json.loads((project / "metrics" / "grpo.json").read_text())["steps"] == 3
     assert (project / "models" / "grpo" / "model.safetensors").is_file()
 
@@ -125,6 +141,9 @@ def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_
     shown = run([PY, "-m", "dvc", "exp", "show", "--json"], project, env)
     assert shown.returncode == 0, shown.stderr
     exps = dvc_experiments(json.loads(shown.stdout))
+    table = run([PY, "-m", "flows.experiments"], project, env)  # `make experiments`: the few columns people compare
+    assert table.returncode == 0 and all(p.data.tags["dvc_experiment"] in table.stdout for p in parents), table.stdout
+    assert table.stdout.splitlines()[0].split()[:4] == ["experiment", "created", "params", "overrides"]
     for parent in parents:
         name = parent.data.tags["dvc_experiment"]
         record = exps[name]["metrics/run.json"]

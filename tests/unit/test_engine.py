@@ -13,3 +13,21 @@ def test_deepspeed_batch_arithmetic():
     assert ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * 2 == 64
     with pytest.raises(ValueError, match="does not split"):
         deepspeed_config(cfg, batch_size=60, world_size=8)
+
+
+@pytest.mark.parametrize("micro_steps", [1, 2])
+def test_the_global_gradient_norm_is_kept_before_clipping_at_the_accumulation_boundary(micro_steps):
+    import torch
+
+    from grpoflow.engine import build_engine, optimizer_step
+
+    model = torch.nn.Linear(2, 1, bias=False)
+    cfg = validate_params({}).rl.engine.model_copy(update={"micro_batch_size": 1, "gradient_clipping": 1.0})
+    engine = build_engine(model, cfg, batch_size=micro_steps)
+    x = torch.tensor([[3.0, 4.0]])
+    for micro in range(micro_steps):
+        assert micro == 0 or engine.get_global_grad_norm() is None  # not before the boundary
+        engine.backward(engine(x).sum())  # d/dw of w.x is x; DeepSpeed averages the micro-steps
+        optimizer_step(engine)
+    # |(3, 4)| = 5 by hand, though the step itself clipped the gradient to norm 1.
+    assert engine.get_global_grad_norm() == pytest.approx(5.0)

@@ -1,0 +1,135 @@
+"""One page per pipeline run, ``reports/run.html``: the headline, each stage (ran or cached by
+DVC, and its time), the gates' verdicts, the learning curves, the evaluation and the GRPO-vs-PPO
+table. Self-contained (plots inline), so that it opens from the Prefect run, from the MLflow
+parent run's artifacts, or as a file.
+
+Everything comes from the files the stages wrote (their paths declared once, in tasks/stages.py)
+and from the flow's own record of which stages ran.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpoflow import metric_names as M
+from tasks import html_report as H
+from tasks.stages import STAGES, stage
+
+REPORT = Path("reports/run.html")
+
+
+@dataclass
+class StageResult:
+    """What the flow knows of one stage of a run: whether its command ran (DVC may skip it), its
+    time, and its metrics."""
+
+    stage: str
+    ran: bool
+    seconds: float
+    metrics: dict = field(default_factory=dict)
+
+
+def _json(path: str) -> dict | None:
+    return json.loads(Path(path).read_text()) if Path(path).is_file() else None
+
+
+def reference_first(models: dict[str, Any]) -> list[str]:
+    """The model names, the SFT reference first (what the others are read against), then by name."""
+    return sorted(models, key=lambda name: (name != "sft", name))
+
+
+def headline(evaluation: dict | None, compare: dict | None, trains: dict[str, dict]) -> dict[str, Any]:
+    """The run's result in a few numbers: test pass@1 per model, the winner, seconds per step."""
+    models = (evaluation or {}).get("models", {})
+    return {
+        "test_pass@1": {m: models[m].get("test", {}).get(M.PASS_AT_1) for m in reference_first(models)},
+        "winner": (compare or {}).get("winner_on_test_pass@1"),
+        "seconds_per_step": {a: t.get(M.SECONDS_PER_STEP) for a, t in trains.items()},
+    }
+
+
+def headline_text(head: dict[str, Any]) -> str:
+    """The headline as one sentence."""
+    scores = ", ".join(f"{m} {v:.1%}" for m, v in head["test_pass@1"].items() if v is not None)
+    speed = ", ".join(f"{a} {v:.2f} s/step" for a, v in head["seconds_per_step"].items() if v is not None)
+    parts = [f"Test pass@1: {scores}" if scores else "Not evaluated in this run",
+             f"winner: {head['winner']}" if head["winner"] else "", speed]
+    return "; ".join(p for p in parts if p) + "."
+
+
+METRIC_NAMES = {"test_pass@1": "test_pass_at_1", "seconds_per_step": "seconds_per_step"}  # MLflow refuses "@"
+
+
+def headline_metrics(head: dict[str, Any]) -> dict[str, float]:
+    """The headline as MLflow metrics for the parent run (``test_pass_at_1/grpo``, ...)."""
+    return {f"{METRIC_NAMES[key]}/{name}": float(v) for key in METRIC_NAMES for name, v in head[key].items() if v is not None}
+
+
+def _stage_table(rows: list[StageResult]) -> str:
+    return H.table([{"stage": r.stage, "status": "ran" if r.ran else "cached by DVC", "seconds": r.seconds} for r in rows])
+
+
+def _gates(rows: list[StageResult]) -> str:
+    gates = [{"stage": r.stage, "verdict": "passed" if r.metrics["passed"] else "FAILED",
+              "failures": "; ".join(map(str, r.metrics.get("failures") or [])) or "none"}
+             for r in rows if "passed" in r.metrics]
+    return H.table(gates) if gates else '<p class="muted">No gate ran in this run.</p>'
+
+
+def _curves(histories: dict[str, list[dict]]) -> str:
+    if not histories:
+        return '<p class="muted">No training stage in this run.</p>'
+    from tasks.plots import plot_curves
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return H.image(plot_curves(histories, Path(tmp)), "reward, KL and validation accuracy per training step")
+
+
+def _evaluation(evaluation: dict | None) -> str:
+    if not evaluation:
+        return '<p class="muted">No evaluation in this run.</p>'
+    k = evaluation["k"]
+    rows = [{"model": m, "test pass@1": r["test"].get(M.PASS_AT_1), f"test pass@{k}": r["test"].get(f"pass@{k}"),
+             f"test maj@{k}": r["test"].get(f"maj@{k}"), "held-out loss increase": r.get(M.HELDOUT_LOSS_INCREASE),
+             "forgetting": "FLAGGED" if r.get("forgetting_flagged") else "no"}
+            for m, r in ((m, evaluation["models"][m]) for m in reference_first(evaluation["models"]))]
+    return H.table(rows)
+
+
+def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
+    """The page and its headline, from ``rows`` and the files the stages left in the workspace."""
+    from tasks.plots import read_history
+
+    trains = {s.name: m for s in STAGES if s.paths("history") and (m := _json(s.option("metrics").path))}
+    histories = {s.name: read_history(Path(s.paths("history")[0])) for s in STAGES
+                 if s.name in trains and Path(s.paths("history")[0]).is_file()}
+    evaluation = _json(stage("evaluate").option("metrics").path)
+    compare = _json(stage("compare").option("metrics").path)
+    head = headline(evaluation, compare, trains)
+    table_path = Path(stage("compare").option("out").path) / "table.json"
+    versus = H.table(json.loads(table_path.read_text()), ["metric", "grpo", "ppo"]) if compare and table_path.is_file() else (
+        '<p class="muted">No GRPO-vs-PPO comparison in this run.</p>')
+    html = H.page(title, [
+        f'<p class="headline">{H.esc(headline_text(head))}</p>',
+        "<h2>Stages</h2>", _stage_table(rows),
+        "<h2>Gates</h2>", _gates(rows),
+        "<h2>Learning curves</h2>", _curves(histories),
+        "<h2>Evaluation</h2>", _evaluation(evaluation),
+        "<h2>GRPO vs PPO</h2>", versus,
+    ])
+    return html, head
+
+
+def write(rows: list[StageResult], title: str, path: Path = REPORT) -> dict[str, Any]:
+    """Write the page to ``path``; its headline."""
+    from grpoflow.io import atomic_write
+
+    html, head = build(rows, title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path) as fh:
+        fh.write(html)
+    return head

@@ -1,0 +1,54 @@
+"""The run's page and headline, from the files the stages write."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from flows import run_report
+from flows.run_report import StageResult
+from tasks.html_report import table
+from tasks.stages import stage
+
+EVALUATION = {"k": 4, "n_samples": 4, "models": {
+    "grpo": {"test": {"pass@1": 0.5, "pass@4": 0.75, "maj@4": 0.5}, "heldout_loss_increase": 0.01, "forgetting_flagged": False},
+    "sft": {"test": {"pass@1": 0.3125, "pass@4": 0.5, "maj@4": 0.25}, "heldout_loss_increase": 0.0},
+}}
+
+
+def test_the_headline_names_each_models_score_the_winner_and_the_step_time():
+    head = run_report.headline(EVALUATION, {"winner_on_test_pass@1": "grpo"}, {"grpo": {"seconds_per_step": 1.25}})
+    assert head == {"test_pass@1": {"sft": 0.3125, "grpo": 0.5}, "winner": "grpo", "seconds_per_step": {"grpo": 1.25}}
+    assert list(head["test_pass@1"]) == ["sft", "grpo"]  # the reference first, whatever the file's order
+    assert run_report.headline_text(head) == "Test pass@1: sft 31.2%, grpo 50.0%; winner: grpo; grpo 1.25 s/step."
+    assert run_report.headline_metrics(head) == {"test_pass_at_1/sft": 0.3125, "test_pass_at_1/grpo": 0.5,
+                                                 "seconds_per_step/grpo": 1.25}
+
+
+def test_a_run_without_evaluation_says_so():
+    head = run_report.headline(None, None, {})
+    assert run_report.headline_text(head) == "Not evaluated in this run."
+    assert run_report.headline_metrics(head) == {}
+
+
+def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    history = Path(stage("grpo").option("history").path)
+    history.parent.mkdir(parents=True)
+    history.write_text("step,reward_mean,kl,val_accuracy\n0,0.2,0.0,0.3\n1,0.4,0.01,0.5\n")
+    Path(stage("grpo").option("metrics").path).write_text(json.dumps({"seconds_per_step": 2.0}))
+    Path(stage("evaluate").option("metrics").path).write_text(json.dumps(EVALUATION))
+    rows = [StageResult("prepare", False, 0.5, {"passed": True, "failures": []}),
+            StageResult("validate_verifiers", True, 3.0, {"passed": False, "failures": ["math.val: recall 0.9 < 0.99"]}),
+            StageResult("grpo", True, 20.0, {})]
+    head = run_report.write(rows, "grpoflow-pipeline-test")
+    page = run_report.REPORT.read_text()
+    assert head["test_pass@1"] == {"sft": 0.3125, "grpo": 0.5}
+    assert "cached by DVC" in page and "FAILED" in page and "math.val: recall 0.9 &lt; 0.99" in page
+    assert page.count('src="data:image/png;base64,') == 1  # the curves, inline
+    assert "No GRPO-vs-PPO comparison in this run." in page and "<script" not in page
+
+
+def test_tables_escape_text_and_align_numbers():
+    html = table([{"name": "<b>", "value": 0.123456}])
+    assert "<td>&lt;b&gt;</td>" in html and '<td class="num">0.1235</td>' in html

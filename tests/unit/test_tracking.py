@@ -1,0 +1,61 @@
+"""What a stage logs to MLflow, read back from a real (SQLite) tracking store."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tasks import tracking
+
+
+@pytest.fixture
+def client(tmp_path, monkeypatch) -> MlflowClient:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("tracking-test")
+    return MlflowClient(uri)
+
+
+def _history(client: MlflowClient, run_id: str, name: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, name))
+
+
+def test_curves_go_to_their_section_at_their_step_and_summaries_under_their_own_names(client):
+    with mlflow.start_run() as run:
+        steps = tracking.StepLogger()
+        for step in range(3):
+            steps.log(step, {"reward_mean": step / 10, "val_accuracy": 0.5, "peak_memory_mb": 100.0 + step,
+                             "frac_truncated": 0.0, "health_symptoms": 1})
+        steps.finish()
+        tracking.log_summary({"val_accuracy": 0.9, "peak_memory_mb": 102.0, "algorithm": "grpo"})
+    rid = run.info.run_id
+    assert _history(client, rid, "learning/reward_mean") == [(0, 0.0), (1, 0.1), (2, 0.2)]
+    assert _history(client, rid, "eval/val_accuracy") == [(0, 0.5), (1, 0.5), (2, 0.5)]
+    assert _history(client, rid, "perf/peak_memory_mb") == [(0, 100.0), (1, 101.0), (2, 102.0)]
+    assert _history(client, rid, "summary/val_accuracy") == [(0, 0.9)]
+    assert set(client.get_run(rid).data.metrics) == {
+        "learning/reward_mean", "eval/val_accuracy", "perf/peak_memory_mb", "rollout/frac_truncated",
+        "summary/val_accuracy", "summary/peak_memory_mb"}  # the symptom count stays in the history CSV
+
+
+def test_a_schedule_value_is_charted_only_where_it_moves(client):
+    lr = [0.1, 0.2, 0.3, 0.3, 0.3, 0.3]  # a warm-up of 3 steps, then constant
+    with mlflow.start_run() as run:
+        steps = tracking.StepLogger()
+        for step, value in enumerate(lr):
+            steps.log(step, {"lr": value, "kl_coef": 0.04, "num_generations": 8 if step < 4 else 4})
+        steps.finish()
+    rid = run.info.run_id
+    # From the step before the first move, each move, then the last value so the line reaches the end.
+    assert _history(client, rid, "schedule/lr") == [(0, 0.1), (1, 0.2), (2, 0.3), (5, 0.3)]
+    assert _history(client, rid, "schedule/num_generations") == [(3, 8.0), (4, 4.0), (5, 4.0)]
+    assert "schedule/kl_coef" not in client.get_run(rid).data.metrics  # constant: a param, not a chart
+
+
+def test_the_sets_experiment_opens_on_mlflows_model_training_view(client):
+    from grpoflow.config import validate_params
+
+    experiment_id = tracking.use_experiment(validate_params({}))
+    assert client.get_experiment(experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
