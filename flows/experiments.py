@@ -21,8 +21,10 @@ from pathlib import Path
 
 import yaml
 
-from flows.run_report import reference_first
+from flows.run_report import headline
 from grpoflow.io import write_json
+from tasks.stages import STAGES
+from tasks.stages import stage as declared
 
 RUN_RECORD = "metrics/run.json"
 
@@ -84,21 +86,25 @@ def _metrics(rev: dict) -> dict[str, dict]:
 
 def experiment_rows(shown: list) -> list[dict]:
     """``dvc exp show --json`` as one row per experiment, newest first: what it ran (params file,
-    overrides) and what it gave (test pass@1 per model, seconds per step per algorithm, winner)."""
+    overrides) and its headline (:func:`flows.run_report.headline`: test pass@1 per model, seconds
+    per step per algorithm, winner)."""
     rows = []
     for baseline in shown:
         for exp in baseline.get("experiments") or []:
             for rev in exp.get("revs") or []:
-                m = _metrics(rev)
-                run, models = m.get(RUN_RECORD, {}), m.get("metrics/evaluate.json", {}).get("models", {})
+                files = _metrics(rev)
+                of = lambda name: files.get(declared(name).option("metrics").path) or {}  # noqa: E731
+                trains = {s.name: of(s.name) for s in STAGES if s.paths("history") and of(s.name)}
+                head = headline(of("evaluate") or None, of("compare") or None, trains)
+                run = files.get(RUN_RECORD, {})
                 rows.append({
                     "experiment": rev.get("name") or exp.get("name") or rev["rev"][:7],
                     "created": ((rev.get("data") or {}).get("timestamp") or "")[:16].replace("T", " "),
                     "params": run.get("params_file", ""),
                     "overrides": " ".join(f"{k}={v}" for k, v in (run.get("overrides") or {}).items()),
-                    **{f"pass@1 {name}": models[name].get("test", {}).get("pass@1") for name in reference_first(models)},
-                    **{f"s/step {a}": m.get(f"metrics/{a}.json", {}).get("seconds_per_step") for a in ("grpo", "ppo")},
-                    "winner": m.get("metrics/compare.json", {}).get("winner_on_test_pass@1", ""),
+                    **{f"pass@1 {name}": v for name, v in head["test_pass@1"].items()},
+                    **{f"s/step {name}": v for name, v in head["seconds_per_step"].items()},
+                    "winner": head["winner"] or "",
                 })
     return sorted(rows, key=lambda r: r["created"], reverse=True)
 

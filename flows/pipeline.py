@@ -58,10 +58,6 @@ STAGE_GRACE_S = 10.0  # for a stage command to stop by itself, before each firme
 LAST_GOOD = workspace.STATE_DIR / "last-good"
 FAILED = workspace.STATE_DIR / "failed"
 EVENTS_DIR = workspace.STATE_DIR / "events"  # one file per stage command while it runs
-# DVC's advice after each stage (git add dvc.lock, autostage, dvc push): the flow saves each run as a
-# DVC experiment instead, and the README says what to commit; repeated after every stage, it buries the log.
-DVC_ADVICE = ("To track the changes with git, run:", "git add ", "To enable auto staging, run:",
-              "dvc config core.autostage true", "Use `dvc push` to send your updates to remote storage.")
 
 
 class StageFailed(RuntimeError):
@@ -101,6 +97,27 @@ def _read_metrics(stage: Stage) -> dict:
         if Path(path).is_file():
             merged.update(json.loads(Path(path).read_text()))
     return merged
+
+
+class DvcAdvice:
+    """DVC's advice after each stage (git add dvc.lock, autostage, dvc push): the flow saves each run
+    as a DVC experiment instead, and the README says what to commit; repeated after every stage, it
+    buries the log. Only the lines of that block are hidden."""
+
+    START, END = "To track the changes with git, run:", "Use `dvc push` to send your updates to remote storage."
+    INSIDE = ("git add ", "To enable auto staging, run:", "dvc config core.autostage true")
+
+    def __init__(self) -> None:
+        self.inside = False
+
+    def hides(self, line: str) -> bool:
+        """Whether ``line`` (non-empty) belongs to the advice."""
+        text = line.strip()
+        if text in (self.START, self.END):
+            self.inside = text == self.START
+            return True
+        self.inside = self.inside and text.startswith(self.INSIDE)
+        return self.inside
 
 
 @dataclass
@@ -168,6 +185,7 @@ def _stream(cmd: list[str], env: dict[str, str], progress: _Progress | None = No
     """Run ``cmd``, streaming its output into the Prefect log and its events into ``StageLog``."""
     logger = get_run_logger()
     log = StageLog()
+    advice = DvcAdvice()
     stage_events = _Events(log, progress)
     proc = subprocess.Popen(cmd, env={**os.environ, **env, "PATH": _path_with_this_python(),
                                       events.EVENTS_ENV: str(stage_events.path.resolve())},
@@ -175,7 +193,7 @@ def _stream(cmd: list[str], env: dict[str, str], progress: _Progress | None = No
     try:
         for line in proc.stdout:  # type: ignore[union-attr]
             line = line.rstrip()
-            if not line or line.lstrip().startswith(DVC_ADVICE):
+            if not line or advice.hides(line):
                 continue
             logger.info(line)
             log.tail = (log.tail + [line])[-40:]
@@ -540,7 +558,11 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None,
             results.append(result)
         if extra:
             extra(env)
-        _publish_run_report(results, parent.info.run_name, experiment_id, parent_id)
+        try:
+            _publish_run_report(results, parent.info.run_name, experiment_id, parent_id)
+        except Exception as exc:  # the stages' results are intact and get recorded: a report is not worth failing them
+            get_run_logger().warning(f"the run's report could not be written ({type(exc).__name__}: {exc}); "
+                                     "every stage's outputs, metrics and MLflow runs are in place")
         whole = {s.name for s in order} == {s.name for s in stage_order(DVC_YAML)}
         _record_experiment(params, params_file, overrides, parent_id, experiment_id, whole)
     create_table_artifact(

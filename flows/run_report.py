@@ -104,11 +104,13 @@ def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
     """The page and its headline, from ``rows`` and the files the stages left in the workspace."""
     from tasks.plots import read_history
 
-    trains = {s.name: m for s in STAGES if s.paths("history") and (m := _json(s.option("metrics").path))}
+    # Only this run's stages (ran or cached): files of stages it did not run are an earlier run's.
+    here = {r.stage for r in rows}
+    trains = {s.name: m for s in STAGES if s.name in here and s.paths("history") and (m := _json(s.option("metrics").path))}
     histories = {s.name: read_history(Path(s.paths("history")[0])) for s in STAGES
                  if s.name in trains and Path(s.paths("history")[0]).is_file()}
-    evaluation = _json(stage("evaluate").option("metrics").path)
-    compare = _json(stage("compare").option("metrics").path)
+    evaluation = _json(stage("evaluate").option("metrics").path) if "evaluate" in here else None
+    compare = _json(stage("compare").option("metrics").path) if "compare" in here else None
     head = headline(evaluation, compare, trains)
     table_path = Path(stage("compare").option("out").path) / "table.json"
     versus = H.table(json.loads(table_path.read_text()), ["metric", "grpo", "ppo"]) if compare and table_path.is_file() else (

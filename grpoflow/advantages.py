@@ -1,7 +1,15 @@
-"""Advantage estimators: GRPO's group-relative advantage and PPO's GAE.
+"""Advantage estimators: GRPO's group-relative advantage, its critic-free relatives, and PPO's GAE.
 
-GRPO (Shao et al. 2024, "DeepSeekMath", eq. 3 and section 4.1.2) replaces the critic with
-group statistics: for the G completions of one prompt, ``A_i = (r_i - mean(r)) / std(r)``.
+For the G completions ``r_1..r_G`` of one prompt (outcome rewards, one per completion):
+
+- ``grpo`` (Shao et al. 2024, "DeepSeekMath", eq. 3 and section 4.1.2): ``(r_i - mean(r)) / std(r)``.
+- ``dr_grpo`` (Liu et al. 2025, "Understanding R1-Zero-Like Training"): ``r_i - mean(r)``; no
+  division by the std, which favours questions of little reward variance.
+- ``rloo`` (Ahmadian et al. 2024, "Back to Basics", eq. 5): ``r_i - mean_{j != i}(r_j)``, the
+  leave-one-out baseline; equal to ``G / (G - 1) * (r_i - mean(r))``.
+- ``reinforce_pp`` (Hu 2025, "REINFORCE++"): ``(r_i - mean(B)) / std(B)`` over the whole batch
+  ``B`` of this process, no per-prompt baseline.
+
 GAE (Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage
 Estimation", eq. 16) is the critic-based estimator that the PPO baseline uses.
 """
@@ -81,8 +89,12 @@ def group_advantages(
         centered = centered / (r.std(dim=1, correction=ddof, keepdim=True) + eps)
     elif scale == "batch":
         centered = centered / (r.flatten().std(correction=ddof) + eps)
-    flat = centered.flatten()
-    return flat.to(rewards.dtype) if rewards.is_floating_point() else flat.float()
+    return _like_rewards(centered.flatten(), rewards)
+
+
+def _like_rewards(advantages: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+    """``advantages`` (computed in float64) in the rewards' float type, float32 for integer rewards."""
+    return advantages.to(rewards.dtype) if rewards.is_floating_point() else advantages.float()
 
 
 @estimator("grpo")
@@ -91,6 +103,30 @@ def grpo_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> t
     return group_advantages(
         rewards, group_size, scale=cfg.advantage_scale, ddof=cfg.advantage_ddof, eps=cfg.advantage_eps
     )
+
+
+@estimator("dr_grpo")
+def dr_grpo_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> torch.Tensor:
+    """Dr. GRPO's advantage: the group mean subtracted, no std (``grpo.advantage_scale`` unused)."""
+    return group_advantages(rewards, group_size, scale="none")
+
+
+@estimator("rloo")
+def rloo_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> torch.Tensor:
+    """RLOO's advantage: each reward minus the mean of the other G - 1 rewards of its group."""
+    _check_rewards(rewards, group_size)
+    r = rewards.double().view(-1, group_size)
+    others = (r.sum(dim=1, keepdim=True) - r) / (group_size - 1)
+    return _like_rewards((r - others).flatten(), rewards)
+
+
+@estimator("reinforce_pp")
+def reinforce_pp_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> torch.Tensor:
+    """REINFORCE++'s advantage: rewards normalised over the batch (``grpo.advantage_ddof``,
+    ``grpo.advantage_eps``), no per-group baseline."""
+    _check_rewards(rewards, group_size)
+    r = rewards.double()
+    return _like_rewards((r - r.mean()) / (r.std(correction=cfg.advantage_ddof) + cfg.advantage_eps), rewards)
 
 
 def gae(

@@ -7,6 +7,7 @@ error names the file and the dotted key.
 
 from __future__ import annotations
 
+import copy
 import difflib
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -377,6 +378,18 @@ class PreflightConfig(_Section):
     )
 
 
+class DynamicSamplingConfig(_Section):
+    """DAPO's dynamic sampling (Yu et al. 2025, section 3.2): groups whose rewards are all equal
+    carry no advantage, so they are dropped and more prompts are drawn to fill the step."""
+
+    enabled: bool = Field(False, description="Drop groups of equal rewards and draw more prompts (DAPO).")
+    max_draws: int = Field(
+        3,
+        ge=1,
+        description="Extra draws of prompts_per_step prompts at most; the step is then filled with dropped groups.",
+    )
+
+
 class RLConfig(_Section):
     """What every RL algorithm shares, so that GRPO and the PPO baseline compare on one budget:
     prompts, samples per prompt, sampling, the rollout and policy engines, mu, the clip range, steps."""
@@ -396,6 +409,21 @@ class RLConfig(_Section):
     aggregation: Literal["grpo", "bnpo", "dr_grpo"] = Field("grpo", description="Token aggregation of the policy loss.")
     mask_truncated_completions: bool = Field(
         False, description="Exclude completions that hit the length cap from the loss."
+    )
+    entropy_coef: float = Field(
+        0.0, ge=0, description="Weight of an entropy bonus subtracted from the policy loss (0: none, as in the paper)."
+    )
+    preset: Literal["none", "dapo"] = Field(
+        "none", description="A named recipe (PRESETS) that sets its keys, except those this file sets itself."
+    )
+    dynamic_sampling: DynamicSamplingConfig = Field(
+        default_factory=DynamicSamplingConfig, description="DAPO's dynamic sampling of informative groups."
+    )
+    overlong_buffer: int = Field(
+        0, ge=0, description="DAPO's soft overlong punishment: tokens before the length cap where it starts (0: off)."
+    )
+    overlong_penalty: float = Field(
+        1.0, ge=0, description="Penalty reached at the length cap, growing linearly across the buffer (DAPO: 1)."
     )
     adaptive_kl: AdaptiveKLConfig = Field(default_factory=AdaptiveKLConfig, description="Adaptive KL control.")
     rollout_engine: Literal["hf", "vllm"] = Field("hf", description="Rollouts with transformers generate or vLLM.")
@@ -417,6 +445,15 @@ class RLConfig(_Section):
     )
     eval_every: int = Field(50, ge=1, description="Greedy val accuracy every N steps.")
     preflight: PreflightConfig = Field(default_factory=PreflightConfig, description="The check before step 1.")
+
+    @model_validator(mode="after")
+    def _overlong_buffer_inside_the_cap(self) -> RLConfig:
+        if self.overlong_buffer >= self.sampling.max_completion_length:
+            raise ValueError(
+                f"overlong_buffer={self.overlong_buffer} must be shorter than "
+                f"sampling.max_completion_length={self.sampling.max_completion_length}"
+            )
+        return self
 
     def generations_at(self, step: int) -> int:
         """G at optimizer step ``step`` under the schedule."""
@@ -457,6 +494,12 @@ class GRPOConfig(_Section):
     beta: float = Field(0.04, ge=0, description="KL penalty weight toward the reference (0: no reference is loaded).")
     ratio_level: Literal["token", "sequence"] = Field(
         "token", description="Importance ratio per token or per sequence."
+    )
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="Estimator of KL(policy || reference) per token (Schulman 2020); k3 as in the paper."
+    )
+    kl_placement: Literal["loss", "reward"] = Field(
+        "loss", description="KL penalty as a loss term (the paper) or subtracted from each reward (PPO-style)."
     )
     advantage_estimator: str = Field(
         "grpo", description="Advantage estimator (grpoflow.advantages.ESTIMATORS), e.g. grpo."
@@ -550,8 +593,42 @@ class OrchestrationConfig(_Section):
     )
 
 
+# Named recipes: the keys each sets, unless the params file sets them itself. A value of the form
+# "cap/N" is the completion cap (rl.sampling.max_completion_length) divided by N.
+PRESETS: dict[str, dict[str, Any]] = {
+    # DAPO (Yu et al. 2025): clip-higher (eps 0.2 low, 0.28 high), the token-level loss, dynamic
+    # sampling, the soft overlong punishment (its buffer was 4k of a 20k cap: a fifth), no KL term.
+    "dapo": {
+        "rl.clip_eps": 0.2,
+        "rl.clip_eps_high": 0.28,
+        "rl.aggregation": "bnpo",
+        "rl.dynamic_sampling.enabled": True,
+        "rl.overlong_buffer": "cap/5",
+        "grpo.beta": 0.0,
+    },
+}
+
+
+def apply_preset(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with the keys of its ``rl.preset`` filled in where it does not set them itself."""
+    name = (raw.get("rl") or {}).get("preset", "none") if isinstance(raw.get("rl"), dict) else "none"
+    if name not in PRESETS:
+        return raw  # "none", or a bad name the schema then reports
+    out = copy.deepcopy(raw)
+    cap = (out["rl"].get("sampling") or {}).get("max_completion_length", SamplingConfig().max_completion_length)
+    for key, value in PRESETS[name].items():
+        if not has_dotted(out, key):
+            set_dotted(out, key, max(1, cap // int(value[4:])) if str(value).startswith("cap/") else value)
+    return out
+
+
 class Params(_Section):
     """A whole parameter set: every section of params/*.yaml."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, raw: Any) -> Any:
+        return apply_preset(raw) if isinstance(raw, dict) else raw
 
     experiment: ExperimentConfig = Field(default_factory=ExperimentConfig, description="Identity and seed of the run.")
     data: DataConfig = Field(default_factory=DataConfig, description="The prepare stage.")

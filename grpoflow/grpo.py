@@ -2,7 +2,9 @@
 
 Group-relative advantages replace the critic; reference log-probs from the frozen reference are
 computed once per batch; mu updates of the clipped objective follow, with old log-probs taken
-once before the first (with mu = 1 they equal the current ones, so no extra forward is needed).
+once before the first (with mu = 1 they equal the current ones, so no extra forward is needed,
+unless the KL penalty is folded into the reward: ``grpo.kl_placement: reward`` needs the sampling
+policy's log-probs before the advantages).
 Rollouts, rewards, metrics and the loop are shared with PPO (:mod:`grpoflow.rl`).
 """
 
@@ -16,7 +18,7 @@ from grpoflow.algorithm import Algorithm
 from grpoflow.config import GRPOConfig, Params
 from grpoflow.engine import optimizer_step
 from grpoflow.logprobs import completion_logprobs
-from grpoflow.losses import grpo_loss
+from grpoflow.losses import grpo_loss, kl_penalised_rewards
 from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
 
 
@@ -29,29 +31,42 @@ class GRPOTrainer(PolicyTrainer):
 
     def update(self, step: int, b: Batch) -> dict[str, float]:
         """mu clipped-surrogate updates of the policy on one batch of groups."""
-        cfg, eng = self.cfg, self.engine
-        adv = ESTIMATORS[self.grpo.advantage_estimator](b.rewards, b.group_size, self.grpo)
+        cfg, eng, g = self.cfg, self.engine, self.grpo
         ref_logp = self._frozen_logprobs(self.ref, b.ids, b.attn, b.start) if self.ref is not None else None
-        old_logp = self._frozen_logprobs(eng.module, b.ids, b.attn, b.start) if cfg.num_iterations > 1 else None
+        in_reward = g.kl_placement == "reward" and ref_logp is not None
+        old_logp = (
+            self._frozen_logprobs(eng.module, b.ids, b.attn, b.start) if cfg.num_iterations > 1 or in_reward else None
+        )
+        rewards, reward_kl = b.rewards, None
+        if in_reward:  # PPO-style: the penalty shapes the reward, and the loss has no KL term
+            rewards, reward_kl = kl_penalised_rewards(
+                b.rewards, old_logp, ref_logp, b.mask, self.state.beta, g.kl_estimator
+            )
+        adv = ESTIMATORS[g.advantage_estimator](rewards, b.group_size, g)
         micro, engines = eng.train_micro_batch_size_per_gpu(), (eng,)
         sums = {M.LOSS: 0.0, M.KL: 0.0, M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
         n = 0
         eng.train()
         for _ in range(cfg.num_iterations):
             for sl in micro_slices(len(b.ids), micro, *engines):
-                logp, ent = completion_logprobs(eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True)
+                logp, ent = completion_logprobs(
+                    eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True, entropy_grad=cfg.entropy_coef > 0
+                )
                 old = old_logp[sl] if old_logp is not None else logp.detach()
                 loss, m = grpo_loss(
                     logp,
                     old,
                     adv[sl],
                     b.mask[sl],
-                    ref_logp=ref_logp[sl] if ref_logp is not None else None,
+                    ref_logp=ref_logp[sl] if ref_logp is not None and not in_reward else None,
                     beta=self.state.beta,
                     clip_eps=cfg.clip_eps,
                     clip_eps_high=cfg.clip_eps_high,
-                    ratio_level=self.grpo.ratio_level,
+                    ratio_level=g.ratio_level,
                     aggregation=cfg.aggregation,
+                    kl_estimator=g.kl_estimator,
+                    entropy=ent,
+                    entropy_coef=cfg.entropy_coef,
                 )
                 if not torch.isfinite(loss):
                     self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
@@ -59,7 +74,10 @@ class GRPOTrainer(PolicyTrainer):
                 optimizer_step(eng)
                 n += 1
                 sums[M.LOSS] += loss.item()
-                sums[M.KL] += m.get(M.KL, 0.0)
+                if M.KL in m:
+                    sums[M.KL] += m[M.KL]
+                elif reward_kl is not None:
+                    sums[M.KL] += masked_mean(reward_kl[sl], b.mask[sl])
                 sums[M.CLIP_RATIO] += m[M.CLIP_RATIO]
                 sums[M.ENTROPY] += masked_mean(ent, b.mask[sl])
         return {k: v / n for k, v in sums.items()}

@@ -11,12 +11,19 @@ from grpoflow.config import Params, batch_problems
 
 # DeepSeekMath (Shao et al. 2024), section 4.2: beta 0.04, 64 samples per question, one update
 # per exploration stage, lr 1e-6, loss = mean over tokens of a sequence, then over sequences.
+# Its estimators: the group z-score advantage, the k3 KL estimate as a loss term; no entropy bonus,
+# no length shaping (DAPO's overlong punishment came later).
 PAPER = {
     "grpo.beta": 0.04,
     "rl.num_generations": 64,
     "rl.aggregation": "grpo",
     "rl.num_iterations": 1,
     "rl.engine.lr": 1e-6,
+    "grpo.advantage_estimator": "grpo",
+    "grpo.kl_estimator": "k3",
+    "grpo.kl_placement": "loss",
+    "rl.entropy_coef": 0.0,
+    "rl.overlong_buffer": 0,
 }
 # TRL's GRPOConfig defaults (1.x): no KL term, the DAPO token-level loss (our "bnpo").
 TRL = {

@@ -7,6 +7,10 @@ Per token (DeepSeekMath, Shao et al. 2024, eq. 3):
     k3      = exp(ref_logp - logp) - (ref_logp - logp) - 1      (Schulman's unbiased KL estimator)
     loss_t  = -surr + beta * k3
 
+k1 (``logp - ref_logp``) and k2 (``(logp - ref_logp)^2 / 2``) are the other two estimators of
+Schulman's "Approximating KL Divergence"; ``grpo.kl_placement: reward`` folds the penalty into the
+reward instead (see :mod:`grpoflow.grpo`).
+
 ``eps_high > eps_low`` is DAPO's "clip-higher" (Yu et al. 2025). Aggregation over tokens:
 ``grpo`` (mean over each sequence, then over sequences; DeepSeekMath), ``bnpo`` (mean over all
 unmasked tokens in the batch; DAPO's token-level loss) and ``dr_grpo`` (sum over tokens divided by
@@ -31,7 +35,7 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) ->
     return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1)
 
 
-def _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level, aggregation, clip_eps):
+def _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level, aggregation, clip_eps, kl_estimator):
     """Shapes and values the loss can use; a ValueError naming the argument otherwise."""
     shape = tuple(logp.shape)
     if logp.dim() != 2:
@@ -53,6 +57,8 @@ def _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level,
         raise ValueError(f"aggregation must be 'grpo', 'bnpo' or 'dr_grpo', got {aggregation!r}")
     if not clip_eps > 0:
         raise ValueError(f"clip_eps must be > 0, got {clip_eps}")
+    if kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl_estimator must be one of {sorted(KL_ESTIMATORS)}, got {kl_estimator!r}")
 
 
 def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: Aggregation) -> torch.Tensor:
@@ -69,6 +75,37 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1
 
 
+def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token ``logp - ref``: unbiased for ``KL(pi || pi_ref)`` on samples of pi, high variance, may be < 0."""
+    return logp - ref_logp
+
+
+def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token ``(logp - ref)^2 / 2``: biased, low variance, always >= 0."""
+    return 0.5 * (logp - ref_logp) ** 2
+
+
+# Schulman, "Approximating KL Divergence" (2020): estimators of KL(pi || pi_ref) from samples of pi.
+KLEstimator = Literal["k1", "k2", "k3"]
+KL_ESTIMATORS = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
+
+
+def kl_penalised_rewards(
+    rewards: torch.Tensor,
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    mask: torch.Tensor,
+    beta: float,
+    estimator: KLEstimator = "k3",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The KL penalty folded into the reward (InstructGPT, Ouyang et al. 2022, eq. 2; verl's
+    ``use_kl_in_reward``): ``r_i - beta * sum_t KL_t`` over completion ``i``'s tokens, with ``logp``
+    the sampling policy's log-probs. Returns the new rewards ``(N,)`` and the per-token KL ``(N, T)``."""
+    keep = mask.bool()
+    kl = torch.where(keep, KL_ESTIMATORS[estimator](logp.detach(), ref_logp.detach()), torch.zeros_like(logp))
+    return rewards - beta * kl.sum(dim=1).to(rewards.dtype), kl
+
+
 def grpo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -81,6 +118,9 @@ def grpo_loss(
     clip_eps_high: float | None = None,
     ratio_level: RatioLevel = "token",
     aggregation: Aggregation = "grpo",
+    kl_estimator: KLEstimator = "k3",
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The GRPO loss to minimise, and diagnostics.
 
@@ -97,10 +137,13 @@ def grpo_loss(
         ratio_level: ``"token"`` (one ratio per token) or ``"sequence"`` (``exp`` of the masked mean
             of the token log-ratio, broadcast over the sequence; GSPO-style length-normalised).
         aggregation: ``"grpo"``, ``"bnpo"`` or ``"dr_grpo"`` (see the module docstring).
+        kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"`` (:data:`KL_ESTIMATORS`) for the KL term.
+        entropy, entropy_coef: per-token entropies (with gradient) and the weight of the bonus
+            ``-entropy_coef * entropy`` added per token (none when the weight is 0).
     Returns:
         ``(loss, metrics)`` with metrics ``kl`` (with a reference), ``clip_ratio``, ``ratio_mean``.
     """
-    _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level, aggregation, clip_eps)
+    _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level, aggregation, clip_eps, kl_estimator)
     keep = mask.bool()
     m = keep.to(logp.dtype)
     # Zero the padding first: it may hold inf/NaN log-probs, and inf * 0 is NaN (in the
@@ -117,9 +160,13 @@ def grpo_loss(
     per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, low, high) * adv)
     metrics: dict[str, float] = {}
     if ref_logp is not None:
-        kl = kl_k3(lp, torch.where(keep, ref_logp.detach(), zeros))
+        kl = KL_ESTIMATORS[kl_estimator](lp, torch.where(keep, ref_logp.detach(), zeros))
         per_token = per_token + beta * kl
         metrics[M.KL] = _masked_mean(kl.detach(), m).item()
+    if entropy_coef:
+        if entropy is None or tuple(entropy.shape) != tuple(logp.shape):
+            raise ValueError(f"an entropy bonus needs entropy of logp's shape {tuple(logp.shape)}")
+        per_token = per_token - entropy_coef * torch.where(keep, entropy, zeros)
     loss = _aggregate(per_token, m, aggregation)
     clipped = ((ratio < low) & (adv < 0)) | ((ratio > high) & (adv > 0))
     metrics[M.CLIP_RATIO] = _masked_mean(clipped.to(logp.dtype), m).item()

@@ -9,6 +9,8 @@ REWARD_MEAN = "reward_mean"
 REWARD_STD = "reward_std"
 GROUP_REWARD_STD = "group_reward_std"
 FRAC_ZERO_STD_GROUPS = "frac_zero_std_groups"
+DYNAMIC_SAMPLING_DRAWS = "dynamic_sampling_draws"  # extra prompt draws of DAPO's dynamic sampling
+FRAC_DROPPED_GROUPS = "frac_dropped_groups"  # share of sampled groups it left out of the step
 REWARD_PREFIX = "reward/"  # + verifier name: each component of the reward
 KL = "kl"
 KL_COEF = "kl_coef"
@@ -42,6 +44,8 @@ HISTORY_FIELDS = [
     REWARD_STD,
     GROUP_REWARD_STD,
     FRAC_ZERO_STD_GROUPS,
+    DYNAMIC_SAMPLING_DRAWS,
+    FRAC_DROPPED_GROUPS,
     KL,
     KL_COEF,
     LOSS,
@@ -81,7 +85,15 @@ SUMMARY = "summary/"
 _GROUPS = {
     EVAL: (VAL_ACCURACY,),
     PERF: (ROLLOUT_TOKENS_PER_S, UPDATE_TOKENS_PER_S, STEP_SECONDS, ROLLOUT_SECONDS, UPDATE_SECONDS, PEAK_MEMORY_MB),
-    ROLLOUT: (COMPLETION_LENGTH_MEAN, COMPLETION_LENGTH_MAX, FRAC_TRUNCATED, FRAC_ZERO_STD_GROUPS, GROUP_REWARD_STD),
+    ROLLOUT: (
+        COMPLETION_LENGTH_MEAN,
+        COMPLETION_LENGTH_MAX,
+        FRAC_TRUNCATED,
+        FRAC_ZERO_STD_GROUPS,
+        GROUP_REWARD_STD,
+        DYNAMIC_SAMPLING_DRAWS,
+        FRAC_DROPPED_GROUPS,
+    ),
     SCHEDULE: (KL_COEF, NUM_GENERATIONS, MAX_COMPLETION_LENGTH, MICRO_BATCH_SIZE, LR),
 }
 _GROUP_OF = {key: prefix for prefix, keys in _GROUPS.items() for key in keys}

@@ -104,7 +104,9 @@ class PPOTrainer(PolicyTrainer):
         critic.train()
         for _ in range(cfg.num_iterations):
             for sl in micro_slices(len(b.ids), micro, *engines):
-                logp, ent = completion_logprobs(eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True)
+                logp, ent = completion_logprobs(
+                    eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True, entropy_grad=cfg.entropy_coef > 0
+                )
                 loss, m = grpo_loss(
                     logp,
                     old_logp[sl],
@@ -113,6 +115,8 @@ class PPOTrainer(PolicyTrainer):
                     clip_eps=cfg.clip_eps,
                     clip_eps_high=cfg.clip_eps_high,
                     aggregation=cfg.aggregation,
+                    entropy=ent,
+                    entropy_coef=cfg.entropy_coef,
                 )
                 if not torch.isfinite(loss):
                     self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged

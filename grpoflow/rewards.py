@@ -39,6 +39,16 @@ class WeightedReward:
         return total, parts
 
 
+def overlong_penalty(lengths: torch.Tensor, max_length: int, buffer: int, penalty: float = 1.0) -> torch.Tensor:
+    """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13), times ``penalty``: 0 up to
+    ``max_length - buffer`` tokens, then falling linearly to ``-penalty`` at ``max_length`` (and
+    below it beyond). A completion cut at the cap gets the whole penalty."""
+    if not 0 < buffer < max_length:
+        raise ValueError(f"the overlong buffer must be in (0, {max_length}) tokens, got {buffer}")
+    excess = (lengths.float() - (max_length - buffer)).clamp(min=0)
+    return -penalty * (excess / buffer).clamp(max=1.0)
+
+
 def create_verifier(params: Params, name: str, *, workers: int = 1) -> verifiers.Verifier:
     """Verifier ``name`` with the options its ``rewards`` entry gives (defaults if it has none),
     the run's sandbox limits, and ``workers`` processes for CPU-heavy checks."""

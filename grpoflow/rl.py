@@ -22,8 +22,8 @@ from grpoflow.config import RLConfig
 from grpoflow.health import HealthMonitor, Symptom
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.prompting import Prompter
-from grpoflow.rewards import WeightedReward
-from grpoflow.rollout import RolloutEngine, Rollouts, Sampling
+from grpoflow.rewards import WeightedReward, overlong_penalty
+from grpoflow.rollout import RolloutEngine, Rollouts, Sampling, concat_rollouts
 
 
 @dataclass
@@ -128,6 +128,36 @@ class Batch:
     group_size: int
 
 
+@dataclass
+class Scored:
+    """Rollouts, each completion's task row, and their rewards: the total and each component."""
+
+    rollouts: Rollouts
+    rows: list[dict]
+    total: torch.Tensor
+    parts: dict[str, torch.Tensor]
+
+    def group(self, i: int, g: int) -> Scored:
+        """Group ``i`` (its G completions)."""
+        idx = list(range(i * g, (i + 1) * g))
+        return Scored(
+            self.rollouts.select(idx),
+            self.rows[i * g : (i + 1) * g],
+            self.total[i * g : (i + 1) * g],
+            {k: v[i * g : (i + 1) * g] for k, v in self.parts.items()},
+        )
+
+    @staticmethod
+    def join(groups: list[Scored], pad_id: int) -> Scored:
+        """Groups as one batch, in order."""
+        return Scored(
+            concat_rollouts([s.rollouts for s in groups], pad_id),
+            [r for s in groups for r in s.rows],
+            torch.cat([s.total for s in groups]),
+            {k: torch.cat([s.parts[k] for s in groups]) for k in groups[0].parts},
+        )
+
+
 class PolicyTrainer:
     """The loop shared by GRPO and PPO. ``cfg`` is the ``rl`` section: the budget both use.
 
@@ -160,9 +190,13 @@ class PolicyTrainer:
         self.state = LoopState(beta=kl_coef)
 
     # -- one step ---------------------------------------------------------------------------
-    def _rollouts(self, step: int, g: int) -> tuple[Rollouts, list[dict]]:
-        """This process's share of the step's prompts, G completions each, and each completion's row."""
-        idx = prompt_indices(len(self.prompts), self.cfg.prompts_per_step, step, self.seed)[self.rank :: self.world]
+    def _rollouts(self, step: int, g: int, draw: int = 0) -> tuple[Rollouts, list[dict]]:
+        """This process's share of the step's prompts, G completions each, and each completion's row.
+        ``draw`` > 0: another set of prompts for the same step (dynamic sampling), fixed by it too."""
+        seed = (
+            self.seed if draw == 0 else hash((self.seed, 1_000_003, draw)) % 2**31
+        )  # ints hash the same in every process
+        idx = prompt_indices(len(self.prompts), self.cfg.prompts_per_step, step, seed)[self.rank :: self.world]
         rows = [self.prompts[i] for i in idx]
         s = self.cfg.sampling
         sampling = Sampling(s.temperature, s.top_p, self.max_completion_length)
@@ -170,9 +204,46 @@ class PolicyTrainer:
             [self.prompter.prompt(r["prompt"]) for r in rows],
             g,
             sampling,
-            seed=hash((self.seed, step, self.rank)) % 2**31,
+            seed=hash((self.seed, step, self.rank) + ((draw,) if draw else ())) % 2**31,
         )
         return ro, [r for r in rows for _ in range(g)]
+
+    def _scored(self, step: int, g: int, draw: int = 0) -> Scored:
+        """Rollouts (an out-of-memory error on any process raised on all) and their rewards."""
+        ro, rows = self._rollouts_on_every_rank(step, g, draw)
+        total, parts = self.reward(ro.texts, rows)
+        return Scored(ro, rows, total, parts)
+
+    def _informative(self, step: int, g: int, first: Scored) -> tuple[Scored, dict[str, float]]:
+        """DAPO's dynamic sampling: this process's groups with unequal rewards, drawing more prompts
+        (at most ``max_draws`` times, every process drawing as long as one still needs to) until it
+        has as many as it started with; short of that, groups of equal rewards fill the step."""
+        want, batches, draws = len(first.rows) // g, [first], 0
+        kept: list[tuple[int, int]] = []  # (batch, group) of groups with unequal rewards
+        spare: list[tuple[int, int]] = []
+        while True:
+            batch = batches[-1]
+            std = batch.total.view(-1, g).std(dim=1, correction=0)
+            for i, informative in enumerate((std > 1e-6).tolist()):
+                (kept if informative else spare).append((len(batches) - 1, i))
+            if draws == self.cfg.dynamic_sampling.max_draws or not self._anyone(len(kept) < want):
+                break
+            draws += 1
+            batches.append(self._scored(step, g, draws))
+        chosen = (kept + spare)[:want]
+        sampled = sum(len(b.rows) // g for b in batches)
+        return Scored.join([b.group(i, g) for b, i in ((batches[j], i) for j, i in chosen)], self.tok.pad_token_id), {
+            M.DYNAMIC_SAMPLING_DRAWS: float(draws),
+            M.FRAC_DROPPED_GROUPS: (sampled - want) / sampled,  # sampled, then left out of the step
+        }
+
+    def _anyone(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on any process (every process must call this together)."""
+        if self.world == 1:
+            return flag
+        t = torch.tensor([1.0 if flag else 0.0], device=self.engine.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
 
     def _inputs(self, ro: Rollouts):
         ids = torch.cat([ro.prompt_ids, ro.completion_ids], dim=1)
@@ -244,11 +315,11 @@ class PolicyTrainer:
             )
         )
 
-    def _rollouts_on_every_rank(self, step: int, g: int) -> tuple[Rollouts, list[dict]]:
+    def _rollouts_on_every_rank(self, step: int, g: int, draw: int = 0) -> tuple[Rollouts, list[dict]]:
         """Rollouts, with an out-of-memory error on any process raised on all of them: before
         the update's first collective, so that every process backs off together."""
         try:
-            out, error = self._rollouts(step, g), None
+            out, error = self._rollouts(step, g, draw), None
         except torch.OutOfMemoryError as exc:
             out, error = None, exc
         if self.world > 1:
@@ -265,9 +336,17 @@ class PolicyTrainer:
         cfg, eng = self.cfg, self.engine
         g = self.generations(step)
         t0 = time.perf_counter()
-        ro, rows = self._rollouts_on_every_rank(step, g)
+        scored, sampling_metrics = self._scored(step, g), dict[str, float]()
+        if cfg.dynamic_sampling.enabled:
+            scored, sampling_metrics = self._informative(step, g, scored)
+        ro, total, parts = scored.rollouts, scored.total, scored.parts
         t_rollout = time.perf_counter() - t0
-        total, parts = self.reward(ro.texts, rows)
+        if cfg.overlong_buffer and self.max_completion_length > 1:  # logged as a reward component
+            buffer = min(cfg.overlong_buffer, self.max_completion_length - 1)  # a back-off may shorten the cap
+            parts["overlong"] = overlong_penalty(
+                ro.completion_mask.sum(1), self.max_completion_length, buffer, cfg.overlong_penalty
+            )
+            total = total + parts["overlong"]
         ids, attn, mask, start = self._inputs(ro)
         t1 = time.perf_counter()
         self._set_batch(len(ids))  # G may change with the schedule or a back-off
@@ -289,6 +368,7 @@ class PolicyTrainer:
                 M.FRAC_TRUNCATED: float(ro.truncated.float().mean()),
                 M.ROLLOUT_TOKENS_PER_S: ro.num_completion_tokens / max(ro.seconds, 1e-9),
                 M.UPDATE_TOKENS_PER_S: float(attn.sum()) * cfg.num_iterations / max(t_update, 1e-9),
+                **sampling_metrics,
                 **{f"{M.REWARD_PREFIX}{k}": float(v.mean()) for k, v in parts.items()},
             }
         )

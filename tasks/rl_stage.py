@@ -167,16 +167,15 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
         try:
             rl_run.trainer.train(on_step=on_step, on_checkpoint=on_checkpoint, evaluate=rl_run.evaluate)
         except (TrainingDiverged, OutOfMemoryAfterBackoff) as exc:
-            if console:
-                console.close()
             reason = "diverged" if isinstance(exc, TrainingDiverged) else "out_of_memory"
             if lead:
                 mlflow.set_tag("health", reason)
                 print(f"{name}: STOPPED: {exc}", file=sys.stderr)
                 events.emit(events.STOPPED, name, reason=reason, message=str(exc))
             raise SystemExit(EXIT_VERDICT) from None
-        if console:
-            console.close()
+        finally:
+            if console:
+                console.close()
         rl_run.export(out)
         leave_distributed()
         if not lead:

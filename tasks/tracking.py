@@ -77,8 +77,9 @@ class StepLogger:
     (:func:`grpoflow.metric_names.tracked`).
 
     Schedule values (KL coefficient, G, lengths, micro-batch, learning rate) are params; they are
-    charted only where a schedule or an OOM back-off moves them: from the step before the first
-    move, and their last value at the end so the line reaches it.
+    charted only where a schedule or an OOM back-off moves them: each move with the value it held
+    until the step before (so the chart steps rather than slopes), and the last value at the end
+    so the line reaches it.
     """
 
     def __init__(self) -> None:
@@ -95,12 +96,10 @@ class StepLogger:
             if M.is_schedule(name):
                 previous = self._last.get(name)
                 self._last[name] = (step, value)
-                if previous is None or (previous[1] == value and name not in self._drawn):
+                if previous is None or previous[1] == value:
                     continue
-                if name not in self._drawn:
+                if previous[0] > self._drawn.get(name, -1):  # the value held until the step before: a step, not a slope
                     mlflow.log_metric(name, previous[1], step=previous[0])
-                if previous[1] == value:
-                    continue
                 self._drawn[name] = step
             batch[name] = value
         mlflow.log_metrics(batch, step=step)
@@ -169,6 +168,9 @@ def log_cached_stage(
     with _run(stage, params, params_file, parent_run_id, **tags) as run:
         for path in metrics_files:
             if Path(path).is_file():
-                log_summary(json.loads(Path(path).read_text()))
+                metrics = json.loads(Path(path).read_text())
+                log_summary(metrics)
+                if "algorithm" in metrics:  # a training stage's: a param, as on the run that trained
+                    mlflow.log_param("algorithm", metrics["algorithm"])
                 mlflow.log_artifact(path)
         return run.info.run_id

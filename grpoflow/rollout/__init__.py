@@ -41,6 +41,46 @@ class Rollouts:
         """Completion tokens generated, EOS included."""
         return int(self.completion_mask.sum())
 
+    def select(self, rows: list[int]) -> Rollouts:
+        """The completions at ``rows`` (indices into the N), in that order."""
+        idx = torch.tensor(rows, dtype=torch.long)
+        pick = lambda t: None if t is None else t[idx]  # noqa: E731
+        return Rollouts(
+            self.prompt_ids[idx],
+            self.prompt_mask[idx],
+            self.completion_ids[idx],
+            self.completion_mask[idx],
+            [self.texts[i] for i in rows],
+            self.truncated[idx],
+            self.seconds,
+            pick(self.sampler_logprobs),
+        )
+
+
+def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
+    """One batch of several: prompts left-padded to the widest, completions right-padded (``pad_id``,
+    mask 0), texts in order, seconds summed."""
+
+    def pad(tensors: list[torch.Tensor], left: bool, value: float) -> torch.Tensor:
+        width = max(t.shape[1] for t in tensors)
+        out = []
+        for t in tensors:
+            fill = t.new_full((t.shape[0], width - t.shape[1]), value)
+            out.append(torch.cat([fill, t] if left else [t, fill], dim=1))
+        return torch.cat(out)
+
+    logprobs = [p.sampler_logprobs for p in parts]
+    return Rollouts(
+        pad([p.prompt_ids for p in parts], True, pad_id),
+        pad([p.prompt_mask for p in parts], True, 0),
+        pad([p.completion_ids for p in parts], False, pad_id),
+        pad([p.completion_mask for p in parts], False, 0),
+        [text for p in parts for text in p.texts],
+        torch.cat([p.truncated for p in parts]),
+        sum(p.seconds for p in parts),
+        None if any(lp is None for lp in logprobs) else pad(logprobs, False, 0.0),
+    )
+
 
 class RolloutEngine(Protocol):
     """What a rollout engine offers the trainer."""

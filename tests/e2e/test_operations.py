@@ -131,7 +131,12 @@ return [[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {l
     # Every curve has one point per step at its own step, summaries have names of their own.
     for name in ("learning/reward_mean", "learning/grad_norm", "perf/rollout_tokens_per_s", "perf/peak_memory_mb"):
         assert [m.step for m in client.get_metric_history(grpo.info.run_id, name)] == [0, 1, 2], name
-    assert all(m.value > 0 for m in client.get_metric_history(grpo.info.run_id, "learning/grad_norm"))
+    # The true norm (DeepSpeed reports none at ZeRO 0): zero only at a step where no group had a learning
+    # signal (equal rewards in every group; the smoke model often scores 0 throughout), positive elsewhere.
+    history = {name: {m.step: m.value for m in client.get_metric_history(grpo.info.run_id, name)}
+               for name in ("learning/grad_norm", "rollout/frac_zero_std_groups")}
+    for step, norm in history["learning/grad_norm"].items():
+        assert norm > 0 or history["rollout/frac_zero_std_groups"][step] == 1.0, (step, history)
     assert not any(k.startswith("schedule/") for k in grpo.data.metrics)  # constants: params, not charts
     assert grpo.data.metrics["summary/steps"] == 3
     assert json.loads((project / "metrics" / "grpo.json").read_text())["steps"] == 3

@@ -140,3 +140,53 @@ def test_masked_whiten_zero_mean_unit_var_on_mask():
     w = masked_whiten(x, m)
     assert close(w[0, :3].mean(), 0.0) and close(w[0, :3].pow(2).mean(), 1.0, tol=1e-3)
     assert w[0, 3] == 0
+
+
+# --- the critic-free relatives, each against a computation written out independently --------------
+
+def _cfg(**kw):
+    from grpoflow.config import validate_params
+
+    return validate_params({"grpo": kw}).grpo
+
+
+def test_rloo_is_each_reward_minus_the_mean_of_the_others_by_hand():
+    from grpoflow.advantages import ESTIMATORS
+
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 3.0, 3.0, 0.0, 6.0])
+    # group 1: 1 - (0+0+1)/3 = 2/3, 0 - 2/3, 0 - 2/3, 1 - 1/3; group 2: 3 - 3, 3 - 3, 0 - 4, 6 - 2
+    expected = torch.tensor([2 / 3, -2 / 3, -2 / 3, 2 / 3, 0.0, 0.0, -4.0, 4.0])
+    assert torch.allclose(ESTIMATORS["rloo"](rewards, 4, _cfg()), expected)
+
+
+def test_dr_grpo_only_centres_and_reinforce_pp_normalises_over_the_batch_by_hand():
+    from grpoflow.advantages import ESTIMATORS
+
+    rewards = torch.tensor([1.0, 0.0, 2.0, 2.0])
+    assert torch.allclose(ESTIMATORS["dr_grpo"](rewards, 2, _cfg(advantage_scale="group")),
+                          torch.tensor([0.5, -0.5, 0.0, 0.0]))
+    # batch mean 1.25, population std sqrt(((-.25)^2 + 1.25^2 + .75^2 + .75^2) / 4) = sqrt(0.6875)
+    std = 0.6875 ** 0.5
+    expected = torch.tensor([-0.25, -1.25, 0.75, 0.75]) / (std + 1e-4)
+    assert torch.allclose(ESTIMATORS["reinforce_pp"](rewards, 2, _cfg()), expected)
+
+
+@given(st.integers(2, 6).flatmap(lambda g: st.tuples(st.just(g), st.lists(st.floats(-5, 5), min_size=g, max_size=4 * g)
+                                                         .filter(lambda r: len(r) % g == 0))))
+def test_rloo_is_dr_grpo_scaled_by_g_over_g_minus_one(case):
+    from grpoflow.advantages import ESTIMATORS
+
+    g, values = case
+    rewards = torch.tensor(values, dtype=torch.float64)
+    rloo, dr = ESTIMATORS["rloo"](rewards, g, _cfg()), ESTIMATORS["dr_grpo"](rewards, g, _cfg())
+    assert torch.allclose(rloo, dr * g / (g - 1), atol=1e-9)
+    assert torch.allclose(rloo.view(-1, g).sum(1), torch.zeros(len(values) // g, dtype=torch.float64), atol=1e-9)
+
+
+def test_every_estimator_is_a_setting_and_an_unknown_one_is_refused():
+    from grpoflow.config import ConfigError, validate_params
+
+    for name in ("grpo", "dr_grpo", "rloo", "reinforce_pp"):
+        assert validate_params({"grpo": {"advantage_estimator": name}}).grpo.advantage_estimator == name
+    with pytest.raises(ConfigError, match="rloo"):
+        validate_params({"grpo": {"advantage_estimator": "rlo"}})

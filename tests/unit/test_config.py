@@ -120,3 +120,16 @@ def test_has_dotted_sees_only_what_the_file_spells_out():
     assert has_dotted(raw, "rl.steps") and has_dotted(raw, "rl.sampling")  # falsy values are there
     assert not has_dotted(raw, "rl.sampling.temperature")  # below a None
     assert not has_dotted(raw, "grpo.beta") and not has_dotted(raw, "ppo")
+
+
+def test_the_dapo_preset_sets_its_recipe_except_what_the_file_sets_itself():
+    from grpoflow.config import ConfigError, validate_params
+
+    p = validate_params({"rl": {"preset": "dapo", "sampling": {"max_completion_length": 100}}})
+    assert (p.rl.clip_eps, p.rl.clip_eps_high, p.rl.aggregation, p.rl.dynamic_sampling.enabled, p.rl.overlong_buffer,
+            p.grpo.beta) == (0.2, 0.28, "bnpo", True, 20, 0.0)  # the buffer: a fifth of the cap, as in the paper
+    mine = validate_params({"rl": {"preset": "dapo", "clip_eps_high": 0.3}, "grpo": {"beta": 0.01}})
+    assert mine.rl.clip_eps_high == 0.3 and mine.grpo.beta == 0.01 and mine.rl.aggregation == "bnpo"
+    assert validate_params({}).rl.dynamic_sampling.enabled is False  # no preset: the paper's GRPO
+    with pytest.raises(ConfigError, match="rl.preset"):
+        validate_params({"rl": {"preset": "dapo2"}})

@@ -22,11 +22,13 @@ def test_one_row_per_experiment_newest_first_with_the_reference_first():
     assert [r["experiment"] for r in rows] == ["new-run", "old-run"]
     assert rows[0] == {"experiment": "new-run", "created": "2026-12-01 09:30", "params": "params/default.yaml",
                        "overrides": "rl.steps=3", "pass@1 sft": 0.25, "pass@1 grpo": 0.25, "pass@1 ppo": 0.5,
-                       "s/step grpo": 1.5, "s/step ppo": None, "winner": "ppo"}
+                       "s/step grpo": 1.5, "winner": "ppo"}
+    rows[1]["s/step ppo"] = 2.0  # a column only some rows have
     lines = format_rows(rows).splitlines()
     assert lines[0].split() == ["experiment", "created", "params", "overrides", "pass@1", "sft", "pass@1", "grpo",
-                                "pass@1", "ppo", "s/step", "grpo", "s/step", "ppo", "winner"]
-    assert lines[1].split()[-6:] == ["0.250", "0.250", "0.500", "1.500", "-", "ppo"]
+                                "pass@1", "ppo", "s/step", "grpo", "winner", "s/step", "ppo"]
+    assert lines[1].split()[-6:] == ["0.250", "0.250", "0.500", "1.500", "ppo", "-"]
+    assert lines[2].split()[-2:] == ["grpo", "2.000"]
 
 
 def test_no_experiment_says_how_one_is_made():

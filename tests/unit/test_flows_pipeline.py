@@ -94,9 +94,10 @@ def test_the_mlflow_link_points_at_the_tracking_server_in_use(monkeypatch):
     from flows.pipeline import _mlflow_link
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://mlflow.example.org/")
-    assert _mlflow_link("3", "abc") == "https://mlflow.example.org/#/experiments/3/runs/abc"
+    view = "?workflowType=machine_learning"  # MLflow 3 opens on its GenAI view otherwise
+    assert _mlflow_link("3", "abc") == f"https://mlflow.example.org/#/experiments/3/runs/abc{view}"
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    assert _mlflow_link("3", "abc") == "http://127.0.0.1:5000/#/experiments/3/runs/abc"  # make ui over mlflow.db
+    assert _mlflow_link("3", "abc") == f"http://127.0.0.1:5000/#/experiments/3/runs/abc{view}"  # make ui over mlflow.db
 
 
 def test_the_set_is_validated_as_it_will_run_with_the_workspace_held(project):
@@ -221,3 +222,17 @@ def test_a_chat_prompt_for_a_model_without_a_chat_template_fails_before_any_stag
     assert "prompt.style is 'chat' but the model's tokenizer has no chat template" in model_problem(params)
     gguf = load_params("params/default.yaml", {"model.name_or_path": "package:no-such-dist/m.gguf"})
     assert "model.name_or_path: package 'no-such-dist' is not installed" in model_problem(gguf)
+
+
+def test_only_dvcs_git_advice_is_dropped_from_a_stage_log():
+    from flows.pipeline import DvcAdvice
+
+    lines = ["Running stage 'grpo':", "grpo step 1/2: reward 0.5", "git add is what the stage printed itself",
+             "Updating lock file 'dvc.lock'", "To track the changes with git, run:", "\tgit add dvc.lock models/.gitignore",
+             "To enable auto staging, run:", "\tdvc config core.autostage true",
+             "Use `dvc push` to send your updates to remote storage.", "git add after the block is shown again"]
+    advice = DvcAdvice()
+    assert [line for line in lines if not advice.hides(line)] == [
+        "Running stage 'grpo':", "grpo step 1/2: reward 0.5", "git add is what the stage printed itself",
+        "Updating lock file 'dvc.lock'", "git add after the block is shown again"]
+

@@ -17,3 +17,17 @@ def test_lint_reports_differences_and_batches_that_do_not_split_over_the_process
     assert any("DeepSeekMath: 64" in m for m in infos) and any("TRL default: 0.0" in m for m in infos)
     assert not any("grpo.beta" in f.message for f in lint(params, "ppo"))  # PPO is compared on the shared budget only
     assert not [f for f in lint(validate_params({}), "grpo", 1) if f.level == "error"]
+
+
+def test_each_estimator_and_shaping_option_says_where_it_departs_from_the_paper():
+    from grpoflow.config import validate_params
+    from grpoflow.lint import lint
+
+    params = validate_params({"grpo": {"advantage_estimator": "rloo", "kl_estimator": "k1", "kl_placement": "reward"},
+                              "rl": {"entropy_coef": 0.01, "overlong_buffer": 8}})
+    lines = {f.message for f in lint(params, "grpo")}
+    for expected in ("grpo.advantage_estimator = rloo (DeepSeekMath: grpo)", "grpo.kl_estimator = k1 (DeepSeekMath: k3)",
+                     "grpo.kl_placement = reward (DeepSeekMath: loss)", "rl.entropy_coef = 0.01 (DeepSeekMath: 0.0)",
+                     "rl.overlong_buffer = 8 (DeepSeekMath: 0)"):
+        assert expected in lines
+    assert not any("kl_estimator" in m or "entropy_coef" in m for m in {f.message for f in lint(validate_params({}), "grpo")})

@@ -158,3 +158,64 @@ def test_clipped_tokens_get_no_policy_gradient(b):
     a = adv.unsqueeze(1)
     clipped = (((ratio < 0.8) & (a < 0)) | ((ratio > 1.2) & (a > 0))) & mask.bool()
     assert (lp.grad[clipped] == 0).all()
+
+
+# --- KL estimators, KL in the reward, entropy bonus ------------------------------------------------
+
+def test_the_three_kl_estimators_by_hand():
+    from grpoflow.losses import KL_ESTIMATORS
+
+    logp, ref = torch.tensor([math.log(0.5)], dtype=torch.float64), torch.tensor([math.log(0.25)], dtype=torch.float64)
+    # log-ratio logp - ref = log 2; k1 = log 2, k2 = (log 2)^2 / 2, k3 = 1/2 - 1 + log 2
+    assert KL_ESTIMATORS["k1"](logp, ref).item() == pytest.approx(math.log(2))
+    assert KL_ESTIMATORS["k2"](logp, ref).item() == pytest.approx(math.log(2) ** 2 / 2)
+    assert KL_ESTIMATORS["k3"](logp, ref).item() == pytest.approx(0.5 - 1 + math.log(2))
+
+
+def test_kl_estimators_average_to_the_true_kl_on_samples_of_the_policy():
+    # pi = (0.7, 0.3), ref = (0.4, 0.6): KL(pi || ref) exactly, against the estimators' expectation under pi.
+    pi, ref = torch.tensor([0.7, 0.3], dtype=torch.float64), torch.tensor([0.4, 0.6], dtype=torch.float64)
+    true_kl = float((pi * (pi / ref).log()).sum())
+    from grpoflow.losses import KL_ESTIMATORS
+
+    for name in ("k1", "k3"):  # the unbiased two
+        assert float((pi * KL_ESTIMATORS[name](pi.log(), ref.log())).sum()) == pytest.approx(true_kl)
+    assert float((pi * KL_ESTIMATORS["k2"](pi.log(), ref.log())).sum()) != pytest.approx(true_kl)  # k2 is biased
+
+
+def test_the_loss_uses_the_chosen_estimator_for_its_kl_term():
+    logp = torch.tensor([[math.log(0.5), math.log(0.5)]], dtype=torch.float64, requires_grad=True)
+    ref = torch.full((1, 2), math.log(0.25), dtype=torch.float64)
+    zeros = torch.zeros(1, dtype=torch.float64)
+    for name, per_token in (("k1", math.log(2)), ("k2", math.log(2) ** 2 / 2), ("k3", math.log(2) - 0.5)):
+        loss, m = grpo_loss(logp, logp.detach(), zeros, torch.ones(1, 2), ref_logp=ref, beta=0.1, kl_estimator=name)
+        assert m["kl"] == pytest.approx(per_token) and loss.item() == pytest.approx(0.1 * per_token)
+    with pytest.raises(ValueError, match="kl_estimator"):
+        grpo_loss(logp, logp.detach(), zeros, torch.ones(1, 2), ref_logp=ref, beta=0.1, kl_estimator="k4")
+
+
+def test_kl_in_the_reward_subtracts_beta_times_each_completions_summed_kl():
+    from grpoflow.losses import kl_penalised_rewards
+
+    logp = torch.tensor([[0.0, -1.0, float("-inf")], [-2.0, 0.0, 0.0]])
+    ref = torch.tensor([[-1.0, -1.0, 0.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    rewards, kl = kl_penalised_rewards(torch.tensor([1.0, 0.0]), logp, ref, mask, beta=0.5, estimator="k1")
+    # k1 = logp - ref on kept tokens: (1, 0) and (-2); padding (even -inf) counts 0
+    assert torch.equal(kl, torch.tensor([[1.0, 0.0, 0.0], [-2.0, 0.0, 0.0]]))
+    assert torch.allclose(rewards, torch.tensor([1.0 - 0.5 * 1.0, 0.0 + 0.5 * 2.0]))
+
+
+def test_the_entropy_bonus_lowers_the_loss_and_its_gradient_raises_entropy():
+    logits = torch.tensor([[[2.0, 0.0, -1.0]]], requires_grad=True)
+    logp_all = logits.log_softmax(-1)
+    logp, entropy = logp_all[..., 0], -(logp_all.exp() * logp_all).sum(-1)
+    zeros = torch.zeros(1)
+    plain, _ = grpo_loss(logp, logp.detach(), zeros, torch.ones(1, 1))
+    bonus, _ = grpo_loss(logp, logp.detach(), zeros, torch.ones(1, 1), entropy=entropy, entropy_coef=0.1)
+    assert bonus.item() == pytest.approx(plain.item() - 0.1 * entropy.item())
+    bonus.backward()
+    stepped = (logits - 1.0 * logits.grad).log_softmax(-1)  # one gradient step on the loss
+    assert -(stepped.exp() * stepped).sum().item() > entropy.item()
+    with pytest.raises(ValueError, match="entropy"):
+        grpo_loss(logp, logp.detach(), zeros, torch.ones(1, 1), entropy_coef=0.1)

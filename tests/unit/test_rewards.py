@@ -27,3 +27,23 @@ def test_the_reward_runs_code_with_the_params_sandbox_limits():
     assert create_verifier(params, "code").sandbox == params.sandbox
     component = build_reward(params).components[0]
     assert component.score.__self__.sandbox.wall_seconds == 1.5
+
+
+def test_dapo_overlong_punishment_by_hand():
+    import pytest
+
+    from grpoflow.rewards import overlong_penalty
+
+    lengths = torch.tensor([10, 12, 14, 16, 20])  # cap 16, buffer 4: the ramp runs over 12..16
+    assert torch.allclose(overlong_penalty(lengths, 16, 4, penalty=0.5), torch.tensor([0.0, 0.0, -0.25, -0.5, -0.5]))
+    with pytest.raises(ValueError, match="overlong buffer"):
+        overlong_penalty(lengths, 16, 16)
+
+
+def test_the_overlong_buffer_must_fit_under_the_length_cap():
+    import pytest
+
+    from grpoflow.config import ConfigError, validate_params
+
+    with pytest.raises(ConfigError, match="overlong_buffer"):
+        validate_params({"rl": {"overlong_buffer": 64, "sampling": {"max_completion_length": 64}}})

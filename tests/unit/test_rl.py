@@ -19,3 +19,37 @@ def test_adaptive_beta_moves_toward_the_target():
     assert adapt_beta(0.04, kl=0.001, target=0.02, horizon=10) < 0.04
     assert adapt_beta(0.04, kl=0.02, target=0.02, horizon=10) == pytest.approx(0.04)
     assert adapt_beta(0.04, kl=100.0, target=0.02, horizon=10) == pytest.approx(0.04 * 1.2)  # error clipped
+
+
+def test_dynamic_sampling_keeps_groups_of_unequal_rewards_and_fills_up_with_the_rest():
+    import torch
+
+    from grpoflow import metric_names as M
+    from grpoflow.config import validate_params
+    from grpoflow.rl import PolicyTrainer, Scored
+    from grpoflow.rollout import Rollouts
+
+    def batch(tag: str, rewards: list[float]) -> Scored:
+        n = len(rewards)
+        ro = Rollouts(torch.zeros(n, 1, dtype=torch.long), torch.ones(n, 1, dtype=torch.long), torch.zeros(n, 1, dtype=torch.long),
+                      torch.ones(n, 1, dtype=torch.long), [f"{tag}{i}" for i in range(n)], torch.zeros(n, dtype=torch.bool))
+        return Scored(ro, [{"id": f"{tag}{i // 2}"} for i in range(n)], torch.tensor(rewards), {"math": torch.tensor(rewards)})
+
+    # G = 2, two groups per step. First draw: equal, unequal; the next ones: unequal, equal / equal, equal.
+    draws = {1: batch("b", [1.0, 0.0, 1.0, 1.0]), 2: batch("c", [0.0, 0.0, 0.0, 0.0])}
+    trainer = PolicyTrainer.__new__(PolicyTrainer)
+    trainer.world, trainer.tok = 1, type("Tok", (), {"pad_token_id": 0})()
+    trainer._scored = lambda step, g, draw=0: draws[draw]
+
+    for max_draws, texts, dropped in ((1, ["a2", "a3", "b0", "b1"], 0.5), (2, ["a2", "a3", "b0", "b1"], 0.5)):
+        trainer.cfg = validate_params({"rl": {"dynamic_sampling": {"enabled": True, "max_draws": max_draws}}}).rl
+        chosen, m = trainer._informative(0, 2, batch("a", [0.0, 0.0, 1.0, 0.0]))
+        assert chosen.rollouts.texts == texts and chosen.total.tolist() == [1.0, 0.0, 1.0, 0.0]
+        assert m == {M.DYNAMIC_SAMPLING_DRAWS: 1.0, M.FRAC_DROPPED_GROUPS: dropped}  # enough after one draw
+
+    # Nothing informative anywhere: every draw up to the cap, then the step is filled with equal groups.
+    trainer.cfg = validate_params({"rl": {"dynamic_sampling": {"enabled": True, "max_draws": 1}}}).rl
+    draws[1] = batch("b", [1.0, 1.0, 0.0, 0.0])
+    chosen, m = trainer._informative(0, 2, batch("a", [0.0, 0.0, 1.0, 1.0]))
+    assert chosen.rollouts.texts == ["a0", "a1", "a2", "a3"]
+    assert m == {M.DYNAMIC_SAMPLING_DRAWS: 1.0, M.FRAC_DROPPED_GROUPS: 0.5}

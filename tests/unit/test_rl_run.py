@@ -109,3 +109,21 @@ def test_a_lora_run_checkpoints_its_adapters_resumes_them_and_exports_a_merged_m
     want, _ = completion_logprobs(run.engine.module, ids, torch.ones_like(ids), 5)
     got, _ = completion_logprobs(exported, ids, torch.ones_like(ids), 5)
     assert torch.allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", [GRPO, PPO])
+def test_a_run_with_the_grpo_family_options_trains_and_reports_them(workspace, algorithm):
+    # KL folded into the reward (k2), RLOO advantages, an entropy bonus, DAPO's overlong buffer and
+    # dynamic sampling, all at once on the real engines: one step trains, and reports each.
+    rl = {**TINY["rl"], "entropy_coef": 0.01, "overlong_buffer": 2, "dynamic_sampling": {"enabled": True, "max_draws": 1}}
+    params = validate_params({**TINY, "rl": rl, "grpo": {"advantage_estimator": "rloo", "kl_estimator": "k2",
+                                                         "kl_placement": "reward"}})
+    run = build_rl_run(params, algorithm, data_dir=workspace / "data", reference_dir=workspace / "ref")
+    before = [p.detach().clone() for p in run.trainer.engine.module.parameters()]
+    steps = []
+    run.trainer.train(on_step=lambda step, m: steps.append(m))
+    (m,) = steps
+    assert -1.0 <= m["reward/overlong"] <= 0.0 and m["entropy"] > 0 and m["grad_norm"] > 0
+    # Two groups wanted; one extra draw of two at most: the share left out is what was drawn beyond them.
+    assert m["frac_dropped_groups"] == {0.0: 0.0, 1.0: 0.5}[m["dynamic_sampling_draws"]]
+    assert any(not p.equal(q) for p, q in zip(before, run.trainer.engine.module.parameters()))

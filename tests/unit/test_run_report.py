@@ -40,10 +40,12 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     Path(stage("evaluate").option("metrics").path).write_text(json.dumps(EVALUATION))
     rows = [StageResult("prepare", False, 0.5, {"passed": True, "failures": []}),
             StageResult("validate_verifiers", True, 3.0, {"passed": False, "failures": ["math.val: recall 0.9 < 0.99"]}),
-            StageResult("grpo", True, 20.0, {})]
+            StageResult("grpo", True, 20.0, {}), StageResult("evaluate", True, 9.0, {})]
+    # An earlier run's comparison is still in the workspace; this run has no compare stage.
+    Path(stage("compare").option("metrics").path).write_text(json.dumps({"winner_on_test_pass@1": "ppo"}))
     head = run_report.write(rows, "grpoflow-pipeline-test")
     page = run_report.REPORT.read_text()
-    assert head["test_pass@1"] == {"sft": 0.3125, "grpo": 0.5}
+    assert head["test_pass@1"] == {"sft": 0.3125, "grpo": 0.5} and head["winner"] is None
     assert "cached by DVC" in page and "FAILED" in page and "math.val: recall 0.9 &lt; 0.99" in page
     assert page.count('src="data:image/png;base64,') == 1  # the curves, inline
     assert "No GRPO-vs-PPO comparison in this run." in page and "<script" not in page

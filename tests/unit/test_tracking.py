@@ -54,6 +54,17 @@ def test_a_schedule_value_is_charted_only_where_it_moves(client):
     assert "schedule/kl_coef" not in client.get_run(rid).data.metrics  # constant: a param, not a chart
 
 
+def test_a_schedule_value_that_moves_twice_is_drawn_as_steps_not_slopes(client):
+    g = [8, 8, 4, 4, 4, 4, 2, 2]  # two OOM back-offs
+    with mlflow.start_run() as run:
+        steps = tracking.StepLogger()
+        for step, value in enumerate(g):
+            steps.log(step, {"num_generations": value})
+        steps.finish()
+    assert _history(client, run.info.run_id, "schedule/num_generations") == [
+        (1, 8.0), (2, 4.0), (5, 4.0), (6, 2.0), (7, 2.0)]
+
+
 def test_the_sets_experiment_opens_on_mlflows_model_training_view(client):
     from grpoflow.config import validate_params
 
