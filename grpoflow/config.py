@@ -378,6 +378,20 @@ class PreflightConfig(_Section):
     )
 
 
+class RolloutCorrectionConfig(_Section):
+    """The rollout/trainer mismatch correction: the sampler's log-probs (vLLM in bf16, say) differ
+    from the trainer's, so the rollouts are slightly off-policy. With rho = p_trainer / p_sampler per
+    token (or its product over a sequence), truncated importance sampling (TIS, Yao et al. 2025)
+    weights the policy loss by min(rho, cap); masked importance sampling (MIS) drops tokens (or
+    sequences) whose rho lies outside [1/cap, cap]. The mismatch is logged whenever the engine
+    reports its log-probs."""
+
+    mode: Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = Field(
+        "none", description="TIS (truncate) or MIS (mask), per token or per sequence; none: no correction."
+    )
+    cap: float = Field(2.0, gt=1, description="The ratio cap C: TIS weights min(rho, C), MIS keeps [1/C, C].")
+
+
 class DynamicSamplingConfig(_Section):
     """DAPO's dynamic sampling (Yu et al. 2025, section 3.2): groups whose rewards are all equal
     carry no advantage, so they are dropped and more prompts are drawn to fill the step."""
@@ -415,6 +429,15 @@ class RLConfig(_Section):
     )
     preset: Literal["none", "dapo"] = Field(
         "none", description="A named recipe (PRESETS) that sets its keys, except those this file sets itself."
+    )
+    ref_sync_every: int = Field(
+        0,
+        ge=0,
+        description="Every N steps: reference = alpha*policy + (1-alpha)*reference (TRL sync_ref_model; 0: off).",
+    )
+    ref_sync_alpha: float = Field(0.6, gt=0, le=1, description="The policy's share in a reference refresh (TRL: 0.6).")
+    rollout_correction: RolloutCorrectionConfig = Field(
+        default_factory=RolloutCorrectionConfig, description="Importance correction of the rollout/trainer mismatch."
     )
     dynamic_sampling: DynamicSamplingConfig = Field(
         default_factory=DynamicSamplingConfig, description="DAPO's dynamic sampling of informative groups."
@@ -673,6 +696,11 @@ class Params(_Section):
             )
         if self.rl.adaptive_kl.enabled and self.grpo.beta == 0 and self.ppo.kl_coef == 0:
             problems.append("rl.adaptive_kl needs a starting KL coefficient > 0 (grpo.beta or ppo.kl_coef)")
+        if self.rl.ref_sync_every and self.model.lora is not None:
+            problems.append(
+                "rl.ref_sync_every needs a reference of its own weights: with model.lora the reference is "
+                "the policy's base model with its adapters off, which a refresh cannot move"
+            )
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -45,6 +45,7 @@ class GRPOTrainer(PolicyTrainer):
         adv = ESTIMATORS[g.advantage_estimator](rewards, b.group_size, g)
         micro, engines = eng.train_micro_batch_size_per_gpu(), (eng,)
         sums = {M.LOSS: 0.0, M.KL: 0.0, M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
+        seen: dict[str, list[float]] = {}
         n = 0
         eng.train()
         for _ in range(cfg.num_iterations):
@@ -53,11 +54,12 @@ class GRPOTrainer(PolicyTrainer):
                     eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True, entropy_grad=cfg.entropy_coef > 0
                 )
                 old = old_logp[sl] if old_logp is not None else logp.detach()
+                weights, mask = self._corrected(old, b, sl, seen)
                 loss, m = grpo_loss(
                     logp,
                     old,
                     adv[sl],
-                    b.mask[sl],
+                    mask,
                     ref_logp=ref_logp[sl] if ref_logp is not None and not in_reward else None,
                     beta=self.state.beta,
                     clip_eps=cfg.clip_eps,
@@ -67,6 +69,7 @@ class GRPOTrainer(PolicyTrainer):
                     kl_estimator=g.kl_estimator,
                     entropy=ent,
                     entropy_coef=cfg.entropy_coef,
+                    token_weights=weights,
                 )
                 if not torch.isfinite(loss):
                     self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
@@ -80,7 +83,7 @@ class GRPOTrainer(PolicyTrainer):
                     sums[M.KL] += masked_mean(reward_kl[sl], b.mask[sl])
                 sums[M.CLIP_RATIO] += m[M.CLIP_RATIO]
                 sums[M.ENTROPY] += masked_mean(ent, b.mask[sl])
-        return {k: v / n for k, v in sums.items()}
+        return {k: v / n for k, v in sums.items()} | self._mismatch(seen)
 
 
 def _build(params: Params, args: tuple, kwargs: dict, **_) -> tuple[PolicyTrainer, dict]:

@@ -12,7 +12,7 @@ from grpoflow.config import Params, batch_problems
 # DeepSeekMath (Shao et al. 2024), section 4.2: beta 0.04, 64 samples per question, one update
 # per exploration stage, lr 1e-6, loss = mean over tokens of a sequence, then over sequences.
 # Its estimators: the group z-score advantage, the k3 KL estimate as a loss term; no entropy bonus,
-# no length shaping (DAPO's overlong punishment came later).
+# no length shaping, no dynamic sampling (DAPO came later), no importance correction of the rollouts.
 PAPER = {
     "grpo.beta": 0.04,
     "rl.num_generations": 64,
@@ -24,6 +24,9 @@ PAPER = {
     "grpo.kl_placement": "loss",
     "rl.entropy_coef": 0.0,
     "rl.overlong_buffer": 0,
+    "rl.dynamic_sampling.enabled": False,
+    "rl.rollout_correction.mode": "none",
+    "rl.ref_sync_every": 0,  # its iterative GRPO (section 4.1.3) swaps in the policy as reference between rounds
 }
 # TRL's GRPOConfig defaults (1.x): no KL term, the DAPO token-level loss (our "bnpo").
 TRL = {

@@ -19,6 +19,7 @@ N x T, a constant; Liu et al. 2025).
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -106,6 +107,39 @@ def kl_penalised_rewards(
     return rewards - beta * kl.sum(dim=1).to(rewards.dtype), kl
 
 
+CorrectionMode = Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
+
+
+def rollout_correction(
+    trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, mode: CorrectionMode, cap: float
+) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
+    """Importance correction of off-policy rollouts: ``(weights or None, mask, metrics)``.
+
+    ``rho = exp(trainer_logp - sampler_logp)`` per token, or its product over each sequence for the
+    ``sequence_*`` modes. ``*_truncate`` (TIS) weights the loss by ``min(rho, cap)``; ``*_mask`` (MIS)
+    zeroes the mask where ``rho`` is outside ``[1/cap, cap]``. Metrics, whatever the mode: the mean
+    absolute log-prob difference and the largest token ratio, over the tokens ``mask`` keeps.
+    """
+    keep = mask.bool()
+    log_rho = torch.where(keep, trainer_logp.detach() - sampler_logp.detach(), torch.zeros_like(trainer_logp))
+    m = keep.to(trainer_logp.dtype)
+    metrics = {
+        M.ROLLOUT_LOGP_DIFF: _masked_mean(log_rho.abs(), m).item(),
+        M.ROLLOUT_RATIO_MAX: float(torch.where(keep, log_rho, torch.full_like(log_rho, -torch.inf)).max().exp())
+        if keep.any()
+        else 1.0,
+    }
+    if mode == "none":
+        return None, mask, metrics
+    if mode.startswith("sequence"):
+        log_rho = log_rho.sum(dim=1, keepdim=True).expand_as(log_rho)
+    if mode.endswith("truncate"):
+        return torch.exp(log_rho).clamp(max=cap), mask, metrics
+    inside = (log_rho.abs() <= math.log(cap)).to(mask.dtype)
+    metrics[M.ROLLOUT_MASKED_FRAC] = 1.0 - _masked_mean(inside.to(m.dtype), m).item()
+    return None, mask * inside, metrics
+
+
 def grpo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -121,6 +155,7 @@ def grpo_loss(
     kl_estimator: KLEstimator = "k3",
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The GRPO loss to minimise, and diagnostics.
 
@@ -140,6 +175,7 @@ def grpo_loss(
         kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"`` (:data:`KL_ESTIMATORS`) for the KL term.
         entropy, entropy_coef: per-token entropies (with gradient) and the weight of the bonus
             ``-entropy_coef * entropy`` added per token (none when the weight is 0).
+        token_weights: ``(N, T)`` importance weights of the surrogate term (TIS, :func:`rollout_correction`).
     Returns:
         ``(loss, metrics)`` with metrics ``kl`` (with a reference), ``clip_ratio``, ``ratio_mean``.
     """
@@ -158,6 +194,8 @@ def grpo_loss(
     adv = adv.unsqueeze(1) if adv.dim() == 1 else torch.where(keep, adv, torch.zeros_like(adv))
     low, high = 1.0 - clip_eps, 1.0 + (clip_eps if clip_eps_high is None else clip_eps_high)
     per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, low, high) * adv)
+    if token_weights is not None:
+        per_token = per_token * torch.where(keep, token_weights.detach().to(logp.dtype), zeros)
     metrics: dict[str, float] = {}
     if ref_logp is not None:
         kl = KL_ESTIMATORS[kl_estimator](lp, torch.where(keep, ref_logp.detach(), zeros))

@@ -21,6 +21,9 @@ GRAD_NORM = "grad_norm"
 COMPLETION_LENGTH_MEAN = "completion_length_mean"
 COMPLETION_LENGTH_MAX = "completion_length_max"
 FRAC_TRUNCATED = "frac_truncated"
+ROLLOUT_LOGP_DIFF = "rollout_logp_diff"  # mean |trainer - sampler| log-prob of the sampled tokens
+ROLLOUT_RATIO_MAX = "rollout_ratio_max"  # the largest trainer/sampler token probability ratio
+ROLLOUT_MASKED_FRAC = "rollout_masked_frac"  # share of tokens an MIS correction left out
 ROLLOUT_TOKENS_PER_S = "rollout_tokens_per_s"
 UPDATE_TOKENS_PER_S = "update_tokens_per_s"
 STEP_SECONDS = "step_seconds"
@@ -55,6 +58,9 @@ HISTORY_FIELDS = [
     COMPLETION_LENGTH_MEAN,
     COMPLETION_LENGTH_MAX,
     FRAC_TRUNCATED,
+    ROLLOUT_LOGP_DIFF,
+    ROLLOUT_RATIO_MAX,
+    ROLLOUT_MASKED_FRAC,
     ROLLOUT_TOKENS_PER_S,
     UPDATE_TOKENS_PER_S,
     STEP_SECONDS,
@@ -93,6 +99,9 @@ _GROUPS = {
         GROUP_REWARD_STD,
         DYNAMIC_SAMPLING_DRAWS,
         FRAC_DROPPED_GROUPS,
+        ROLLOUT_LOGP_DIFF,
+        ROLLOUT_RATIO_MAX,
+        ROLLOUT_MASKED_FRAC,
     ),
     SCHEDULE: (KL_COEF, NUM_GENERATIONS, MAX_COMPLETION_LENGTH, MICRO_BATCH_SIZE, LR),
 }

@@ -99,6 +99,7 @@ class PPOTrainer(PolicyTrainer):
             adv = masked_whiten(adv, b.mask)
         micro, engines = eng.train_micro_batch_size_per_gpu(), (eng, critic)
         sums = {M.LOSS: 0.0, M.VALUE_LOSS: 0.0, M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
+        seen: dict[str, list[float]] = {}
         n = 0
         eng.train()
         critic.train()
@@ -107,16 +108,18 @@ class PPOTrainer(PolicyTrainer):
                 logp, ent = completion_logprobs(
                     eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True, entropy_grad=cfg.entropy_coef > 0
                 )
+                weights, mask = self._corrected(old_logp[sl], b, sl, seen)
                 loss, m = grpo_loss(
                     logp,
                     old_logp[sl],
                     adv[sl],
-                    b.mask[sl],
+                    mask,
                     clip_eps=cfg.clip_eps,
                     clip_eps_high=cfg.clip_eps_high,
                     aggregation=cfg.aggregation,
                     entropy=ent,
                     entropy_coef=cfg.entropy_coef,
+                    token_weights=weights,
                 )
                 if not torch.isfinite(loss):
                     self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
@@ -133,7 +136,7 @@ class PPOTrainer(PolicyTrainer):
                 sums[M.VALUE_LOSS] += value_loss.item()
                 sums[M.CLIP_RATIO] += m[M.CLIP_RATIO]
                 sums[M.ENTROPY] += masked_mean(ent, b.mask[sl])
-        out = {k: v / n for k, v in sums.items()}
+        out = {k: v / n for k, v in sums.items()} | self._mismatch(seen)
         out[M.KL] = masked_mean(kl, b.mask) if kl is not None else 0.0
         out[M.EXPLAINED_VARIANCE] = explained_variance(old_values, returns, b.mask)
         return out

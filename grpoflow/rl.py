@@ -21,6 +21,7 @@ from grpoflow import metric_names as M
 from grpoflow.config import RLConfig
 from grpoflow.health import HealthMonitor, Symptom
 from grpoflow.logprobs import completion_logprobs
+from grpoflow.losses import rollout_correction
 from grpoflow.prompting import Prompter
 from grpoflow.rewards import WeightedReward, overlong_penalty
 from grpoflow.rollout import RolloutEngine, Rollouts, Sampling, concat_rollouts
@@ -96,6 +97,27 @@ def _set_rng_state(state: dict) -> None:
         torch.set_rng_state(state["torch"])
 
 
+def cfg_every(cfg: RLConfig, step: int) -> bool:
+    """Whether the reference is refreshed after step ``step`` (0-based)."""
+    return bool(cfg.ref_sync_every) and (step + 1) % cfg.ref_sync_every == 0
+
+
+@torch.no_grad()
+def refresh_reference(ref: torch.nn.Module, engine, alpha: float) -> None:
+    """``ref <- alpha * policy + (1 - alpha) * ref``, weight by weight (TRL's ``sync_ref_model``;
+    the spec's remedy "mix the reference policy into training" run the other way: the anchor
+    follows the policy slowly). ZeRO-3 shards are gathered for it."""
+    from grpoflow.engine import import_deepspeed
+
+    policy = engine.module
+    gather = import_deepspeed().zero.GatheredParameters(
+        list(policy.parameters()), enabled=engine.zero_optimization_stage() == 3
+    )
+    with gather:
+        for r, p in zip(ref.parameters(), policy.parameters(), strict=True):
+            r.mul_(1 - alpha).add_(p.detach().to(r.device, r.dtype), alpha=alpha)
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     """Mean of ``x`` over the tokens ``mask`` keeps, as a float for metrics."""
     return float((x.detach() * mask).sum() / mask.sum().clamp(min=1))
@@ -126,6 +148,7 @@ class Batch:
     start: int  # P: where completions begin
     rewards: torch.Tensor  # (N,) summed verifier reward
     group_size: int
+    sampler_logp: torch.Tensor | None = None  # (N, C) log-probs the rollout engine sampled with, if reported
 
 
 @dataclass
@@ -199,7 +222,9 @@ class PolicyTrainer:
         idx = prompt_indices(len(self.prompts), self.cfg.prompts_per_step, step, seed)[self.rank :: self.world]
         rows = [self.prompts[i] for i in idx]
         s = self.cfg.sampling
-        sampling = Sampling(s.temperature, s.top_p, self.max_completion_length)
+        sampling = Sampling(
+            s.temperature, s.top_p, self.max_completion_length, self.cfg.rollout_correction.mode != "none"
+        )
         ro = self.rollout.generate(
             [self.prompter.prompt(r["prompt"]) for r in rows],
             g,
@@ -261,6 +286,22 @@ class PolicyTrainer:
             for i in range(0, len(ids), micro)
         ]
         return torch.cat(parts)
+
+    def _corrected(self, old: torch.Tensor, b: Batch, sl: slice, seen: dict[str, list[float]]):
+        """``(token weights or None, loss mask)`` of micro-batch ``sl`` under ``rl.rollout_correction``,
+        recording the mismatch in ``seen`` (:func:`grpoflow.losses.rollout_correction`)."""
+        if b.sampler_logp is None:
+            return None, b.mask[sl]
+        c = self.cfg.rollout_correction
+        weights, mask, metrics = rollout_correction(old, b.sampler_logp[sl].to(old.dtype), b.mask[sl], c.mode, c.cap)
+        for key, value in metrics.items():
+            seen.setdefault(key, []).append(value)
+        return weights, mask
+
+    @staticmethod
+    def _mismatch(seen: dict[str, list[float]]) -> dict[str, float]:
+        """The micro-batches' mismatch metrics as the step's: the largest ratio, the mean of the rest."""
+        return {k: max(v) if k == M.ROLLOUT_RATIO_MAX else sum(v) / len(v) for k, v in seen.items()}
 
     def update(self, step: int, batch: Batch) -> dict[str, float]:
         """The algorithm's optimizer step(s) on ``batch``; returns its own metrics."""
@@ -350,7 +391,7 @@ class PolicyTrainer:
         ids, attn, mask, start = self._inputs(ro)
         t1 = time.perf_counter()
         self._set_batch(len(ids))  # G may change with the schedule or a back-off
-        local = self.update(step, Batch(ids, attn, mask, start, total, g))
+        local = self.update(step, Batch(ids, attn, mask, start, total, g, ro.sampler_logprobs))
         if cfg.num_iterations == 1:  # one optimizer step per batch: the ratio is 1, nothing can be clipped
             local.pop(M.CLIP_RATIO, None)
         t_update = time.perf_counter() - t1
@@ -412,6 +453,8 @@ class PolicyTrainer:
                 continue  # the same step again, smaller
             if evaluate and ((step + 1) % self.cfg.eval_every == 0 or step + 1 == self.cfg.steps):
                 metrics.update(evaluate(step))
+            if self.ref is not None and cfg_every(self.cfg, step):
+                refresh_reference(self.ref, self.engine, self.cfg.ref_sync_alpha)
             new = self.health.observe(step, metrics)
             metrics[M.HEALTH_SYMPTOMS] = len(self.health.symptoms)
             self.state.step = step + 1

@@ -116,6 +116,8 @@ class RLRun:
         if resumed is None:
             return None, skipped
         self.trainer.restore(resumed.state)
+        if "reference" in resumed.extra and self.trainer.ref is not None:  # refreshed since the start
+            self.trainer.ref.load_state_dict(resumed.extra["reference"])
         self.health.history = resumed.extra.get("health_history", [])
         self.health.symptoms |= {k: Symptom(**v) for k, v in resumed.extra.get("health_symptoms", {}).items()}
         self.trainer.rollout.sync_weights(self.engine.module)
@@ -134,8 +136,17 @@ class RLRun:
                 "health_history": self.health.history,
                 "health_symptoms": {k: s.to_dict() for k, s in self.health.symptoms.items()},
                 "stage": stage_state,
+                **self._refreshed_reference(state),
             },
         )
+
+    def _refreshed_reference(self, state: LoopState) -> dict:
+        """The reference's weights once a refresh has moved them (rl.ref_sync_every): a resumed run
+        must penalise KL to the same anchor."""
+        every, ref = self.params.rl.ref_sync_every, self.trainer.ref
+        if not every or ref is None or state.step < every:
+            return {}
+        return {"reference": {k: v.detach().cpu() for k, v in ref.state_dict().items()}}
 
     def export(self, out: str | Path) -> None:
         """The trained policy as a plain Hugging Face checkpoint."""

@@ -21,6 +21,7 @@ class Sampling:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 64
+    logprobs: bool = False  # also report each sampled token's log-prob under the sampler (untempered)
 
 
 @dataclass

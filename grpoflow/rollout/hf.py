@@ -35,7 +35,7 @@ class HFRolloutEngine:
         torch.manual_seed(seed)
         was_training = self.model.training
         self.model.eval()
-        outs = []
+        outs, logprobs = [], []
         for lo in range(0, len(expanded), self.batch_size):
             ids, mask = enc["input_ids"][lo : lo + self.batch_size], enc["attention_mask"][lo : lo + self.batch_size]
             out = self.model.generate(
@@ -48,10 +48,17 @@ class HFRolloutEngine:
                 max_new_tokens=sampling.max_new_tokens,
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=self.stop_ids,
+                output_logits=sampling.logprobs,
+                return_dict_in_generate=True,
             )
-            gen = out[:, ids.shape[1] :]
+            gen = out.sequences[:, ids.shape[1] :]
             pad = sampling.max_new_tokens - gen.shape[1]
             outs.append(torch.nn.functional.pad(gen, (0, pad), value=tok.pad_token_id))
+            if sampling.logprobs:  # the raw (untempered) logits, as the trainer computes its log-probs
+                step_lp = (
+                    torch.stack(out.logits, dim=1).float().log_softmax(-1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)
+                )
+                logprobs.append(torch.nn.functional.pad(step_lp, (0, pad)))
         self.model.train(was_training)
         completion_ids = torch.cat(outs)
         cmask, truncated = completion_mask(completion_ids, self.stop_ids)
@@ -65,4 +72,5 @@ class HFRolloutEngine:
             texts,
             truncated,
             time.perf_counter() - start,
+            torch.cat(logprobs) * cmask if sampling.logprobs else None,
         )

@@ -31,3 +31,20 @@ def test_the_global_gradient_norm_is_kept_before_clipping_at_the_accumulation_bo
         optimizer_step(engine)
     # |(3, 4)| = 5 by hand, though the step itself clipped the gradient to norm 1.
     assert engine.get_global_grad_norm() == pytest.approx(5.0)
+
+
+def test_a_reference_refresh_mixes_the_policy_in_by_hand():
+    import torch
+
+    from grpoflow.engine import build_engine
+    from grpoflow.rl import refresh_reference
+
+    policy, ref = torch.nn.Linear(2, 1, bias=False), torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        policy.weight.fill_(1.0)
+        ref.weight.fill_(0.0)
+    engine = build_engine(policy, validate_params({}).rl.engine, batch_size=1)
+    refresh_reference(ref, engine, alpha=0.6)
+    assert ref.weight.tolist() == [[pytest.approx(0.6), pytest.approx(0.6)]]
+    refresh_reference(ref, engine, alpha=0.6)  # 0.6 * 1 + 0.4 * 0.6
+    assert ref.weight.tolist() == [[pytest.approx(0.84), pytest.approx(0.84)]]

@@ -219,3 +219,52 @@ def test_the_entropy_bonus_lowers_the_loss_and_its_gradient_raises_entropy():
     assert -(stepped.exp() * stepped).sum().item() > entropy.item()
     with pytest.raises(ValueError, match="entropy"):
         grpo_loss(logp, logp.detach(), zeros, torch.ones(1, 1), entropy_coef=0.1)
+
+
+# --- rollout/trainer mismatch: TIS and MIS, against a perturbed sampler -----------------------------
+
+def _mismatch_case():
+    trainer = torch.zeros(2, 3, dtype=torch.float64)
+    # The sampler was off by these log-probs: rho = exp(trainer - sampler) = exp(-delta).
+    delta = torch.tensor([[-1.0, 0.0, 0.5], [0.25, -0.25, 9.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=torch.float64)  # the 9.0 is padding
+    return trainer, trainer + delta, mask
+
+
+def test_the_mismatch_is_measured_on_kept_tokens_whatever_the_mode():
+    from grpoflow.losses import rollout_correction
+
+    trainer, sampler, mask = _mismatch_case()
+    weights, kept, m = rollout_correction(trainer, sampler, mask, "none", 2.0)
+    assert weights is None and torch.equal(kept, mask)
+    assert m["rollout_logp_diff"] == pytest.approx((1 + 0 + 0.5 + 0.25 + 0.25) / 5)
+    assert m["rollout_ratio_max"] == pytest.approx(math.exp(1.0))
+
+
+def test_tis_truncates_token_and_sequence_ratios_at_the_cap_by_hand():
+    from grpoflow.losses import rollout_correction
+
+    trainer, sampler, mask = _mismatch_case()
+    w, _, _ = rollout_correction(trainer, sampler, mask, "token_truncate", 2.0)
+    assert torch.allclose(w[0], torch.tensor([2.0, 1.0, math.exp(-0.5)], dtype=torch.float64))  # e^1 capped at 2
+    w, _, _ = rollout_correction(trainer, sampler, mask, "sequence_truncate", 2.0)
+    # sequence log-rho: 1 + 0 - 0.5 = 0.5 -> e^0.5; -0.25 + 0.25 = 0 (padding ignored) -> 1
+    assert torch.allclose(w[:, 0], torch.tensor([math.exp(0.5), 1.0], dtype=torch.float64))
+
+
+def test_mis_masks_tokens_and_sequences_outside_the_band_by_hand():
+    from grpoflow.losses import rollout_correction
+
+    trainer, sampler, mask = _mismatch_case()
+    _, kept, m = rollout_correction(trainer, sampler, mask, "token_mask", 2.0)  # band: |log rho| <= log 2
+    assert kept.tolist() == [[0.0, 1.0, 1.0], [1.0, 1.0, 0.0]] and m["rollout_masked_frac"] == pytest.approx(1 / 5)
+    _, kept, _ = rollout_correction(trainer, sampler, mask, "sequence_mask", 1.5)  # log 1.5 = 0.405 < 0.5
+    assert kept.tolist() == [[0.0, 0.0, 0.0], [1.0, 1.0, 0.0]]
+
+
+def test_tis_weights_scale_the_policy_gradient_of_each_token():
+    logp = torch.zeros(1, 2, dtype=torch.float64, requires_grad=True)
+    adv, mask = torch.ones(1, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
+    loss, _ = grpo_loss(logp, logp.detach(), adv, mask, token_weights=torch.tensor([[2.0, 0.5]], dtype=torch.float64))
+    loss.backward()  # d(-ratio * A)/d logp = -1 per token, mean over 2 tokens, times the weight
+    assert logp.grad.tolist() == [[-1.0, -0.25]]

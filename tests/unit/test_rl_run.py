@@ -3,6 +3,8 @@ to it, PPO reads only its own KL coefficient, and the fingerprint follows the tr
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from grpoflow.config import ModelConfig, validate_params
@@ -127,3 +129,53 @@ def test_a_run_with_the_grpo_family_options_trains_and_reports_them(workspace, a
     # Two groups wanted; one extra draw of two at most: the share left out is what was drawn beyond them.
     assert m["frac_dropped_groups"] == {0.0: 0.0, 1.0: 0.5}[m["dynamic_sampling_draws"]]
     assert any(not p.equal(q) for p, q in zip(before, run.trainer.engine.module.parameters()))
+
+
+@pytest.mark.parametrize("mode, masked", [("token_truncate", None), ("token_mask", 1.0)])
+def test_a_perturbed_sampler_is_measured_and_corrected_on_the_real_engines(workspace, mode, masked):
+    # The sampler reports log-probs 0.5 above the trainer's for every token it sampled (as a bf16 vLLM
+    # would, by other amounts): the step measures it, and MIS with cap 1.5 (|log rho| 0.5 > 0.405) drops all.
+    import dataclasses
+
+    params = validate_params({**TINY, "rl": {**TINY["rl"], "rollout_correction": {"mode": mode, "cap": 1.5}}})
+    run = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
+    real = run.trainer.rollout.generate
+
+    def perturbed(*args, **kwargs):
+        ro = real(*args, **kwargs)
+        return dataclasses.replace(ro, sampler_logprobs=(ro.sampler_logprobs + 0.5) * ro.completion_mask)
+
+    run.trainer.rollout.generate = perturbed
+    steps = []
+    run.trainer.train(on_step=lambda step, m: steps.append(m))
+    (m,) = steps
+    assert m["rollout_logp_diff"] == pytest.approx(0.5, abs=1e-3)
+    assert m["rollout_ratio_max"] == pytest.approx(math.exp(-0.5), abs=1e-3)
+    assert m.get("rollout_masked_frac") == masked
+
+
+def test_a_refreshed_reference_is_checkpointed_and_resumed(workspace, tmp_path):
+    import torch
+
+    params = validate_params({**TINY, "rl": {**TINY["rl"], "steps": 2, "ref_sync_every": 1, "ref_sync_alpha": 0.5,
+                                             "engine": {"micro_batch_size": 4, "lr": 0.05}}})
+    run = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
+    with torch.no_grad():  # a policy away from the reference, whatever the rewards
+        for p in run.engine.module.parameters():
+            p.add_(0.1)
+    original = {k: v.clone() for k, v in run.trainer.ref.state_dict().items()}
+    state = run.trainer.train()
+    refreshed = {k: v.clone() for k, v in run.trainer.ref.state_dict().items()}
+    assert any(not torch.equal(original[k], refreshed[k]) for k in original)
+    run.save(tmp_path / "ckpt", state, {})
+
+    again = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
+    again.resume(tmp_path / "ckpt")
+    assert all(torch.equal(again.trainer.ref.state_dict()[k], refreshed[k]) for k in refreshed)
+
+
+def test_a_lora_reference_cannot_be_refreshed():
+    from grpoflow.config import ConfigError
+
+    with pytest.raises(ConfigError, match="rl.ref_sync_every needs a reference of its own weights"):
+        validate_params({"rl": {"ref_sync_every": 10}, "model": {"lora": {"rank": 4}}})
