@@ -38,9 +38,10 @@ demo: setup
 	if [ -n "$$pkgs" ]; then $(PY) -m pip install -q --no-deps $$pkgs; fi
 	$(PY) -m flows.pipeline --params $(PARAMS)
 
-# GRPO vs PPO on the same data and reference; SEEDS="1 2" adds training seeds for mean and spread.
+# Named arms on the same data, reference and budget, over seeds; each (arm, seed) cached by DVC.
+# ARMS: grpo ppo dr_grpo rloo reinforce_pp dapo (or a set's custom_arms), the first the baseline.
 ablation: setup
-	$(PY) -m flows.ablation --params $(PARAMS) $(if $(SEEDS),--seeds $(SEEDS))
+	$(PY) -m flows.ablation --params $(PARAMS) $(if $(ARMS),--arms $(ARMS)) $(if $(SEEDS),--seeds $(SEEDS))
 
 # Scheduled runs on this machine: Prefect server on 127.0.0.1:4200, the work pool named in
 # $(PARAMS), the `gpu` concurrency limit, prefect.yaml's deployments and a worker (Ctrl-C stops all).

@@ -20,7 +20,7 @@ import torch
 
 from benchmarks.models import smollm_folder, smollm_prompt, tiny_folder
 from benchmarks.timing import RESULT
-from grpoflow.config import SyntheticConfig, validate_params
+from grpoflow.config import SyntheticConfig, set_dotted, validate_params
 from grpoflow.data.synthetic import generate
 from grpoflow.io import write_jsonl
 from grpoflow.modeling import count_parameters, load_pretrained
@@ -59,15 +59,18 @@ def _parameters(path: Path) -> int:
         return count_parameters(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path)))
 
 
-def _params(name: str, sections: dict, lora: bool, steps: int):
+def _params(name: str, sections: dict, lora: bool, steps: int, overrides: dict | None = None):
     prompts, g, length = SETUPS[name]
     model = {**sections["model"], **({"lora": LORA} if lora else {})}
-    return validate_params({
+    raw = {
         "prompt": sections["prompt"], "model": model, "grpo": {"beta": BETA},
         "rl": {"steps": steps, "prompts_per_step": prompts, "num_generations": g, "eval_every": 10**6,
                "checkpoint_every": 10**6, "preflight": {"prompts": 0}, "sampling": {"max_completion_length": length},
                "engine": {"lr": LR, "micro_batch_size": prompts * g}},
-    })
+    }
+    for key, value in (overrides or {}).items():  # an option under test (bench_grpo_options), ours only
+        set_dotted(raw, key, value)
+    return validate_params(raw)
 
 
 def _ours(path: Path, rows: list[dict], params) -> list[float]:
@@ -137,11 +140,12 @@ def main() -> None:
     parser.add_argument("--lora", action="store_true")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--overrides", default="{}", help="JSON {dotted key: value} for our run (an option's cost)")
     args = parser.parse_args()
     torch.manual_seed(0)
     rows = _rows()
     path, sections = _model(args.model, rows)
-    params = _params(args.model, sections, args.lora, args.steps + args.warmup)
+    params = _params(args.model, sections, args.lora, args.steps + args.warmup, json.loads(args.overrides))
     times = (_ours if args.impl == "ours" else _trl)(path, rows, params)[args.warmup :]
     print(RESULT + json.dumps({
         "impl": args.impl, "model": args.model, "lora": args.lora, "parameters": _parameters(path),

@@ -44,10 +44,11 @@ from flows.run_report import StageResult
 from grpoflow.config import ConfigError, Params, has_dotted, load_params
 from grpoflow.model_source import has_chat_template, model_unavailable
 from tasks import events, tracking
-from tasks.stages import render as render_dvc_yaml
+from tasks.stages import for_params as dvc_yaml_for
 from tasks.stages import STAGES as declared_stages
 from tasks.stages import stage as stage_declaration
 from tasks.stages import select as select_stages
+from tasks.stages import ablation_stages, stage_names
 from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, help_text
 
 DVC_YAML = "dvc.yaml"
@@ -371,11 +372,11 @@ def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, s
     key a stage depends on (DVC reads those keys from the file, not from the schema)."""
     changes: dict[str, str] = {}
     params = load_params(params_file, overrides)
-    stages = select_stages(params.experiment.stages)
-    if _wired_for(params_file) != [s.name for s in stages]:
-        # Another set, or another choice of stages: dvc.yaml is generated, so the same text for them.
+    stages = select_stages(params.experiment.stages) + ablation_stages(params.ablation.arms, params.ablation.seeds)
+    if _wired_for(params_file) != stage_names(params):
+        # Another set, or another choice of stages or arms: dvc.yaml is generated, so the same text for them.
         # A dvc.yaml already wired for this run is left as it is, hand edits (torchrun commands) included.
-        changes[DVC_YAML] = render_dvc_yaml(params_file, params.experiment.stages)
+        changes[DVC_YAML] = dvc_yaml_for(params_file, params)
     raw = yaml.safe_load(Path(params_file).read_text()) or {}
     # DVC reads each stage's params keys from the file itself, not from the schema's defaults.
     if overrides or not all(has_dotted(raw, k) for s in stages for k in s.params):

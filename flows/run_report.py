@@ -17,9 +17,10 @@ from typing import Any
 
 from grpoflow import metric_names as M
 from tasks import html_report as H
-from tasks.stages import STAGES, stage
+from tasks.stages import STAGES, ablation_report_stage, stage
 
 REPORT = Path("reports/run.html")
+ABLATION_OUT = Path(ablation_report_stage([], []).option("out").path)
 
 
 @dataclass
@@ -100,6 +101,15 @@ def _evaluation(evaluation: dict | None) -> str:
     return H.table(rows)
 
 
+def _ablation() -> str:
+    """The arms' table and curves (the ablation_report stage's files)."""
+    table, curves = ABLATION_OUT / "table.json", ABLATION_OUT / "curves.png"
+    parts = [H.table(json.loads(table.read_text()))] if table.is_file() else []
+    if curves.is_file():
+        parts.append(H.image(curves, "reward and validation accuracy per arm, mean over seeds"))
+    return "\n".join(parts) or '<p class="muted">The ablation wrote no table.</p>'
+
+
 def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
     """The page and its headline, from ``rows`` and the files the stages left in the workspace."""
     from tasks.plots import read_history
@@ -115,6 +125,7 @@ def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
     table_path = Path(stage("compare").option("out").path) / "table.json"
     versus = H.table(json.loads(table_path.read_text()), ["metric", "grpo", "ppo"]) if compare and table_path.is_file() else (
         '<p class="muted">No GRPO-vs-PPO comparison in this run.</p>')
+    ablation = _ablation() if "ablation_report" in here else '<p class="muted">No ablation in this run.</p>'
     html = H.page(title, [
         f'<p class="headline">{H.esc(headline_text(head))}</p>',
         "<h2>Stages</h2>", _stage_table(rows),
@@ -122,6 +133,7 @@ def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
         "<h2>Learning curves</h2>", _curves(histories),
         "<h2>Evaluation</h2>", _evaluation(evaluation),
         "<h2>GRPO vs PPO</h2>", versus,
+        "<h2>Ablation</h2>", ablation,
     ])
     return html, head
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from statistics import mean, pstdev
+import math
+from statistics import mean, pstdev, stdev
 
 ADAM_BYTES_PER_PARAM = 16  # fp32 weight + gradient + two Adam moments
 
@@ -68,30 +69,34 @@ def winner(grpo: dict, ppo: dict, key: str = "test_pass@1") -> str:
     return "grpo" if a > b else "ppo" if b > a else "tie"
 
 
-def seed_spread(scores: dict[str, list[float]]) -> dict[str, dict]:
-    """Mean, population std and range of a score over seeds, per algorithm."""
-    return {
-        algo: {
-            "mean": mean(v),
-            "std": pstdev(v) if len(v) > 1 else 0.0,
-            "min": min(v),
-            "max": max(v),
-            "seeds": len(v),
-            "values": v,
-        }
-        for algo, v in scores.items()
-        if v
-    }
+def arm_stats(values: list[float]) -> dict:
+    """Mean, sample std (n - 1) and the 95% interval of the mean over seeds,
+    ``mean +- t(0.975, n - 1) * std / sqrt(n)`` (Student's t; no interval from one seed)."""
+    from scipy import stats
+
+    n = len(values)
+    if n == 0:
+        raise ValueError("no values: an arm needs at least one seed")
+    m = mean(values)
+    sd = stdev(values) if n > 1 else None
+    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n) if sd is not None else None
+    return {"mean": m, "std": sd, "ci95": None if half is None else [m - half, m + half], "n": n, "values": values}
 
 
-def seed_verdict(spread: dict[str, dict]) -> str:
-    """The algorithm with the higher mean, 'tie within spread' when the means are closer than
-    the larger std, 'undecided' with fewer than two algorithms."""
-    if len(spread) < 2:
-        return "undecided"
-    (a, sa), (b, sb) = sorted(spread.items(), key=lambda kv: -kv[1]["mean"])[:2]
-    return (
-        f"tie within spread ({a} ahead by {sa['mean'] - sb['mean']:.3f})"
-        if sa["mean"] - sb["mean"] <= max(sa["std"], sb["std"])
-        else a
-    )
+VERDICT_TEST = "Welch's t-test on the seeds' values, two-sided, alpha 0.05"
+
+
+def verdict(baseline: list[float], other: list[float], alpha: float = 0.05) -> dict:
+    """``other`` against ``baseline``: "better" or "worse" when Welch's t-test rejects equal means
+    at ``alpha``, else "tie"; "undecided" with fewer than two seeds on either side (no variance)."""
+    from scipy import stats
+
+    diff = mean(other) - mean(baseline)
+    if len(baseline) < 2 or len(other) < 2:
+        return {"verdict": "undecided", "difference": diff, "p_value": None, "test": "needs >= 2 seeds per arm"}
+    if stdev(baseline) == 0 and stdev(other) == 0:  # no spread at all: equal means tie, others differ surely
+        p = 1.0 if diff == 0 else 0.0
+    else:
+        p = float(stats.ttest_ind(other, baseline, equal_var=False).pvalue)
+    word = "tie" if p >= alpha else "better" if diff > 0 else "worse"
+    return {"verdict": word, "difference": diff, "p_value": p, "test": VERDICT_TEST}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -591,6 +592,54 @@ class TrackingConfig(_Section):
     experiment: str | None = Field(None, description="MLflow experiment; null means grpoflow-<experiment.name>.")
 
 
+class ArmConfig(_Section):
+    """One arm of the ablation: an algorithm and the overrides it trains with, on the shared data,
+    reference and budget."""
+
+    algorithm: Literal["grpo", "ppo"] = Field("grpo", description="The training stage's algorithm.")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Dotted keys (e.g. grpo.advantage_estimator) set for this arm only."
+    )
+
+
+# The arms `make ablation ARMS="..."` knows by name; a set may add its own (ablation.custom_arms).
+ARMS: dict[str, ArmConfig] = {
+    "grpo": ArmConfig(),
+    "ppo": ArmConfig(algorithm="ppo"),
+    "dr_grpo": ArmConfig(overrides={"grpo.advantage_estimator": "dr_grpo", "rl.aggregation": "dr_grpo"}),
+    "rloo": ArmConfig(overrides={"grpo.advantage_estimator": "rloo"}),
+    "reinforce_pp": ArmConfig(overrides={"grpo.advantage_estimator": "reinforce_pp"}),
+    "dapo": ArmConfig(overrides={"rl.preset": "dapo"}),
+}
+
+
+class AblationConfig(_Section):
+    """The ablation flow's arms and seeds: each (arm, seed) is a DVC stage of its own, so adding a seed
+    trains only that seed."""
+
+    arms: list[str] = Field(
+        default_factory=list, description="Arms to train, the first the baseline of the verdicts (ARMS or custom_arms)."
+    )
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="Training seeds of every arm.")
+    custom_arms: dict[str, ArmConfig] = Field(default_factory=dict, description="This set's own named arms.")
+
+    @model_validator(mode="after")
+    def _known_arms(self) -> AblationConfig:
+        known = {**ARMS, **self.custom_arms}
+        for name in self.arms:
+            if name not in known:
+                raise ValueError(_unknown("arm", name, sorted(known)))
+            if not re.fullmatch(r"[a-z0-9_]+", name):
+                raise ValueError(f"arm name {name!r}: use lower-case letters, digits and _ (it names DVC stages)")
+        if len(set(self.arms)) != len(self.arms):
+            raise ValueError(f"arms listed twice: {self.arms}")
+        return self
+
+    def arm(self, name: str) -> ArmConfig:
+        """Arm ``name``'s definition (this set's own first)."""
+        return self.custom_arms.get(name) or ARMS[name]
+
+
 class OrchestrationConfig(_Section):
     """How Prefect runs the stages (deployments in prefect.yaml read the work pool from here)."""
 
@@ -676,6 +725,7 @@ class Params(_Section):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="The GRPO stage's own settings.")
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="The PPO baseline stage's own settings.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="The evaluate stage.")
+    ablation: AblationConfig = Field(default_factory=AblationConfig, description="The ablation flow's arms and seeds.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
     orchestration: OrchestrationConfig = Field(
         default_factory=OrchestrationConfig, description="Prefect runs: pool, GPU limit, retries, DVC experiments."
@@ -786,6 +836,28 @@ def load_params(path: str | Path, overrides: dict[str, Any] | None = None) -> Pa
     for dotted, value in (overrides or {}).items():
         set_dotted(raw, dotted, value)
     return validate_params(raw, source=str(path))
+
+
+def arm_params(params: Params, name: str) -> Params:
+    """The set as arm ``name`` trains it: its overrides applied (a preset's keys spelled out, since
+    every key of a dumped set is already there) and validated."""
+    arm = params.ablation.arm(name)
+    raw = params.model_dump(mode="json")
+    overrides = dict(arm.overrides)
+    preset = overrides.get("rl.preset")
+    if preset in PRESETS:
+        expanded = apply_preset({"rl": {"preset": preset, "sampling": dict(raw["rl"]["sampling"])}})
+        for key in PRESETS[preset]:
+            node: Any = expanded
+            for part in key.split("."):
+                node = node[part]
+            overrides.setdefault(key, node)
+    for key, value in overrides.items():
+        set_dotted(raw, key, value)
+    try:
+        return validate_params(raw, source=f"arm {name!r}")
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}\n(with the overrides of arm {name!r}: {arm.overrides})") from None
 
 
 def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:

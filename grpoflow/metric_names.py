@@ -76,6 +76,7 @@ VAL_ACCURACY_START = "val_accuracy_start"
 VAL_ACCURACY_GAIN = "val_accuracy_gain"
 REWARD_MEAN_LAST10 = "reward_mean_last10"
 SECONDS_PER_STEP = "seconds_per_step"
+KL_FINAL = "kl_final"
 STEPS = "steps"
 
 # MLflow's run page draws one section of charts per name prefix (before the first "/"), in the

@@ -19,6 +19,17 @@ def read_history(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+def mean_over_seeds(histories: list[list[dict]]) -> list[dict]:
+    """One history from several (an arm's seeds): each curve's mean over the runs that have it at a step."""
+    by_step: dict[int, dict[str, list[float]]] = {}
+    for rows in histories:
+        for r in rows:
+            for key in CURVES:
+                if r.get(key) not in ("", None):
+                    by_step.setdefault(int(r["step"]), {}).setdefault(key, []).append(float(r[key]))
+    return [{"step": step, **{k: sum(v) / len(v) for k, v in by_step[step].items()}} for step in sorted(by_step)]
+
+
 def plot_curves(histories: dict[str, list[dict]], out: Path) -> Path:
     """``out/curves.png``: reward, KL and validation accuracy per step, one line per history."""
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))

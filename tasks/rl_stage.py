@@ -14,7 +14,7 @@ import csv
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from grpoflow import metric_names as M
 from grpoflow.algorithm import Algorithm
@@ -22,6 +22,9 @@ from grpoflow.config import Params
 from tasks import events
 from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, run_stage_cli, stage_parser
 from tasks.console import StepConsole
+
+if TYPE_CHECKING:
+    from grpoflow.rl_run import RLRun
 
 
 class History:
@@ -59,6 +62,7 @@ def summary(rows: list[dict], val_start: float | None, health: list[str], run) -
         M.SECONDS_PER_STEP: sum(float(r[M.STEP_SECONDS]) for r in rows) / n,
         M.ROLLOUT_TOKENS_PER_S: sum(float(r[M.ROLLOUT_TOKENS_PER_S]) for r in rows) / n,
         M.PEAK_MEMORY_MB: max((float(r[M.PEAK_MEMORY_MB]) for r in rows), default=0.0),
+        M.KL_FINAL: float(rows[-1][M.KL]) if rows and rows[-1][M.KL] != "" else None,
         M.STEPS: len(rows),
         M.HEALTH_SYMPTOMS: health,
         "world_size": run.world,
@@ -100,8 +104,12 @@ def _preflight(rl_run, name: str, out: Path) -> None:
         raise SystemExit(EXIT_VERDICT)
 
 
-def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
-    """Train ``algorithm`` as the stage CLI does: resume, train, export, report."""
+def run(args: argparse.Namespace, params: Params, algorithm: Algorithm, *, stage: str | None = None,
+        run_name: str | None = None, extra_params: dict | None = None,
+        after: Callable[[RLRun], dict] | None = None) -> None:
+    """Train ``algorithm`` as the stage CLI does: resume, train, export, report. An ablation arm
+    passes its ``stage`` and MLflow ``run_name``, ``extra_params`` (the arm), and ``after``: its
+    test scores of the trained policy, added to the metrics (first process only)."""
     from grpoflow.engine import init_distributed, leave_distributed
     from grpoflow.health import TrainingDiverged
     from grpoflow.io import atomic_write, write_json
@@ -132,7 +140,7 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
     history = History(Path(args.history), stage_state.get("history_rows", [])) if lead else None
     total = params.rl.steps
 
-    with tracking.stage_run(name, params, args.params) if lead else contextlib.nullcontext():
+    with tracking.stage_run(stage or name, params, args.params, run_name) if lead else contextlib.nullcontext():
         import mlflow
 
         start = time.perf_counter()
@@ -140,7 +148,7 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
             mlflow.set_tags({"algorithm": name, "train_seed": str(rl_run.seed), "world_size": str(world),
                              "resumed_from_step": str(rl_run.trainer.state.step)})
             # Params, so that MLflow's compare view shows what differs between the GRPO and PPO runs.
-            mlflow.log_params({"algorithm": name, "train_seed": rl_run.seed})
+            mlflow.log_params({"algorithm": name, "train_seed": rl_run.seed, **(extra_params or {})})
             mlflow.log_text(format_findings(findings), "config_check.txt")
         if fresh and params.rl.preflight.prompts and lead:
             _preflight(rl_run, name, out)
@@ -183,6 +191,8 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> None:
         history.write()  # also when a finished checkpoint was resumed and no step ran
         symptoms = sorted(rl_run.health.symptoms)
         metrics = summary(history.rows, val_start, symptoms, rl_run) | {"seconds": round(time.perf_counter() - start, 1)}
+        if after:
+            metrics |= after(rl_run)
         write_json(args.metrics, metrics)
         report = (f"# {name.upper()} run\n\nval accuracy {val_start} -> {metrics[M.VAL_ACCURACY]}\n\n## Config check\n\n```\n"
                   f"{format_findings(findings)}\n```\n\n## Health\n\n{rl_run.health.report()}\n")

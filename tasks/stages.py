@@ -21,6 +21,7 @@ from typing import Literal
 
 import yaml
 
+from grpoflow.config import ARMS
 from grpoflow.provenance import PROJECT_PACKAGES, module_files
 
 Kind = Literal["dep", "out", "persist", "report", "metric", "history"]
@@ -58,6 +59,7 @@ class Stage:
     io: tuple[Io, ...]
     params: tuple[str, ...] = ()
     plot: dict = field(default_factory=dict)  # for a history: the curves (column names) to plot
+    args: tuple[str, ...] = ()  # fixed arguments after the paths (an arm's name and seed)
 
     def option(self, flag: str) -> Io:
         """The :class:`Io` of command-line option ``--<flag>``."""
@@ -84,7 +86,7 @@ class Stage:
             if i.flag:
                 value = i.path if isinstance(i.path, str) else " ".join(i.path)
                 args.append(f"--{i.flag} {value}")
-        return " ".join(args)
+        return " ".join([*args, *self.args])
 
     def code(self) -> list[str]:
         """The project source the stage's module imports, a package directory where all of it is."""
@@ -109,6 +111,21 @@ def collapse(files: list[str], root: Path = Path(".")) -> list[str]:
 
 def _io(flag: str | None, path: str | tuple[str, ...], kind: Kind, help: str) -> Io:
     return Io(flag, path, kind, help)
+
+
+def _training_io(name: str, where: str) -> tuple[Io, ...]:
+    """What an RL training stage reads and writes; ``where`` places its outputs (``grpo``, ``arms/rloo-s1``)."""
+    return (
+        _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
+        _io(None, "data/verifier_validation", "dep", "the verifier gate must have passed"),
+        _io("reference", "models/sft", "dep", "the reference policy, and the policy's starting point"),
+        _io("out", f"models/{where}", "out", f"where to save {name}'s trained policy (Hugging Face format)"),
+        # Kept across interrupted runs (DVC empties ordinary outs before a stage runs), so that
+        # re-running the stage resumes from the last checkpoint.
+        _io("checkpoints", f"checkpoints/{where}", "persist", "resumable checkpoints (kept across runs)"),
+        _io("metrics", f"metrics/{where}.json", "metric", f"{name}'s metrics JSON"),
+        _io("history", f"metrics/{where}_history.csv", "history", "per-step metrics CSV"),
+    )
 
 
 STAGES: list[Stage] = [
@@ -138,17 +155,8 @@ STAGES: list[Stage] = [
         _io("metrics", "metrics/sft.json", "metric", "the stage's metrics JSON"),
     ), params=("experiment.seed", "model", "prompt", "rewards", "sandbox", "sft", "rl.rollout_engine",
                "rl.sampling.max_completion_length")),
-    *[Stage(algo, f"tasks.{algo}", (
-        _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
-        _io(None, "data/verifier_validation", "dep", "the verifier gate must have passed"),
-        _io("reference", "models/sft", "dep", "the reference policy, and the policy's starting point"),
-        _io("out", f"models/{algo}", "out", "where to save the trained policy (Hugging Face format)"),
-        # Kept across interrupted runs (DVC empties ordinary outs before a stage runs), so that
-        # re-running the stage resumes from the last checkpoint.
-        _io("checkpoints", f"checkpoints/{algo}", "persist", "resumable checkpoints (kept across runs)"),
-        _io("metrics", f"metrics/{algo}.json", "metric", "the stage's metrics JSON"),
-        _io("history", f"metrics/{algo}_history.csv", "history", "per-step metrics CSV (DVC plots)"),
-    ), params=("experiment.seed", "model", "prompt", "rewards", "sandbox", "rl", algo), plot=curves)
+    *[Stage(algo, f"tasks.{algo}", _training_io(algo, algo), params=("experiment.seed", "model", "prompt", "rewards",
+                                                                     "sandbox", "rl", algo), plot=curves)
       for algo, curves in (
           ("grpo", {"title": "GRPO training curves", "y": ["reward_mean", "kl", "entropy", "val_accuracy"]}),
           ("ppo", {"title": "PPO training curves", "y": ["reward_mean", "kl", "value_loss", "explained_variance", "val_accuracy"]}),
@@ -172,6 +180,33 @@ STAGES: list[Stage] = [
     )),
 ]
 BY_NAME = {s.name: s for s in STAGES}
+ABLATION_REPORT = "ablation_report"
+
+
+def arm_stage(arm: str, seed: int) -> Stage:
+    """The ablation's stage for ``arm`` at training seed ``seed``: trains on the shared data and
+    reference, then scores test pass@1 (tasks/arm.py). One DVC stage per (arm, seed), cached alone."""
+    return Stage(f"arm_{arm}_s{seed}", "tasks.arm", _training_io("the arm", f"arms/{arm}-s{seed}"), params=("experiment.seed", "model", "prompt", "rewards", "sandbox", "rl", "grpo", "ppo", "evaluate",
+               *((f"ablation.custom_arms.{arm}",) if arm not in ARMS else ())),
+       args=("--arm", arm, "--seed", str(seed)))
+
+
+def ablation_report_stage(arms: list[str], seeds: list[int]) -> Stage:
+    """The stage that reads every (arm, seed) and writes the arms' table, verdicts and curves."""
+    results = tuple(f"{arm}-s{seed}=metrics/arms/{arm}-s{seed}.json" for arm in arms for seed in seeds)
+    return Stage(ABLATION_REPORT, "tasks.ablation_report", (
+        _io("results", results, "dep", "each arm and seed's metrics, as arm-sSEED=path, the baseline arm first"),
+        *(_io(None, f"metrics/arms/{arm}-s{seed}_history.csv", "dep", "its history") for arm in arms for seed in seeds),
+        _io("out", "reports/ablation", "report", "directory for the report, table and curves"),
+        _io("metrics", "metrics/ablation.json", "metric", "per arm: mean, std, 95% interval; the verdicts"),
+    ))
+
+
+def ablation_stages(arms: list[str], seeds: list[int]) -> list[Stage]:
+    """Every (arm, seed) stage and the report, or none without arms."""
+    if not arms:
+        return []
+    return [*(arm_stage(arm, seed) for arm in arms for seed in seeds), ablation_report_stage(arms, seeds)]
 # Written by the Prefect flow when it saves a run as a DVC experiment (flows/experiments.py).
 RUN_RECORD = "metrics/run.json"
 REPORT_PLOTS = ["reports/compare/curves.png", "reports/compare/cost.png"]
@@ -227,9 +262,11 @@ def select(names: list[str] | None) -> list[Stage]:
     return chosen
 
 
-def dvc_spec(params_file: str = "params/default.yaml", stages: list[str] | None = None) -> dict:
-    """dvc.yaml's content for the stages a set runs, reading parameters from ``params_file``."""
-    chosen = select(stages)
+def dvc_spec(params_file: str = "params/default.yaml", stages: list[str] | None = None,
+             arms: list[str] | None = None, seeds: list[int] | None = None) -> dict:
+    """dvc.yaml's content for the stages a set runs (and its ablation's arms and seeds), reading
+    parameters from ``params_file``."""
+    chosen = select(stages) + ablation_stages(arms or [], seeds or [])
     plots: list = [{s.plot["title"]: {"x": "step", "y": {s.paths("history")[0]: s.plot["y"]}}} for s in chosen if s.plot]
     return {
         "vars": [{"params_file": params_file}],
@@ -250,9 +287,22 @@ HEADER = """\
 """
 
 
-def render(params_file: str = "params/default.yaml", stages: list[str] | None = None) -> str:
-    """dvc.yaml as text, for the set in ``params_file`` running ``stages`` (None: all)."""
-    return HEADER + yaml.safe_dump(dvc_spec(params_file, stages), sort_keys=False, width=120)
+def render(params_file: str = "params/default.yaml", stages: list[str] | None = None,
+           arms: list[str] | None = None, seeds: list[int] | None = None) -> str:
+    """dvc.yaml as text, for the set in ``params_file`` running ``stages`` (None: all) and the
+    ablation ``arms`` x ``seeds`` (none by default)."""
+    return HEADER + yaml.safe_dump(dvc_spec(params_file, stages, arms, seeds), sort_keys=False, width=120)
+
+
+def for_params(params_file: str, params) -> str:
+    """dvc.yaml for a validated set: its stages, and its ablation's arms and seeds."""
+    return render(params_file, params.experiment.stages, params.ablation.arms, params.ablation.seeds)
+
+
+def stage_names(params) -> list[str]:
+    """The dvc.yaml stage names a validated set runs, in declaration order."""
+    ab = params.ablation
+    return [s.name for s in select(params.experiment.stages) + ablation_stages(ab.arms, ab.seeds)]
 
 
 def params_file_var(path: str | Path = DVC_YAML) -> str | None:
@@ -275,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     params_file = args.params or (params_file_var() if Path(DVC_YAML).is_file() else None) or "params/default.yaml"
     from grpoflow.config import load_params
 
-    text = render(params_file, load_params(params_file).experiment.stages)
+    text = for_params(params_file, load_params(params_file))
     if args.write:
         Path(DVC_YAML).write_text(text)
         print(f"wrote {DVC_YAML} ({len(STAGES)} stages)")

@@ -59,9 +59,9 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def numeric_metrics(d: dict[str, Any]) -> dict[str, float]:
     """The numbers of a (nested) metrics dict, with dotted keys; MLflow takes nothing else
-    (and only names of letters, digits and ``_-. :/``)."""
+    (and only names of letters, digits and ``_-. :/``: ``@`` becomes ``_at_``, anything else ``_``)."""
     return {
-        re.sub(r"[^\w\-. :/]", "_", k): float(v)
+        re.sub(r"[^\w\-. :/]", "_", k.replace("@", "_at_")): float(v)  # pass@1 -> pass_at_1
         for k, v in flatten(d).items()
         if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
@@ -144,10 +144,11 @@ def _run(
 
 
 @contextmanager
-def stage_run(stage: str, params: Params, params_file: str) -> Iterator[mlflow.ActiveRun]:
-    """An MLflow run for one stage, nested under the pipeline's parent run when there is one."""
+def stage_run(stage: str, params: Params, params_file: str, run_name: str | None = None) -> Iterator[mlflow.ActiveRun]:
+    """An MLflow run for one stage (named ``run_name``, default the stage), nested under the
+    pipeline's parent run when there is one."""
     start = time.perf_counter()
-    with _run(stage, params, params_file, os.environ.get(PARENT_ENV) or None) as run:
+    with _run(stage, params, params_file, os.environ.get(PARENT_ENV) or None, run_name=run_name) as run:
         yield run
         mlflow.log_metric(f"{M.SUMMARY}stage_seconds", time.perf_counter() - start)
 

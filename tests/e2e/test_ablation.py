@@ -1,5 +1,6 @@
-"""The ablation flow against a real MLflow tracking server on 127.0.0.1: GRPO and PPO runs are
-children of one parent, tagged by algorithm, with the same metric names (PPO adds its critic's)."""
+"""The ablation flow against a real MLflow tracking server on 127.0.0.1: named arms over seeds, each
+(arm, seed) a DVC stage of its own; the arms' table with intervals and verdicts; one parent run
+with a child per arm and seed, comparable metric by metric; one more seed trains only that seed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import urllib.request
 
 import pytest
 
+from grpoflow.compare import VERDICT_TEST
 from tests.e2e.conftest import free_port, run
 
 pytestmark = pytest.mark.e2e
@@ -46,46 +48,47 @@ def rest(url: str, path: str, body: dict) -> dict:
         return json.loads(resp.read())
 
 
-def test_ablation_runs_are_comparable_in_the_tracking_server(smoke, run_env, mlflow_server):
+def test_arms_over_seeds_give_intervals_verdicts_and_comparable_runs_and_cache_per_seed(smoke, run_env, mlflow_server):
     project, params_file = smoke
     env = {**run_env, "MLFLOW_TRACKING_URI": mlflow_server}
-    result = run([PY, "-m", "flows.ablation", "--params", params_file, "--seeds", "1"], project, env, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "winner on test pass@1" in result.stdout and "over seeds [0, 1]" in result.stdout
+    ablation = [PY, "-m", "flows.ablation", "--params", params_file, "--arms", "grpo", "rloo", "ppo", "--seeds"]
+    first = run([*ablation, "0", "1"], project, env, timeout=1500)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
 
+    result = json.loads((project / "metrics" / "ablation.json").read_text())
+    assert result["baseline"] == "grpo" and result["order"] == ["grpo", "rloo", "ppo"] == sorted(result["arms"], key=result["order"].index)
+    for arm, stats in result["arms"].items():
+        score = stats["test_pass@1"]
+        assert score["n"] == 2 and score["ci95"][0] <= score["mean"] <= score["ci95"][1], (arm, score)
+        assert stats["seconds_per_step"]["mean"] > 0 and stats["peak_memory_mb"]["mean"] > 0 and "kl_final" in stats
+    for arm in ("rloo", "ppo"):
+        assert result["verdicts"][arm]["verdict"] in ("better", "worse", "tie") and result["verdicts"][arm]["test"] == VERDICT_TEST
+    assert (project / "reports" / "ablation" / "curves.png").stat().st_size > 1000
+    assert "ppo" in result["arms"] and json.loads((project / "metrics" / "arms" / "ppo-s1.json").read_text())["algorithm"] == "ppo"
+
+    # MLflow: one parent; a child per arm and seed with the same metric names (PPO adds its critic's).
     with urllib.request.urlopen(f"{mlflow_server}/api/2.0/mlflow/experiments/get-by-name?experiment_name=grpoflow-default") as r:
         experiment_id = json.loads(r.read())["experiment"]["experiment_id"]
-    runs = rest(mlflow_server, "runs/search", {"experiment_ids": [experiment_id], "max_results": 100})["runs"]
+    runs = rest(mlflow_server, "runs/search", {"experiment_ids": [experiment_id], "max_results": 200})["runs"]
     tags = lambda run: {t["key"]: t["value"] for t in run["data"].get("tags", [])}  # noqa: E731
-    training = [r for r in runs if tags(r).get("grpoflow.stage") in ("grpo", "ppo")]
-    seeds = {(tags(r)["algorithm"], tags(r)["train_seed"]) for r in training}
-    assert seeds == {("grpo", "0"), ("grpo", "1"), ("ppo", "0"), ("ppo", "1")}
-    assert len({tags(r)["mlflow.parentRunId"] for r in training}) == 1  # one parent: select and compare
-    keys = {tags(r)["algorithm"]: {m["key"] for m in r["data"]["metrics"]} for r in training}
-    assert {"learning/reward_mean", "learning/kl", "learning/entropy", "learning/grad_norm", "perf/peak_memory_mb", "eval/val_accuracy",
-            "summary/seconds_per_step", "summary/val_accuracy"} <= keys["grpo"]
-    assert keys["ppo"] - keys["grpo"] == {"learning/value_loss", "learning/explained_variance"}
-    params = {tags(r)["algorithm"]: {p["key"]: p["value"] for p in r["data"]["params"]} for r in training}
-    assert params["grpo"]["algorithm"] == "grpo" and params["ppo"]["algorithm"] == "ppo"  # compare's "diff only" shows it
+    params = lambda run: {p["key"]: p["value"] for p in run["data"].get("params", [])}  # noqa: E731
+    arms = [r for r in runs if tags(r).get("grpoflow.stage") == "arm"]
+    assert sorted(r["info"]["run_name"] for r in arms) == sorted(f"arm/{a}/s{s}" for a in ("grpo", "rloo", "ppo") for s in (0, 1))
+    assert len({tags(r)["mlflow.parentRunId"] for r in arms}) == 1
+    keys = {params(r)["arm"]: {m["key"] for m in r["data"]["metrics"]} for r in arms}
+    assert keys["grpo"] == keys["rloo"] and keys["ppo"] - keys["grpo"] == {"learning/value_loss", "learning/explained_variance"}
+    assert {"learning/reward_mean", "learning/kl", "learning/grad_norm", "summary/test_pass_at_1"} <= keys["grpo"]
+    assert {params(r)["algorithm"] for r in arms if params(r)["arm"] == "rloo"} == {"grpo"}
 
-    # The parent run carries the headline: test pass@1 per model, the winner, s/step, the run's page.
-    (parent,) = [r for r in runs if tags(r).get("grpoflow.stage") == "pipeline"]
-    headline = {m["key"]: m["value"] for m in parent["data"]["metrics"]}
-    evaluation = json.loads((project / "metrics" / "evaluate.json").read_text())["models"]
-    for model in ("sft", "grpo", "ppo"):
-        assert headline[f"test_pass_at_1/{model}"] == evaluation[model]["test"]["pass@1"]
-    assert headline["seconds_per_step/grpo"] > 0 and tags(parent)["winner"] in ("grpo", "ppo", "tie")
-    assert "Test pass@1: sft" in tags(parent)["mlflow.note.content"]
-    with urllib.request.urlopen(f"{mlflow_server}/api/2.0/mlflow/artifacts/list?run_id={parent['info']['run_id']}") as r:
-        assert "run.html" in {f["path"] for f in json.loads(r.read())["files"]}
-
-    # The run's page: self-contained (plots inline, nothing fetched), the headline with GRPO's score.
-    # (tests/e2e/test_run_page.py renders such a page in Chromium.)
+    # The run's page: self-contained (plots inline, nothing fetched), with the arms' table.
     page = (project / "reports" / "run.html").read_text()
-    assert page.count('src="data:image/png;base64,') == page.count("<img") == 1 and "<script" not in page and "<link" not in page
-    assert f"grpo {evaluation['grpo']['test']['pass@1']:.1%}" in page.split('class="headline">')[1].split("</p>")[0]
-    spread = json.loads((project / "metrics" / "ablation_seeds.json").read_text())
-    assert spread["test_pass@1"]["grpo"]["seeds"] == 2 and "winner" in spread
-    compare = json.loads((project / "metrics" / "compare.json").read_text())
-    assert compare["memory"]["ppo_peak_mb"] > 0 and compare["winner_on_test_pass@1"] in ("grpo", "ppo", "tie")
-    assert (project / "reports" / "compare" / "curves.png").stat().st_size > 1000
+    assert page.count("<img") == page.count('src="data:image/png;base64,') >= 1 and "<script" not in page
+    assert "Ablation" in page and "rloo" in page
+
+    # One more seed: only its arm stages train; every earlier (arm, seed) comes from DVC's cache.
+    second = run([*ablation, "0", "1", "2"], project, env, timeout=1500)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    log = second.stdout + second.stderr
+    for arm in ("grpo", "rloo", "ppo"):
+        assert f"arm_{arm}_s2: ran" in log and f"arm_{arm}_s0: cached" in log and f"arm_{arm}_s1: cached" in log
+    assert json.loads((project / "metrics" / "ablation.json").read_text())["arms"]["rloo"]["test_pass@1"]["n"] == 3

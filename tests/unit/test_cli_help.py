@@ -28,7 +28,8 @@ def _help(module: str, heavy: tuple[str, ...] = HEAVY) -> tuple[str, str]:
     return text, loaded.strip()
 
 
-@pytest.mark.parametrize("module", [s.module for s in STAGES] + ["tasks.stages", "flows.serve"])
+@pytest.mark.parametrize("module", [s.module for s in STAGES] + ["tasks.arm", "tasks.ablation_report", "tasks.stages",
+                                                                  "flows.serve"])
 def test_a_stage_cli_answers_help_without_loading_torch_mlflow_or_matplotlib(module):
     text, loaded = _help(module)
     assert text.startswith("usage: python -m") and loaded == "[]", (text[-500:], loaded)

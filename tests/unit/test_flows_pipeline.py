@@ -79,6 +79,20 @@ def test_a_hand_edited_dvc_yaml_wired_for_the_run_is_kept(project):
     assert "dvc.yaml" in run_edits("params/default.yaml", {"experiment.stages": ["base_model", "prepare"]})
 
 
+def test_an_ablation_wires_its_arms_and_seeds_into_dvc_yaml_and_one_more_seed_adds_only_its_stages(project):
+    from flows.ablation import ablation_overrides
+
+    two = run_edits("params/default.yaml", ablation_overrides(["grpo", "rloo"], [0, 1], None))
+    stages = list(yaml.safe_load(two["dvc.yaml"])["stages"])
+    assert stages == ["base_model", "prepare", "validate_verifiers", "sft", "arm_grpo_s0", "arm_grpo_s1", "arm_rloo_s0",
+                      "arm_rloo_s1", "ablation_report"]
+    (project / "dvc.yaml").write_text(two["dvc.yaml"])
+    three = yaml.safe_load(run_edits("params/default.yaml", ablation_overrides(["grpo", "rloo"], [0, 1, 2], None))["dvc.yaml"])
+    before = yaml.safe_load(two["dvc.yaml"])["stages"]
+    assert all(three["stages"][name] == before[name] for name in stages if name.startswith("arm_"))  # unchanged: cached
+    assert {"arm_grpo_s2", "arm_rloo_s2"} <= set(three["stages"])
+
+
 def test_edits_point_dvc_at_another_set_and_carry_the_overrides(project):
     edits = run_edits("params/gsm8k-qwen2.5-0.5b.yaml", {"rl.steps": 7})
     (project / "dvc.yaml").write_text(edits["dvc.yaml"])

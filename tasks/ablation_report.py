@@ -1,0 +1,106 @@
+"""Stage ``ablation_report``: the arms over their seeds. Per arm, the mean, std and 95% interval of
+test pass@1, seconds per step, peak memory and final KL; each arm against the first (the baseline)
+by Welch's t-test on test pass@1; one plot of every arm's reward, KL and validation accuracy (means over its seeds).
+
+    python -m tasks.ablation_report --params params/default.yaml --results grpo-s0=metrics/arms/grpo-s0.json ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from grpoflow.config import Params
+from tasks import html_report
+from tasks.cli import run_stage_cli, stage_parser
+from tasks.stages import ablation_report_stage
+
+METRICS = ("test_pass@1", "seconds_per_step", "peak_memory_mb", "kl_final")
+
+
+def _results(items: list[str]) -> dict[str, dict[int, Path]]:
+    """``arm-sSEED=path`` items as {arm: {seed: path}}, the arms in the order given."""
+    arms: dict[str, dict[int, Path]] = {}
+    for item in items:
+        key, _, path = item.partition("=")
+        arm, _, seed = key.rpartition("-s")
+        arms.setdefault(arm, {})[int(seed)] = Path(path)
+    return arms
+
+
+def summarize(runs: dict[str, dict[int, dict]]) -> dict:
+    """Per arm, each metric's statistics over its seeds; each arm's verdict against the first."""
+    from grpoflow.compare import arm_stats, verdict
+
+    table = {arm: {m: arm_stats([float(r[m]) for r in seeds.values() if r.get(m) is not None])
+                   for m in METRICS if any(r.get(m) is not None for r in seeds.values())}
+             for arm, seeds in runs.items()}
+    baseline, *others = list(runs)
+    base = table[baseline]["test_pass@1"]["values"]
+    return {"baseline": baseline, "order": list(runs), "seeds": {arm: sorted(seeds) for arm, seeds in runs.items()},
+            "arms": table,
+            "verdicts": {arm: verdict(base, table[arm]["test_pass@1"]["values"]) for arm in others}}
+
+
+def _cell(stats: dict | None) -> str:
+    if not stats:
+        return "–"
+    text = f"{stats['mean']:.4g}"
+    if stats["std"] is not None:
+        low, high = stats["ci95"]
+        text += f" ± {stats['std']:.2g} [{low:.4g}, {high:.4g}]"
+    return text
+
+
+def rows(result: dict) -> list[dict]:
+    """The table a person reads: one row per arm, mean ± std [95% interval], then the verdict."""
+    out = []
+    for arm in result["order"]:  # the arms as given, the baseline first (a JSON file's keys come back sorted)
+        stats = result["arms"][arm]
+        v = result["verdicts"].get(arm)
+        out.append({"arm": arm, "seeds": len(result["seeds"][arm]), **{m: _cell(stats.get(m)) for m in METRICS},
+                    f"vs {result['baseline']}": "baseline" if v is None else
+                    f"{v['verdict']} ({v['difference']:+.3f}" + (f", p={v['p_value']:.3g})" if v["p_value"] is not None else ")")})
+    return out
+
+
+def main(args: argparse.Namespace, params: Params) -> None:
+    import mlflow  # here, not above: --help answers without loading MLflow or matplotlib
+
+    from grpoflow.compare import VERDICT_TEST
+    from grpoflow.io import atomic_write, write_json
+    from tasks import tracking
+    from tasks.plots import mean_over_seeds, plot_curves, read_history
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = _results(args.results)
+    runs = {arm: {seed: json.loads(p.read_text()) for seed, p in seeds.items()} for arm, seeds in paths.items()}
+    histories = {arm: [read_history(p.with_name(p.stem + "_history.csv")) for p in seeds.values()]
+                 for arm, seeds in paths.items()}
+    result = summarize(runs)
+    table = rows(result)
+    with tracking.stage_run("ablation_report", params, args.params):
+        curves = plot_curves({arm: mean_over_seeds(runs_) for arm, runs_ in histories.items()}, out)
+        write_json(out / "table.json", table)
+        head = (f"Each arm against {result['baseline']} on test pass@1: {VERDICT_TEST}. Cells: mean ± std "
+                "[95% interval of the mean] over the seeds.")
+        md = ["# Ablation", "", head, "", "| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
+        md += ["| " + " | ".join(str(v) for v in r.values()) + " |" for r in table]
+        with atomic_write(out / "report.md") as fh:
+            fh.write("\n".join(md) + "\n\nPlot: `curves.png` beside this file; `report.html` has it inline.\n")
+        with atomic_write(out / "report.html") as fh:
+            fh.write(html_report.page("Ablation", [f'<p class="headline">{html_report.esc(head)}</p>',
+                                                   html_report.table(table), "<h2>Curves</h2>",
+                                                   html_report.image(curves, "reward and validation accuracy per arm")]))
+        write_json(args.metrics, result)
+        tracking.log_summary({arm: {m: s["mean"] for m, s in stats.items()} for arm, stats in result["arms"].items()})
+        for path in (out / "report.html", out / "report.md", curves):
+            mlflow.log_artifact(str(path))
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    parser = stage_parser("ablation_report", __doc__, declared=ablation_report_stage(["ARM"], [0]))
+    run_stage_cli(parser, main)

@@ -1,0 +1,66 @@
+"""Stage ``arm_<arm>_s<seed>``: one arm of the ablation at one training seed. The arm's overrides
+(grpoflow.config.ARMS, or the set's ablation.custom_arms) are applied to the set, its algorithm
+trains from the SFT reference on the shared data and budget (as the grpo and ppo stages do), and
+the trained policy's greedy test pass@1 joins the stage's metrics.
+
+    python -m tasks.arm --params params/default.yaml --arm rloo --seed 1     # paths: the arm's own
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from grpoflow.config import Params
+from tasks.cli import run_stage_cli, stage_parser
+from tasks.stages import arm_stage
+
+
+def _algorithm(name: str):
+    """The arm's algorithm, loaded after argument parsing (--help needs no torch)."""
+    if name == "ppo":
+        from grpoflow.ppo import ALGORITHM as PPO
+
+        return PPO
+    from grpoflow.grpo import ALGORITHM as GRPO
+
+    return GRPO
+
+
+def test_scores(params: Params, data: Path):
+    """What an arm adds to its metrics once trained: greedy pass@1 on (up to evaluate.max_examples
+    of) the test split, with the verifier evaluate uses."""
+
+    def score(rl_run) -> dict:
+        from grpoflow.evaluation import greedy_accuracy
+        from grpoflow.rewards import correctness_scorer
+        from tasks.evaluate import eval_sets
+
+        rows = eval_sets(data, params.evaluate.max_examples, params.experiment.seed)["test"]
+        result = greedy_accuracy(rl_run.trainer.rollout, rows, correctness_scorer(params), rl_run.prompter,
+                                 max_new_tokens=params.rl.sampling.max_completion_length, seed=params.experiment.seed)
+        return {"test_pass@1": result.accuracy, "test_examples": len(rows)}
+
+    return score
+
+
+def main(args: argparse.Namespace, params: Params) -> None:
+    from grpoflow.config import arm_params
+    from tasks import rl_stage
+
+    declared = arm_stage(args.arm, args.seed)
+    for io in declared.io:  # the arm's own paths unless given
+        if io.flag and getattr(args, io.flag) is None:
+            setattr(args, io.flag, io.path)
+    arm = params.ablation.arm(args.arm)
+    arm_set = arm_params(params, args.arm)
+    rl_stage.run(args, arm_set, _algorithm(arm.algorithm), stage="arm", run_name=f"arm/{args.arm}/s{args.seed}",
+                 extra_params={"arm": args.arm, "arm_overrides": str(arm.overrides) or "{}"},
+                 after=test_scores(arm_set, Path(args.data)))
+
+
+if __name__ == "__main__":
+    parser = stage_parser("arm", __doc__, declared=arm_stage("ARM", 0), path_defaults=False)
+    parser.add_argument("--arm", required=True, help="the arm's name (grpoflow.config.ARMS or ablation.custom_arms)")
+    parser.add_argument("--seed", type=int, required=True, help="the training seed (the data and reference are shared)")
+    run_stage_cli(parser, main)
