@@ -27,10 +27,9 @@ from flows import serve
 from flows.pipeline import EXIT_INTERRUPTED, INTERRUPTED, held_workspace, parse_overrides, precheck, run_stages
 from grpoflow.config import ARMS, ConfigError
 from tasks.cli import help_text
-from tasks.stages import ablation_report_stage
+from tasks.stages import ABLATION_METRICS, ABLATION_OUT
 
 SHARED_STAGES = ["base_model", "prepare", "validate_verifiers", "sft"]  # what every arm starts from
-REPORT = Path(ablation_report_stage([], []).option("out").path)
 
 
 def ablation_overrides(arms: list[str], seeds: list[int], overrides: dict[str, Any] | None) -> dict[str, Any]:
@@ -48,8 +47,8 @@ def ablation(params_file: str = "params/default.yaml", arms: list[str] | None = 
     with held_workspace(params_file, every) as params:
         for r in run_stages(params, params_file, None, overrides=every):
             print(f"{r.stage}: {'ran' if r.ran else 'cached'} in {r.seconds:.1f} s")
-        result = json.loads(Path("metrics/ablation.json").read_text())
-        create_table_artifact(json.loads((REPORT / "table.json").read_text()), key="ablation-arms",
+        result = json.loads(Path(ABLATION_METRICS).read_text())
+        create_table_artifact(json.loads((Path(ABLATION_OUT) / "table.json").read_text()), key="ablation-arms",
                               description=f"The arms over seeds {params.ablation.seeds}, against {result['baseline']}")
         return result
 
@@ -76,12 +75,18 @@ def main(argv: list[str] | None = None) -> int:
         print(INTERRUPTED, file=sys.stderr)
         return EXIT_INTERRUPTED
     for arm in result["order"]:
-        score = result["arms"][arm]["test_pass@1"]
-        verdict = result["verdicts"].get(arm)
-        print(f"{arm:>14}: test pass@1 {score['mean']:.3f}" + (f" ± {score['std']:.3f}" if score["std"] is not None else "")
-              + f" over {score['n']} seed(s)"
-              + (f"; {verdict['verdict']} than {result['baseline']}" if verdict and verdict["verdict"] in ("better", "worse")
-                 else f"; {verdict['verdict']} with {result['baseline']}" if verdict else " (baseline)"))
+        score, verdict = result["arms"][arm]["test_pass@1"], result["verdicts"].get(arm)
+        line = f"{arm:>14}: test pass@1 {score['mean']:.3f}"
+        if score["std"] is not None:
+            line += f" ± {score['std']:.3f}"
+        line += f" over {score['n']} seed(s)"
+        if verdict is None:
+            line += " (baseline)"
+        elif verdict["verdict"] in ("better", "worse"):
+            line += f"; {verdict['verdict']} than {result['baseline']}"
+        else:
+            line += f"; {verdict['verdict']} with {result['baseline']}"
+        print(line)
     return 0
 
 

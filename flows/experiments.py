@@ -21,9 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from flows.run_report import headline
+from flows.run_report import headline, trainings
 from grpoflow.io import write_json
-from tasks.stages import STAGES
 from tasks.stages import stage as declared
 
 RUN_RECORD = "metrics/run.json"
@@ -93,9 +92,8 @@ def experiment_rows(shown: list) -> list[dict]:
         for exp in baseline.get("experiments") or []:
             for rev in exp.get("revs") or []:
                 files = _metrics(rev)
-                of = lambda name: files.get(declared(name).option("metrics").path) or {}  # noqa: E731
-                trains = {s.name: of(s.name) for s in STAGES if s.paths("history") and of(s.name)}
-                head = headline(of("evaluate") or None, of("compare") or None, trains)
+                of = lambda name: files.get(declared(name).option("metrics").path)  # noqa: E731
+                head = headline(of("evaluate"), of("compare"), trainings(files.get))
                 run = files.get(RUN_RECORD, {})
                 rows.append({
                     "experiment": rev.get("name") or exp.get("name") or rev["rev"][:7],

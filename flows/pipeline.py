@@ -48,7 +48,7 @@ from tasks.stages import for_params as dvc_yaml_for
 from tasks.stages import STAGES as declared_stages
 from tasks.stages import stage as stage_declaration
 from tasks.stages import select as select_stages
-from tasks.stages import ablation_stages, stage_names
+from tasks.stages import REPORT_PLOTS, stages_for
 from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, help_text
 
 DVC_YAML = "dvc.yaml"
@@ -286,14 +286,6 @@ def run_dvc_stage(stage: Stage, env: dict[str, str], gpu_limit: str | None = Non
     return result
 
 
-@task(name="stage-cli", task_run_name="{name}")
-def run_stage_cli(name: str, args: list[str], env: dict[str, str]) -> None:
-    """A stage CLI run outside DVC's cache (e.g. extra training seeds of the ablation)."""
-    log = _stream([sys.executable, "-m", *args], env, progress=_Progress(name))
-    if log.code != 0:
-        _fail(name, log)
-
-
 def _check_params_file(params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None) -> Params:
     """The parameter set with ``overrides`` (dotted keys), validated before any work: a bad key,
     value or stage name fails here, naming it."""
@@ -372,8 +364,8 @@ def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, s
     key a stage depends on (DVC reads those keys from the file, not from the schema)."""
     changes: dict[str, str] = {}
     params = load_params(params_file, overrides)
-    stages = select_stages(params.experiment.stages) + ablation_stages(params.ablation.arms, params.ablation.seeds)
-    if _wired_for(params_file) != stage_names(params):
+    stages = stages_for(params)
+    if _wired_for(params_file) != [s.name for s in stages]:
         # Another set, or another choice of stages or arms: dvc.yaml is generated, so the same text for them.
         # A dvc.yaml already wired for this run is left as it is, hand edits (torchrun commands) included.
         changes[DVC_YAML] = dvc_yaml_for(params_file, params)
@@ -479,10 +471,10 @@ def _publish_run_report(results: list[StageResult], title: str, experiment_id: s
         mlflow.set_tag("winner", head["winner"])
     mlflow.set_tag("mlflow.note.content", f"{text}\n\nThe whole run on one page: `run.html` under Artifacts.")
     mlflow.log_artifact(str(run_report.REPORT))
-    compare_out = Path(stage_declaration("compare").option("out").path)
-    for name in ("report.html", "curves.png", "cost.png"):
-        if (compare_out / name).is_file():
-            mlflow.log_artifact(str(compare_out / name), artifact_path="compare")
+    compare_report = Path(stage_declaration("compare").option("out").path) / "report.html"
+    for path in (compare_report, *map(Path, REPORT_PLOTS)):
+        if path.is_file():
+            mlflow.log_artifact(str(path), artifact_path="compare")
     page = run_report.REPORT.resolve()
     create_link_artifact(page.as_uri(), link_text=str(page), key="run-report",
                          description="This run on one page (open the file in a browser; also `run.html` in the MLflow parent run)")
@@ -533,10 +525,9 @@ def _record_experiment(params: Params, params_file: str, overrides: dict | None,
     mlflow.set_tags(tags)  # on the parent run, still active
 
 
-def run_stages(params: Params, params_file: str, stages: list[str] | None,
-               extra: Callable[[dict[str, str]], None] | None = None, overrides: dict | None = None):
-    """Run dvc.yaml stages under one MLflow parent run (then ``extra(env)``, still under it),
-    record the run as a DVC experiment, and publish the stage table, metrics and MLflow link.
+def run_stages(params: Params, params_file: str, stages: list[str] | None, overrides: dict | None = None):
+    """Run dvc.yaml stages under one MLflow parent run, record the run as a DVC experiment, and
+    publish the stage table, metrics and MLflow link.
     Shared by the pipeline and ablation flows; the caller holds the workspace."""
     order = stage_order(DVC_YAML, only=stages)
     orch = params.orchestration
@@ -555,10 +546,9 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None,
             with kept_outputs(stage):
                 result = stage_task(stage, env, gpu_limit=gpu, retries=orch.stage_retries, return_state=True).result()
             if not result.ran:
-                tracking.log_cached_stage(stage.name, params, params_file, parent_id, flow_run_id, list(stage.metrics))
+                tracking.log_cached_stage(stage.name, params, params_file, parent_id, flow_run_id, result.metrics,
+                                          list(stage.metrics))
             results.append(result)
-        if extra:
-            extra(env)
         try:
             _publish_run_report(results, parent.info.run_name, experiment_id, parent_id)
         except Exception as exc:  # the stages' results are intact and get recorded: a report is not worth failing them

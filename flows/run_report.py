@@ -13,14 +13,14 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from grpoflow import metric_names as M
 from tasks import html_report as H
-from tasks.stages import STAGES, ablation_report_stage, stage
+from tasks.stages import ABLATION_OUT, ABLATION_REPORT, TRAINING, stage
+from tasks.tracking import mlflow_name
 
 REPORT = Path("reports/run.html")
-ABLATION_OUT = Path(ablation_report_stage([], []).option("out").path)
 
 
 @dataclass
@@ -62,12 +62,16 @@ def headline_text(head: dict[str, Any]) -> str:
     return "; ".join(p for p in parts if p) + "."
 
 
-METRIC_NAMES = {"test_pass@1": "test_pass_at_1", "seconds_per_step": "seconds_per_step"}  # MLflow refuses "@"
-
-
 def headline_metrics(head: dict[str, Any]) -> dict[str, float]:
     """The headline as MLflow metrics for the parent run (``test_pass_at_1/grpo``, ...)."""
-    return {f"{METRIC_NAMES[key]}/{name}": float(v) for key in METRIC_NAMES for name, v in head[key].items() if v is not None}
+    return {mlflow_name(f"{key}/{name}"): float(v) for key in ("test_pass@1", "seconds_per_step")
+            for name, v in head[key].items() if v is not None}
+
+
+def trainings(read_metrics: Callable[[str], dict | None], only: set[str] | None = None) -> dict[str, dict]:
+    """Each training stage's metrics that ``read_metrics(path)`` finds (of the stages in ``only``)."""
+    return {s.name: m for s in TRAINING
+            if (only is None or s.name in only) and (m := read_metrics(s.option("metrics").path))}
 
 
 def _stage_table(rows: list[StageResult]) -> str:
@@ -103,7 +107,7 @@ def _evaluation(evaluation: dict | None) -> str:
 
 def _ablation() -> str:
     """The arms' table and curves (the ablation_report stage's files)."""
-    table, curves = ABLATION_OUT / "table.json", ABLATION_OUT / "curves.png"
+    table, curves = Path(ABLATION_OUT) / "table.json", Path(ABLATION_OUT) / "curves.png"
     parts = [H.table(json.loads(table.read_text()))] if table.is_file() else []
     if curves.is_file():
         parts.append(H.image(curves, "reward and validation accuracy per arm, mean over seeds"))
@@ -116,8 +120,8 @@ def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
 
     # Only this run's stages (ran or cached): files of stages it did not run are an earlier run's.
     here = {r.stage for r in rows}
-    trains = {s.name: m for s in STAGES if s.name in here and s.paths("history") and (m := _json(s.option("metrics").path))}
-    histories = {s.name: read_history(Path(s.paths("history")[0])) for s in STAGES
+    trains = trainings(_json, here)
+    histories = {s.name: read_history(Path(s.paths("history")[0])) for s in TRAINING
                  if s.name in trains and Path(s.paths("history")[0]).is_file()}
     evaluation = _json(stage("evaluate").option("metrics").path) if "evaluate" in here else None
     compare = _json(stage("compare").option("metrics").path) if "compare" in here else None
@@ -125,7 +129,7 @@ def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
     table_path = Path(stage("compare").option("out").path) / "table.json"
     versus = H.table(json.loads(table_path.read_text()), ["metric", "grpo", "ppo"]) if compare and table_path.is_file() else (
         '<p class="muted">No GRPO-vs-PPO comparison in this run.</p>')
-    ablation = _ablation() if "ablation_report" in here else '<p class="muted">No ablation in this run.</p>'
+    ablation = _ablation() if ABLATION_REPORT in here else '<p class="muted">No ablation in this run.</p>'
     html = H.page(title, [
         f'<p class="headline">{H.esc(headline_text(head))}</p>',
         "<h2>Stages</h2>", _stage_table(rows),

@@ -681,6 +681,14 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def preset_values(name: str, cap: int) -> dict[str, Any]:
+    """Preset ``name``'s keys and values for a completion cap of ``cap`` tokens."""
+    return {
+        key: max(1, cap // int(value[4:])) if str(value).startswith("cap/") else value
+        for key, value in PRESETS[name].items()
+    }
+
+
 def apply_preset(raw: dict[str, Any]) -> dict[str, Any]:
     """``raw`` with the keys of its ``rl.preset`` filled in where it does not set them itself."""
     name = (raw.get("rl") or {}).get("preset", "none") if isinstance(raw.get("rl"), dict) else "none"
@@ -688,9 +696,9 @@ def apply_preset(raw: dict[str, Any]) -> dict[str, Any]:
         return raw  # "none", or a bad name the schema then reports
     out = copy.deepcopy(raw)
     cap = (out["rl"].get("sampling") or {}).get("max_completion_length", SamplingConfig().max_completion_length)
-    for key, value in PRESETS[name].items():
+    for key, value in preset_values(name, cap).items():
         if not has_dotted(out, key):
-            set_dotted(out, key, max(1, cap // int(value[4:])) if str(value).startswith("cap/") else value)
+            set_dotted(out, key, value)
     return out
 
 
@@ -843,16 +851,9 @@ def arm_params(params: Params, name: str) -> Params:
     every key of a dumped set is already there) and validated."""
     arm = params.ablation.arm(name)
     raw = params.model_dump(mode="json")
-    overrides = dict(arm.overrides)
-    preset = overrides.get("rl.preset")
-    if preset in PRESETS:
-        expanded = apply_preset({"rl": {"preset": preset, "sampling": dict(raw["rl"]["sampling"])}})
-        for key in PRESETS[preset]:
-            node: Any = expanded
-            for part in key.split("."):
-                node = node[part]
-            overrides.setdefault(key, node)
-    for key, value in overrides.items():
+    preset = arm.overrides.get("rl.preset")
+    spelled = preset_values(preset, params.rl.sampling.max_completion_length) if preset in PRESETS else {}
+    for key, value in {**spelled, **arm.overrides}.items():
         set_dotted(raw, key, value)
     try:
         return validate_params(raw, source=f"arm {name!r}")
@@ -894,7 +895,8 @@ def describe_schema(model: type[BaseModel] = Params, prefix: str = "") -> list[t
     return rows
 
 
-def _value_at(params: Params, dotted: str) -> Any:
+def value_at(params: Params, dotted: str) -> Any:
+    """The value of ``dotted`` (e.g. ``rl.engine.lr``) in a validated set."""
     node: Any = params
     for part in dotted.split("."):
         node = getattr(node, part)
@@ -906,7 +908,7 @@ def schema_markdown(demo: Params | None = None) -> str:
     (params/default.yaml) a column shows where the demo departs from the schema's default."""
     rows = ["| key | default | params/default.yaml | description |", "|---|---|---|---|"]
     for key, default, desc in describe_schema():
-        mine = repr(_value_at(demo, key)) if demo is not None else default
+        mine = repr(value_at(demo, key)) if demo is not None else default
         rows.append(f"| `{key}` | `{default}` | {'' if mine == default else f'`{mine}`'} | {desc} |")
     return "\n".join(rows)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpoflow.config import Params, batch_problems
+from grpoflow.config import Params, batch_problems, value_at
 
 # DeepSeekMath (Shao et al. 2024), section 4.2: beta 0.04, 64 samples per question, one update
 # per exploration stage, lr 1e-6, loss = mean over tokens of a sequence, then over sequences.
@@ -45,13 +45,6 @@ class Finding:
     message: str
 
 
-def _value(params: Params, dotted: str):
-    node = params
-    for part in dotted.split("."):
-        node = getattr(node, part)
-    return node
-
-
 def lint(params: Params, algorithm: str = "grpo", world_size: int = 1) -> list[Finding]:
     """The findings for training ``algorithm`` on ``world_size`` processes."""
     found: list[Finding] = []
@@ -59,11 +52,11 @@ def lint(params: Params, algorithm: str = "grpo", world_size: int = 1) -> list[F
     # The paper and TRL describe GRPO; for PPO only the shared budget is compared.
     keys = [k for k in PAPER if algorithm == "grpo" or k.startswith("rl.")]
     for key in keys:
-        if _value(params, key) != PAPER[key]:
-            found.append(Finding("info", f"{key} = {_value(params, key)} (DeepSeekMath: {PAPER[key]})"))
+        if value_at(params, key) != PAPER[key]:
+            found.append(Finding("info", f"{key} = {value_at(params, key)} (DeepSeekMath: {PAPER[key]})"))
     for key, (ref, label) in TRL.items():
-        if key in keys and _value(params, key) != ref:
-            found.append(Finding("info", f"{key} = {_value(params, key)} (TRL default: {label})"))
+        if key in keys and value_at(params, key) != ref:
+            found.append(Finding("info", f"{key} = {value_at(params, key)} (TRL default: {label})"))
     found += [Finding("error", problem) for problem in batch_problems(rl, world_size)]
     if 0 < rl.sampling.temperature < 0.3:
         found.append(
@@ -79,7 +72,7 @@ def lint(params: Params, algorithm: str = "grpo", world_size: int = 1) -> list[F
             )
         )
     kl_key = {"grpo": "grpo.beta", "ppo": "ppo.kl_coef"}.get(algorithm)
-    if kl_key and rl.adaptive_kl.enabled and _value(params, kl_key) == 0:
+    if kl_key and rl.adaptive_kl.enabled and value_at(params, kl_key) == 0:
         found.append(Finding("warning", f"rl.adaptive_kl is on but {kl_key} = 0: {algorithm} runs without a KL term"))
     if rl.num_iterations == 1:
         found.append(

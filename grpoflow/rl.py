@@ -97,7 +97,7 @@ def _set_rng_state(state: dict) -> None:
         torch.set_rng_state(state["torch"])
 
 
-def cfg_every(cfg: RLConfig, step: int) -> bool:
+def reference_refresh_due(cfg: RLConfig, step: int) -> bool:
     """Whether the reference is refreshed after step ``step`` (0-based)."""
     return bool(cfg.ref_sync_every) and (step + 1) % cfg.ref_sync_every == 0
 
@@ -216,15 +216,13 @@ class PolicyTrainer:
     def _rollouts(self, step: int, g: int, draw: int = 0) -> tuple[Rollouts, list[dict]]:
         """This process's share of the step's prompts, G completions each, and each completion's row.
         ``draw`` > 0: another set of prompts for the same step (dynamic sampling), fixed by it too."""
-        seed = (
-            self.seed if draw == 0 else hash((self.seed, 1_000_003, draw)) % 2**31
-        )  # ints hash the same in every process
+        # Ints only: their hash is the same in every process (a str's is salted per process).
+        seed = self.seed if draw == 0 else hash((self.seed, 1_000_003, draw)) % 2**31
         idx = prompt_indices(len(self.prompts), self.cfg.prompts_per_step, step, seed)[self.rank :: self.world]
         rows = [self.prompts[i] for i in idx]
         s = self.cfg.sampling
-        sampling = Sampling(
-            s.temperature, s.top_p, self.max_completion_length, self.cfg.rollout_correction.mode != "none"
-        )
+        correcting = self.cfg.rollout_correction.mode != "none"
+        sampling = Sampling(s.temperature, s.top_p, self.max_completion_length, logprobs=correcting)
         ro = self.rollout.generate(
             [self.prompter.prompt(r["prompt"]) for r in rows],
             g,
@@ -363,11 +361,8 @@ class PolicyTrainer:
             out, error = self._rollouts(step, g, draw), None
         except torch.OutOfMemoryError as exc:
             out, error = None, exc
-        if self.world > 1:
-            flag = torch.tensor([0.0 if error is None else 1.0], device=self.engine.device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            if flag.item() and error is None:
-                error = torch.OutOfMemoryError(f"out of memory during rollouts on another process at step {step + 1}")
+        if self._anyone(error is not None) and error is None:
+            error = torch.OutOfMemoryError(f"out of memory during rollouts on another process at step {step + 1}")
         if error is not None or out is None:
             raise error or RuntimeError(f"no rollouts at step {step + 1}")
         return out
@@ -453,7 +448,7 @@ class PolicyTrainer:
                 continue  # the same step again, smaller
             if evaluate and ((step + 1) % self.cfg.eval_every == 0 or step + 1 == self.cfg.steps):
                 metrics.update(evaluate(step))
-            if self.ref is not None and cfg_every(self.cfg, step):
+            if self.ref is not None and reference_refresh_due(self.cfg, step):
                 refresh_reference(self.ref, self.engine, self.cfg.ref_sync_alpha)
             new = self.health.observe(step, metrics)
             metrics[M.HEALTH_SYMPTOMS] = len(self.health.symptoms)

@@ -14,7 +14,7 @@ from pathlib import Path
 from grpoflow.config import Params
 from tasks import html_report
 from tasks.cli import run_stage_cli, stage_parser
-from tasks.stages import ablation_report_stage
+from tasks.stages import ablation_report_stage, arm_stage
 
 METRICS = ("test_pass@1", "seconds_per_step", "peak_memory_mb", "kl_final")
 
@@ -77,7 +77,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     out.mkdir(parents=True, exist_ok=True)
     paths = _results(args.results)
     runs = {arm: {seed: json.loads(p.read_text()) for seed, p in seeds.items()} for arm, seeds in paths.items()}
-    histories = {arm: [read_history(p.with_name(p.stem + "_history.csv")) for p in seeds.values()]
+    histories = {arm: [read_history(Path(arm_stage(arm, seed).option("history").path)) for seed in seeds]
                  for arm, seeds in paths.items()}
     result = summarize(runs)
     table = rows(result)

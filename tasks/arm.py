@@ -17,14 +17,10 @@ from tasks.stages import arm_stage
 
 
 def _algorithm(name: str):
-    """The arm's algorithm, loaded after argument parsing (--help needs no torch)."""
-    if name == "ppo":
-        from grpoflow.ppo import ALGORITHM as PPO
+    """The arm's algorithm, through its stage's own loader (after argument parsing: --help needs no torch)."""
+    from tasks import grpo, ppo
 
-        return PPO
-    from grpoflow.grpo import ALGORITHM as GRPO
-
-    return GRPO
+    return {"grpo": grpo.algorithm, "ppo": ppo.algorithm}[name]()
 
 
 def test_scores(params: Params, data: Path):
@@ -48,10 +44,6 @@ def main(args: argparse.Namespace, params: Params) -> None:
     from grpoflow.config import arm_params
     from tasks import rl_stage
 
-    declared = arm_stage(args.arm, args.seed)
-    for io in declared.io:  # the arm's own paths unless given
-        if io.flag and getattr(args, io.flag) is None:
-            setattr(args, io.flag, io.path)
     arm = params.ablation.arm(args.arm)
     arm_set = arm_params(params, args.arm)
     rl_stage.run(args, arm_set, _algorithm(arm.algorithm), stage="arm", run_name=f"arm/{args.arm}/s{args.seed}",
@@ -60,7 +52,12 @@ def main(args: argparse.Namespace, params: Params) -> None:
 
 
 if __name__ == "__main__":
-    parser = stage_parser("arm", __doc__, declared=arm_stage("ARM", 0), path_defaults=False)
+    # The arm and seed first: the paths default to that arm's own (its declaration in tasks/stages.py).
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--arm", default="ARM")
+    first.add_argument("--seed", type=int, default=0)
+    chosen, _ = first.parse_known_args()
+    parser = stage_parser("arm", __doc__, declared=arm_stage(chosen.arm, chosen.seed))
     parser.add_argument("--arm", required=True, help="the arm's name (grpoflow.config.ARMS or ablation.custom_arms)")
     parser.add_argument("--seed", type=int, required=True, help="the training seed (the data and reference are shared)")
     run_stage_cli(parser, main)

@@ -24,11 +24,10 @@ def help_text(doc: str | None) -> str:
     return text.replace("``", "").strip()
 
 
-def stage_parser(stage: str, description: str, declared=None, path_defaults: bool = True) -> argparse.ArgumentParser:
+def stage_parser(stage: str, description: str, declared=None) -> argparse.ArgumentParser:
     """The stage's parser: ``--params`` and one option per path its declaration in tasks/stages.py
     names (``declared``, default the stage named ``stage``), with that path as the default (so
-    dvc.yaml, the CLI and the flow agree). Without ``path_defaults`` (an ablation arm, whose paths
-    follow from its name) single paths default to None."""
+    dvc.yaml, the CLI and the flow agree)."""
     from tasks.stages import stage as declaration
 
     parser = argparse.ArgumentParser(prog=f"python -m tasks.{stage}", description=help_text(description),
@@ -38,9 +37,7 @@ def stage_parser(stage: str, description: str, declared=None, path_defaults: boo
         if io.flag is None:
             continue
         what = io.help.replace("%", "%%")  # argparse formats help strings with %
-        if isinstance(io.path, str) and not path_defaults:
-            parser.add_argument(f"--{io.flag}", default=None, help=f"{what} (default: the arm's own)")
-        elif isinstance(io.path, str):
+        if isinstance(io.path, str):
             parser.add_argument(f"--{io.flag}", default=io.path, help=f"{what} (default: {io.path})")
         else:
             parser.add_argument(f"--{io.flag}", nargs="+", default=list(io.path), metavar="NAME=PATH",

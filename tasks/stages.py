@@ -210,6 +210,9 @@ def ablation_stages(arms: list[str], seeds: list[int]) -> list[Stage]:
 # Written by the Prefect flow when it saves a run as a DVC experiment (flows/experiments.py).
 RUN_RECORD = "metrics/run.json"
 REPORT_PLOTS = ["reports/compare/curves.png", "reports/compare/cost.png"]
+TRAINING = [s for s in STAGES if s.paths("history")]  # the RL stages (grpo, ppo)
+ABLATION_OUT = ablation_report_stage([], []).option("out").path
+ABLATION_METRICS = ablation_report_stage([], []).option("metrics").path
 
 
 def stage(name: str) -> Stage:
@@ -299,10 +302,10 @@ def for_params(params_file: str, params) -> str:
     return render(params_file, params.experiment.stages, params.ablation.arms, params.ablation.seeds)
 
 
-def stage_names(params) -> list[str]:
-    """The dvc.yaml stage names a validated set runs, in declaration order."""
-    ab = params.ablation
-    return [s.name for s in select(params.experiment.stages) + ablation_stages(ab.arms, ab.seeds)]
+def stages_for(params) -> list[Stage]:
+    """The stages a validated set runs, in declaration order: its ``experiment.stages`` and its
+    ablation's arms x seeds."""
+    return select(params.experiment.stages) + ablation_stages(params.ablation.arms, params.ablation.seeds)
 
 
 def params_file_var(path: str | Path = DVC_YAML) -> str | None:

@@ -57,11 +57,17 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def mlflow_name(key: str) -> str:
+    """``key`` as MLflow takes a metric name (letters, digits and ``_-. :/`` only): ``@`` becomes
+    ``_at_`` (``pass@1`` -> ``pass_at_1``), anything else ``_``."""
+    return re.sub(r"[^\w\-. :/]", "_", key.replace("@", "_at_"))
+
+
 def numeric_metrics(d: dict[str, Any]) -> dict[str, float]:
-    """The numbers of a (nested) metrics dict, with dotted keys; MLflow takes nothing else
-    (and only names of letters, digits and ``_-. :/``: ``@`` becomes ``_at_``, anything else ``_``)."""
+    """The numbers of a (nested) metrics dict, with dotted keys (:func:`mlflow_name`); MLflow takes
+    nothing else."""
     return {
-        re.sub(r"[^\w\-. :/]", "_", k.replace("@", "_at_")): float(v)  # pass@1 -> pass_at_1
+        mlflow_name(k): float(v)
         for k, v in flatten(d).items()
         if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
@@ -159,19 +165,20 @@ def pipeline_run(params: Params, params_file: str, run_name: str, flow_run_id: s
 
 
 def log_cached_stage(
-    stage: str, params: Params, params_file: str, parent_run_id: str, flow_run_id: str, metrics_files: list[str]
+    stage: str, params: Params, params_file: str, parent_run_id: str, flow_run_id: str, metrics: dict,
+    metrics_files: list[str],
 ) -> str:
-    """A child run for a stage DVC skipped: its metrics are read back from the cached outputs.
+    """A child run for a stage DVC skipped: ``metrics`` (read back by the flow from its cached
+    metrics files), and the files themselves as artifacts.
 
     Keeps every pipeline run's tree complete in the UI, marked ``dvc_cached=true``.
     """
     tags = {"dvc_cached": "true", "prefect_flow_run_id": flow_run_id}
     with _run(stage, params, params_file, parent_run_id, **tags) as run:
+        log_summary(metrics)
+        if "algorithm" in metrics:  # a training stage's: a param, as on the run that trained
+            mlflow.log_param("algorithm", metrics["algorithm"])
         for path in metrics_files:
             if Path(path).is_file():
-                metrics = json.loads(Path(path).read_text())
-                log_summary(metrics)
-                if "algorithm" in metrics:  # a training stage's: a param, as on the run that trained
-                    mlflow.log_param("algorithm", metrics["algorithm"])
                 mlflow.log_artifact(path)
         return run.info.run_id
