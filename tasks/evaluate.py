@@ -56,8 +56,9 @@ def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: li
                                   sampling=Sampling(cfg.temperature, 1.0, max_new), seed=params.experiment.seed)
         write_jsonl(out / f"{name}_{set_name}.jsonl",
                     ({**g, **{k: v for k, v in s.items() if k != "id"}} for g, s in zip(greedy.outputs, sampled.outputs)))
-        result[set_name] = {"pass@1": greedy.accuracy, f"pass@{cfg.k}": sampled.pass_at_k, f"maj@{cfg.k}": sampled.maj_at_k,
-                            "examples": len(rows)}
+        result[set_name] = {"pass@1": greedy.accuracy, f"pass@{cfg.k}": sampled.pass_at_k, "examples": len(rows)}
+        if sampled.maj_at_k is not None:  # a code set has no answers to vote on
+            result[set_name][f"maj@{cfg.k}"] = sampled.maj_at_k
     return result
 
 
@@ -89,11 +90,12 @@ def main(args: argparse.Namespace, params: Params) -> None:
         write_json(args.metrics, metrics)
         tracking.log_summary(results)
         mlflow.log_artifact(args.metrics)
+    k = params.evaluate.k
     for name, r in results.items():
         flag = "  FORGETTING FLAGGED" if r["forgetting_flagged"] else ""
-        print(f"evaluate {name}: test pass@1 {r['test']['pass@1']:.3f} pass@{params.evaluate.k} "
-              f"{r['test'][f'pass@{params.evaluate.k}']:.3f} maj@{params.evaluate.k} {r['test'][f'maj@{params.evaluate.k}']:.3f} "
-              f"held-out loss {r['heldout_loss']:.3f} ({r['heldout_loss_increase']:+.3f}){flag}")
+        sets = "; ".join(f"{set_name} " + " ".join(f"{m} {v:.3f}" for m, v in scores.items() if "@" in m)
+                         for set_name, scores in r.items() if isinstance(scores, dict) and f"pass@{k}" in scores)
+        print(f"evaluate {name}: {sets}; held-out loss {r['heldout_loss']:.3f} ({r['heldout_loss_increase']:+.3f}){flag}")
 
 
 if __name__ == "__main__":

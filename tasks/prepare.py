@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 from grpoflow.config import Params
-from grpoflow.data.prepare import Prepared, prepare
+from grpoflow.data.prepare import PAIRS_FILE, Prepared, prepare
 from grpoflow.data.report import prepare_report
 from grpoflow.io import atomic_write, sha256_paths, write_json, write_jsonl
 from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, run_stage_cli, stage_parser
@@ -45,7 +45,7 @@ def output_paths(prepared: Prepared, out: Path) -> dict[str, Path]:
     paths = {name: output_path(out, f"{name}.jsonl") for name in prepared.splits}
     for name in prepared.benchmarks:
         paths[f"benchmarks/{name}"] = output_path(out, "benchmarks", f"{name}.jsonl")
-    for name in ("quarantine.jsonl", "leakage.jsonl", "report.md"):
+    for name in (PAIRS_FILE, "quarantine.jsonl", "leakage.jsonl", "report.md"):
         paths[name] = output_path(out, name)
     return paths
 
@@ -57,11 +57,13 @@ def write_outputs(prepared: Prepared, out: Path, report: str) -> str:
         write_jsonl(paths[name], (r.to_dict() for r in rows), allow_nan=False)
     for name, rows in prepared.benchmarks.items():
         write_jsonl(paths[f"benchmarks/{name}"], (r.to_dict() for r in rows), allow_nan=False)
+    write_jsonl(paths[PAIRS_FILE], (p.to_dict() for p in prepared.pairs), allow_nan=False)  # reward_model's
     write_jsonl(paths["quarantine.jsonl"], (q.to_dict() for q in prepared.quarantine), allow_nan=False)
     write_jsonl(paths["leakage.jsonl"], (f.to_dict() for f in prepared.leaks), allow_nan=False)
     with atomic_write(paths["report.md"], "wb") as fh:  # UTF-8 whatever the locale: prompts are any text
         fh.write(report.encode("utf-8"))
     hashed = [paths[n] for n in prepared.splits] + [paths[f"benchmarks/{n}"] for n in prepared.benchmarks]
+    hashed += [paths[PAIRS_FILE]] if prepared.pairs else []  # a set without pairs keeps its data hash
     return sha256_paths(hashed, root=out)
 
 

@@ -21,7 +21,7 @@ from typing import Literal
 
 import yaml
 
-from grpoflow.config import ARMS
+from grpoflow.config import ARMS, RM_DEFAULT_PATH, RM_REWARD
 from grpoflow.provenance import PROJECT_PACKAGES, module_files
 
 Kind = Literal["dep", "out", "persist", "report", "metric", "history"]
@@ -60,6 +60,7 @@ class Stage:
     params: tuple[str, ...] = ()
     plot: dict = field(default_factory=dict)  # for a history: the curves (column names) to plot
     args: tuple[str, ...] = ()  # fixed arguments after the paths (an arm's name and seed)
+    opt_in: bool = False  # left out of a set that does not ask for it (see :func:`stage_names`)
 
     def option(self, flag: str) -> Io:
         """The :class:`Io` of command-line option ``--<flag>``."""
@@ -113,11 +114,17 @@ def _io(flag: str | None, path: str | tuple[str, ...], kind: Kind, help: str) ->
     return Io(flag, path, kind, help)
 
 
+# A set's reward model (rewards: [{name: rm}]) as a dependency: dropped where the set runs no
+# reward_model stage (select() drops a list item that a stage left out would make).
+RM_DEP = ("rm=" + RM_DEFAULT_PATH,)
+
+
 def _training_io(name: str, where: str) -> tuple[Io, ...]:
     """What an RL training stage reads and writes; ``where`` places its outputs (``grpo``, ``arms/rloo-s1``)."""
     return (
         _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
         _io(None, "data/verifier_validation", "dep", "the verifier gate must have passed"),
+        _io(None, RM_DEP, "dep", "the reward model, where rewards use it"),
         _io("reference", "models/sft", "dep", "the reference policy, and the policy's starting point"),
         _io("out", f"models/{where}", "out", f"where to save {name}'s trained policy (Hugging Face format)"),
         # Kept across interrupted runs (DVC empties ordinary outs before a stage runs), so that
@@ -145,6 +152,8 @@ STAGES: list[Stage] = [
     ), params=("experiment.seed", "data")),
     Stage("validate_verifiers", "tasks.validate_verifiers", (
         _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
+        _io(None, RM_DEP, "dep", "the reward model, where rewards use it (its gate)"),
+        _io(None, ("rm-metrics=metrics/reward_model.json",), "dep", "the reward model's held-out pairwise accuracy"),
         _io("out", "data/verifier_validation", "out", "directory for the report and confusions"),
         _io("metrics", "metrics/validate_verifiers.json", "metric", "the stage's metrics JSON"),
     ), params=("rewards", "sandbox", "verifier_gate")),
@@ -155,6 +164,14 @@ STAGES: list[Stage] = [
         _io("metrics", "metrics/sft.json", "metric", "the stage's metrics JSON"),
     ), params=("experiment.seed", "model", "prompt", "rewards", "sandbox", "sft", "rl.rollout_engine",
                "rl.sampling.max_completion_length")),
+    Stage("reward_model", "tasks.reward_model", (
+        _io("data", "data/prepared", "dep", "the prepare stage's output directory (train prompts, data.pairs)"),
+        _io("policy", "models/sft", "dep", "the SFT policy: the samples of self-built pairs, and the RM's backbone"),
+        _io("out", RM_DEFAULT_PATH, "out", "where to save the reward model (a sequence classifier, one score)"),
+        _io("report", "reports/reward_model", "report", "directory for the pairs' summary and the margin plot"),
+        _io("metrics", "metrics/reward_model.json", "metric", "held-out pairwise accuracy and margins"),
+    ), params=("experiment.seed", "model", "prompt", "rewards", "sandbox", "reward_model",
+               "rl.sampling.max_completion_length"), opt_in=True),
     *[Stage(algo, f"tasks.{algo}", _training_io(algo, algo), params=("experiment.seed", "model", "prompt", "rewards",
                                                                      "sandbox", "rl", algo), plot=curves)
       for algo, curves in (
@@ -242,18 +259,29 @@ def _dvc_stage(s: Stage) -> dict:
     return entry
 
 
-def select(names: list[str] | None) -> list[Stage]:
-    """The declared stages a parameter set runs (``experiment.stages``; None: all). A list option fed
-    by a stage left out loses that item (evaluate evaluates fewer models); a required input that
-    such a stage would produce is an error naming both."""
+def stage_names(params) -> list[str] | None:
+    """The stages a validated set runs: its ``experiment.stages``; else every stage, the opt-in
+    reward_model stage only where a reward is the model it trains (None: every stage, none opted in)."""
+    if params.experiment.stages is not None:
+        return list(params.experiment.stages)
+    if any(r.name == RM_REWARD and r.model_path == RM_DEFAULT_PATH for r in params.rewards):
+        return [s.name for s in STAGES]
+    return None
+
+
+def select(names: list[str] | None, extra: list[Stage] | None = None) -> list[Stage]:
+    """The declared stages a parameter set runs (``experiment.stages``; None: all but the opt-in
+    ones), then ``extra`` (the ablation's). A list input fed by a stage left out loses that item
+    (evaluate evaluates fewer models); a required input that such a stage would produce is an
+    error naming both."""
     if names is None:
-        return list(STAGES)
+        names = [s.name for s in STAGES if not s.opt_in]
     unknown = sorted(set(names) - BY_NAME.keys())
     if unknown:
         raise ValueError(f"experiment.stages: unknown stage(s) {unknown}; declared: {[s.name for s in STAGES]}")
     dropped = {p: s.name for s in STAGES if s.name not in names for p in s.outs}
     chosen = []
-    for declared in (s for s in STAGES if s.name in names):
+    for declared in [*(s for s in STAGES if s.name in names), *(extra or [])]:
         io = []
         for i in declared.io:
             if i.kind == "dep" and isinstance(i.path, str) and i.path in dropped:
@@ -269,7 +297,7 @@ def dvc_spec(params_file: str = "params/default.yaml", stages: list[str] | None 
              arms: list[str] | None = None, seeds: list[int] | None = None) -> dict:
     """dvc.yaml's content for the stages a set runs (and its ablation's arms and seeds), reading
     parameters from ``params_file``."""
-    chosen = select(stages) + ablation_stages(arms or [], seeds or [])
+    chosen = select(stages, ablation_stages(arms or [], seeds or []))
     plots: list = [{s.plot["title"]: {"x": "step", "y": {s.paths("history")[0]: s.plot["y"]}}} for s in chosen if s.plot]
     return {
         "vars": [{"params_file": params_file}],
@@ -299,13 +327,13 @@ def render(params_file: str = "params/default.yaml", stages: list[str] | None = 
 
 def for_params(params_file: str, params) -> str:
     """dvc.yaml for a validated set: its stages, and its ablation's arms and seeds."""
-    return render(params_file, params.experiment.stages, params.ablation.arms, params.ablation.seeds)
+    return render(params_file, stage_names(params), params.ablation.arms, params.ablation.seeds)
 
 
 def stages_for(params) -> list[Stage]:
     """The stages a validated set runs, in declaration order: its ``experiment.stages`` and its
     ablation's arms x seeds."""
-    return select(params.experiment.stages) + ablation_stages(params.ablation.arms, params.ablation.seeds)
+    return select(stage_names(params), ablation_stages(params.ablation.arms, params.ablation.seeds))
 
 
 def params_file_var(path: str | Path = DVC_YAML) -> str | None:

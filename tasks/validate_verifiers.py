@@ -3,10 +3,13 @@
     python -m tasks.validate_verifiers --params params/default.yaml --data data/prepared \
         --out data/verifier_validation --metrics metrics/validate_verifiers.json
 
-For every verifier in ``rewards``: scores gold answers in several surface forms, perturbed wrong
-answers and malformed completions, on the val split and on each benchmark; writes precision,
-recall, accuracy, throughput and the confusion cases; exits 1 below the thresholds in
-``verifier_gate``, or when any reference answer cannot be parsed.
+For every verifier in ``rewards``, on the rows of its tasks in the val split and each benchmark:
+scores gold answers in several surface forms (a code row's reference program), perturbed wrong
+answers (mutated programs) and malformed or hostile completions; writes precision, recall, accuracy,
+throughput and the confusion cases. A reward model in ``rewards`` (name: rm) is gated too: its
+held-out pairwise accuracy (the reward_model stage's) and the share of val rows whose gold solution
+it scores above a perturbed wrong one. Exits 3 below the thresholds in ``verifier_gate``, or when
+any reference cannot be used.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from pathlib import Path
 
 
 import verifiers
-from grpoflow.config import Params
+from grpoflow.config import RM_DEFAULT_PATH, RM_REWARD, Params
 from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
 from tasks.cli import EXIT_VERDICT, run_stage_cli, stage_parser
+from tasks.stages import stage
 from verifiers.check import validate
 from verifiers.sandbox import SandboxUnavailable
 
@@ -39,10 +43,64 @@ def validate_verifier(verifier: verifiers.Verifier, rows: list[dict]) -> dict:
     """The verifier's gate result on one set of rows: its references, then its cases."""
     errors = [f"row {rows[i].get('id', i)}: {message}" for i, message in verifier.check_rows(rows)]
     try:
-        result = validate(verifier.score, verifier.gate_cases(rows))
+        result = validate(verifier.score, verifier.gate_cases(rows), accepts=verifier.accepts)
     except SandboxUnavailable as exc:
         return {"precision": 0.0, "recall": 0.0, "accuracy": 0.0, "reference_errors": [str(exc)], "confusions": []}
     return {**result.to_dict(), "reference_errors": errors[:20], "confusions": result.confusions}
+
+
+def perturbed_solution(row: dict) -> str | None:
+    """A wrong version of the row's gold solution: another final answer (math), a mutated program
+    (code); None when the row has no solution to perturb."""
+    from grpoflow.rewards import row_task
+    from verifiers.code import mutants
+    from verifiers.math_cases import wrong_answers
+
+    solution = (row.get("solution") or "").strip()
+    if not solution:
+        return None
+    if row_task(row) == "code":
+        return next((program for _, program in mutants(solution)), None)
+    wrong = next(iter(wrong_answers(str(row["reference_answer"])).values()), None)
+    head, marker, _ = solution.rpartition("####")
+    return f"{head}{marker} {wrong}" if marker and wrong is not None else None
+
+
+def reward_model_gate(params: Params, rows: list[dict], rm_metrics: Path) -> dict:
+    """The reward model's gate values on ``rows``: the share whose gold solution it scores above a
+    perturbed wrong one, and (from the reward_model stage) its held-out pairwise accuracy. A path
+    that is no reward model is a failure with the loader's reason."""
+    from grpoflow.reward_model import RewardModelScorer
+
+    reward = next(r for r in params.rewards if r.name == RM_REWARD)
+    result: dict = {"path": reward.model_path}
+    if reward.model_path == RM_DEFAULT_PATH and rm_metrics.is_file():
+        result["heldout_accuracy"] = json.loads(rm_metrics.read_text())["heldout_accuracy"]
+    cases = [(r, wrong) for r in rows if (wrong := perturbed_solution(r)) is not None]
+    if not cases:
+        return {**result, "error": "no val row has a gold solution to perturb"}
+    scorer = RewardModelScorer(reward.model_path, params.prompt, batch_size=params.reward_model.score_batch_size)
+    try:
+        gold = scorer([r["solution"] for r, _ in cases], [r for r, _ in cases])
+        wrong = scorer([w for _, w in cases], [r for r, _ in cases])
+    except (ValueError, FileNotFoundError) as exc:
+        return {**result, "error": str(exc)}
+    return {**result, "win_rate": sum(g > w for g, w in zip(gold, wrong)) / len(cases), "cases": len(cases)}
+
+
+def rm_failures(rm: dict, params: Params) -> list[str]:
+    """Why the reward model fails the gate (empty when it passes)."""
+    g = params.verifier_gate
+    if "error" in rm:
+        return [f"rm: {rm['error']}"]
+    failures = []
+    if rm["win_rate"] < g.min_rm_win_rate:
+        failures.append(f"rm: gold solutions beat a perturbed wrong one in {rm['win_rate']:.4f} of {rm['cases']} "
+                        f"val rows < verifier_gate.min_rm_win_rate {g.min_rm_win_rate}")
+    if rm.get("heldout_accuracy", 1.0) < g.min_rm_accuracy:
+        failures.append(f"rm: held-out pairwise accuracy {rm['heldout_accuracy']:.4f} < verifier_gate.min_rm_accuracy "
+                        f"{g.min_rm_accuracy}")
+    return failures
 
 
 def gate(results: dict[str, dict], params: Params) -> list[str]:
@@ -55,14 +113,22 @@ def gate(results: dict[str, dict], params: Params) -> list[str]:
             failures.append(f"{key}: precision {r['precision']:.4f} < verifier_gate.min_precision {g.min_precision}")
         if r["recall"] < g.min_recall:
             failures.append(f"{key}: recall {r['recall']:.4f} < verifier_gate.min_recall {g.min_recall}")
+        if r.get("mutant_kill_rate", 1.0) < g.min_mutants_killed:
+            failures.append(f"{key}: the tests fail {r['mutant_kill_rate']:.4f} of {r['mutants']} mutated reference "
+                            f"programs < verifier_gate.min_mutants_killed {g.min_mutants_killed}")
     return failures
 
 
-def report(results: dict[str, dict], failures: list[str]) -> str:
+def report(results: dict[str, dict], failures: list[str], rm: dict | None = None) -> str:
     lines = [f"# Verifier validation: {'FAILED' if failures else 'PASSED'}", ""] + [f"- {f}" for f in failures]
-    lines += ["", "| verifier.set | cases | precision | recall | accuracy | checks/s |", "|---|---|---|---|---|---|"]
+    lines += ["", "| verifier.set | cases | precision | recall | accuracy | mutants killed | checks/s |",
+              "|---|---|---|---|---|---|---|"]
     for key, r in results.items():
-        lines.append(f"| {key} | {r.get('cases', '')} | {r['precision']:.4f} | {r['recall']:.4f} | {r['accuracy']:.4f} | {r.get('checks_per_second', '')} |")
+        killed = f"{r['mutant_kill_rate']:.4f} of {r['mutants']}" if "mutants" in r else ""
+        lines.append(f"| {key} | {r.get('cases', '')} | {r['precision']:.4f} | {r['recall']:.4f} | {r['accuracy']:.4f} "
+                     f"| {killed} | {r.get('checks_per_second', '')} |")
+    if rm is not None:
+        lines += ["", "## Reward model", "", *(f"- {k}: {v}" for k, v in rm.items())]
     for key, r in results.items():
         if r["confusions"]:
             lines += ["", f"## Confusions: {key}", "", "```", *[json.dumps(c)[:400] for c in r["confusions"][:10]], "```"]
@@ -70,26 +136,34 @@ def report(results: dict[str, dict], failures: list[str]) -> str:
 
 
 def main(args: argparse.Namespace, params: Params) -> None:
-    import mlflow  # here, not above: --help answers without loading MLflow
+    import mlflow  # here, not above: --help answers without loading MLflow (or torch)
 
+    from grpoflow.rewards import row_task
     from tasks import tracking
 
     out = Path(args.out)
     with tracking.stage_run("validate_verifiers", params, args.params):
         sets = reference_sets(Path(args.data), params.verifier_gate.max_examples, params.experiment.seed)
         results: dict[str, dict] = {}
-        for reward in params.rewards:
+        for reward in (r for r in params.rewards if r.name != RM_REWARD):
             verifier = verifiers.create(reward.name, reward.options, sandbox=params.sandbox,
                                         workers=params.verifier_gate.workers)
             for set_name, rows in sets.items():
-                results[f"{reward.name}.{set_name}"] = validate_verifier(verifier, rows)
+                mine = [r for r in rows if row_task(r) in verifier.tasks]
+                if mine:
+                    results[f"{reward.name}.{set_name}"] = validate_verifier(verifier, mine)
         failures = gate(results, params)
-        text = report(results, failures)
+        rm = None
+        if any(r.name == RM_REWARD for r in params.rewards):
+            rm = reward_model_gate(params, sets["val"], Path(args.rm_metrics))
+            failures += rm_failures(rm, params)
+        text = report(results, failures, rm)
         write_jsonl(out / "confusions.jsonl", ({"verifier": k, **c} for k, r in results.items() for c in r["confusions"]))
         with atomic_write(out / "report.md") as fh:
             fh.write(text)
         summary = {k: {m: v for m, v in r.items() if m not in ("confusions", "reference_errors")} for k, r in results.items()}
-        metrics = {"verifiers": summary, "passed": not failures, "failures": failures}
+        metrics = {"verifiers": summary, **({"reward_model": rm} if rm else {}), "passed": not failures,
+                   "failures": failures}
         write_json(args.metrics, metrics)
         mlflow.set_tag("gate", "passed" if not failures else "failed")
         tracking.log_summary(metrics)
@@ -103,4 +177,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
 
 if __name__ == "__main__":
     parser = stage_parser("validate_verifiers", __doc__)
+    rm_metrics = stage("reward_model").option("metrics").path
+    parser.add_argument("--rm-metrics", default=rm_metrics,
+                        help=f"the reward_model stage's metrics: its held-out pairwise accuracy (default: {rm_metrics})")
     run_stage_cli(parser, main)

@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from verifiers.registry import default_accepts
+
 # Texts no verifier may accept, whatever the reference.
 MALFORMED = [
     "",
@@ -23,6 +25,11 @@ MALFORMED = [
     "\x00\x01\x02",
     "9" * 5000 + " is not the answer? ####",
 ]
+
+
+# A case kind that starts so is a mutated reference program (verifiers.mutants): whether the row's
+# tests fail it measures the tests, not the verifier, so it is tallied apart from the confusion matrix.
+MUTANT = "mutant:"
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,18 @@ class Validation:
     checks_per_second: float = 0.0
     errors: list[str] = field(default_factory=list)
     confusions: list[dict] = field(default_factory=list)
+    # per case kind, how many were accepted and rejected: e.g. how many of the "mutant:off_by_one"
+    # mutants the tests killed, beyond the first ``max_confusions`` confusions
+    by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
+    mutants: int = 0  # mutated reference programs scored, outside tp/fp/tn/fn
+    mutants_killed: int = 0  # ... that the row's tests rejected
+
+    @property
+    def mutant_kill_rate(self) -> float | None:
+        """Mutated reference programs the tests reject (mutation score); None without mutants. A
+        survivor is a program a model could be rewarded for although it is wrong (or, rarely, one
+        that behaves exactly like the reference)."""
+        return self.mutants_killed / self.mutants if self.mutants else None
 
     @property
     def precision(self) -> float:
@@ -80,6 +99,12 @@ class Validation:
             "accuracy": round(self.accuracy, 6),
             "checks_per_second": round(self.checks_per_second, 1),
             "cases": self.tp + self.fp + self.tn + self.fn,
+            "by_kind": {kind: dict(counts) for kind, counts in sorted(self.by_kind.items())},
+            **(
+                {"mutants": self.mutants, "mutant_kill_rate": round(self.mutant_kill_rate or 0.0, 6)}
+                if self.mutants
+                else {}
+            ),
         }
 
 
@@ -87,16 +112,24 @@ def validate(
     score: Callable[[list[str], list[Mapping[str, Any]]], list[float]],
     cases: Sequence[Case],
     *,
+    accepts: Callable[[float], bool] = default_accepts,
     max_confusions: int = 20,
 ) -> Validation:
-    """Score every case (a score >= 0.5 counts as accepted) and tally the confusion matrix."""
+    """Score every case and tally the confusion matrix. A case counts as accepted when ``accepts`` holds
+    for its score: pass the verifier's own (``verifier.accepts``; the code verifier wants every test
+    passed); the default is the registry's (a score of at least 0.5)."""
     start = time.perf_counter()
     scores = score([c.completion for c in cases], [c.row for c in cases])
     elapsed = time.perf_counter() - start
     v = Validation(checks_per_second=len(cases) / elapsed if elapsed > 0 else float("inf"))
     for case, s in zip(cases, scores):
-        accepted = s >= 0.5
-        if accepted and case.expected:
+        accepted = accepts(s)
+        counts = v.by_kind.setdefault(case.kind, {"accepted": 0, "rejected": 0})
+        counts["accepted" if accepted else "rejected"] += 1
+        if case.kind.startswith(MUTANT):
+            v.mutants += 1
+            v.mutants_killed += not accepted
+        elif accepted and case.expected:
             v.tp += 1
         elif accepted:
             v.fp += 1
@@ -108,6 +141,7 @@ def validate(
             v.confusions.append(
                 {
                     "kind": case.kind,
+                    "id": case.row.get("id"),
                     "expected": case.expected,
                     "score": s,
                     "reference": str(case.row.get("reference_answer", ""))[:300],

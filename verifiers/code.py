@@ -1,4 +1,8 @@
-"""Code reward: the share of MBPP-style ``assert`` tests that a completion's code passes.
+"""Code reward: the share of a code row's tests that a completion's code passes.
+
+Rows come in two shapes (see :func:`program_for`): MBPP rows, whose ``tests`` are asserts run against the
+completion's code alone, and HumanEval rows (with ``entry_point``), whose completion continues the row's
+``prompt`` (a signature and docstring): the body only, or the whole function again.
 
 The code is untrusted and runs in :mod:`verifiers.sandbox`; each test is checked separately, by a judge
 process the code cannot reach (see the sandbox's docstring for what crosses between them).
@@ -9,10 +13,14 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
+from typing import ClassVar
 
-from verifiers.check import Case
+from verifiers.check import MUTANT, Case
+from verifiers.mutants import mutants
 from verifiers.registry import Row, Verifier, register
 from verifiers.sandbox import Limits, SandboxUnavailable, run_batch, run_tests
+
+__all__ = ["CodeVerifier", "extract_code", "mutants", "program_for", "score_code", "score_code_batch", "score_programs"]
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +89,28 @@ def score_code_batch(
 
     Raises ValueError naming the row and field for a row without tests or with non-string tests.
     """
-    if len(completions) != len(tests_per_row):
-        raise ValueError(f"completions has {len(completions)} rows but tests_per_row has {len(tests_per_row)}")
+    programs = [extract_code(c) if isinstance(c, str) else c for c in completions]
+    return score_programs(programs, tests_per_row, limits, workers=workers, allow_unsandboxed=allow_unsandboxed)
+
+
+def score_programs(
+    programs: Sequence[object],
+    tests_per_row: Sequence[Sequence[str]],
+    limits: Limits = Limits(),
+    *,
+    workers: int | None = None,
+    allow_unsandboxed: bool | None = None,
+) -> list[float]:
+    """Share of each row's tests that its program (code as is, nothing extracted) passes; 0 for a
+    program that is not a str. Same errors as :func:`score_code_batch`."""
+    if len(programs) != len(tests_per_row):
+        raise ValueError(f"completions has {len(programs)} rows but tests_per_row has {len(tests_per_row)}")
     for i, tests in enumerate(tests_per_row):
         if isinstance(tests, str) or not tests or not all(isinstance(t, str) for t in tests):
             raise ValueError(f"row {i}: field 'tests' must be a non-empty list of str, got {tests!r:.80}")
-    runnable = [i for i, c in enumerate(completions) if isinstance(c, str)]
-    items = [(extract_code(str(completions[i])), list(tests_per_row[i])) for i in runnable]
-    scores = [0.0] * len(completions)
+    runnable = [i for i, p in enumerate(programs) if isinstance(p, str)]
+    items = [(str(programs[i]), list(tests_per_row[i])) for i in runnable]
+    scores = [0.0] * len(programs)
     try:
         results = run_batch(items, limits, workers=workers, allow_unsandboxed=allow_unsandboxed)
     except SandboxUnavailable:
@@ -99,6 +121,20 @@ def score_code_batch(
     for i, result in zip(runnable, results):
         scores[i] = result.fraction
     return scores
+
+
+def program_for(completion: str, row: Row) -> str:
+    """The program a completion stands for on ``row``: its code (:func:`extract_code`), after the row's
+    ``prompt`` when the row is a HumanEval one (has ``entry_point``).
+
+    The prompt holds the imports, helpers, signature and docstring; a body-only completion (indented)
+    finishes that function, and a whole-function completion defines it again, which replaces the
+    docstring-only one. Scoring and the gate both build programs here, so they cannot disagree.
+    """
+    code = extract_code(completion)
+    if row.get("entry_point"):
+        return f"{row.get('prompt') or ''}\n{code}"
+    return code
 
 
 # Self-test: (completion, tests, must pass). The hostile ones must score 0 and leave the validating
@@ -155,33 +191,52 @@ CODE_CASES: list[tuple[str, list[str], bool, str]] = [
 
 
 def row_tests(row: Row) -> list[str]:
-    """The asserts a code row carries (``tests``); ValueError naming the row when it has none."""
+    """The tests a code row carries (``tests``); ValueError naming the row when it has none."""
     tests = row.get("tests")
     if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
         raise ValueError(
             f"row {row.get('id')!r}: field 'tests' must be a non-empty list of str (a code task needs tests)"
         )
+    if row.get("entry_point") and not isinstance(row.get("prompt"), str):
+        raise ValueError(f"row {row.get('id')!r}: a row with 'entry_point' needs its 'prompt' (the signature)")
     return tests
+
+
+def solution_cases(row: Row) -> list[Case]:
+    """The row's reference solution, which must pass, and each of its :func:`mutants`, which must fail."""
+    solution = row.get("solution")
+    if not isinstance(solution, str) or not solution.strip():
+        return []
+    cases = [Case(solution, row, True, "gold:canonical")]
+    cases += [Case(program, row, False, f"{MUTANT}{kind}") for kind, program in mutants(solution)]
+    return cases
 
 
 @register
 class CodeVerifier(Verifier):
-    """The share of each row's tests that the completion's code passes, run in the sandbox with the
-    run's ``sandbox`` limits, ``sandbox.workers`` checks at a time."""
+    """The share of each row's tests that the completion's program (:func:`program_for`) passes, run in
+    the sandbox with the run's ``sandbox`` limits, ``sandbox.workers`` checks at a time. A completion is
+    right only when it passes every test (:meth:`accepts`)."""
 
     name = "code"
+    tasks: ClassVar[frozenset[str]] = frozenset({"code"})
 
     def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """Share of each row's tests passed; 0 for a row without tests (the gate reports those)."""
         usable = [i for i, row in enumerate(rows) if not self.check_rows([row])]
+        programs = [program_for(c, rows[i]) if isinstance(c := completions[i], str) else c for i in usable]
+        got = score_programs(programs, [rows[i]["tests"] for i in usable], self.sandbox)
         scores = [0.0] * len(completions)
-        got = score_code_batch([completions[i] for i in usable], [rows[i]["tests"] for i in usable], self.sandbox)
         for i, s in zip(usable, got):
             scores[i] = s
         return scores
 
+    def accepts(self, score: float) -> bool:
+        """Right only when every test passed: a program that fails one test is wrong, however many it passes."""
+        return score >= 1 - 1e-9
+
     def check_rows(self, rows: Sequence[Row]) -> list[tuple[int, str]]:
-        """Rows without a non-empty list of tests."""
+        """Rows without a non-empty list of tests, or HumanEval rows without their prompt."""
         problems = []
         for i, row in enumerate(rows):
             try:
@@ -191,8 +246,11 @@ class CodeVerifier(Verifier):
         return problems
 
     def gate_cases(self, rows: Sequence[Row]) -> list[Case]:
-        """The self-test: correct code passes; wrong, broken, hostile and reward-hacking code fails."""
-        return [
+        """The self-test: each usable code row's reference solution passes and its mutants fail; correct
+        code passes and wrong, broken, hostile and reward-hacking code fails (:data:`CODE_CASES`)."""
+        code_rows = [row for row in rows if row.get("task", "math") in self.tasks and not self.check_rows([row])]
+        cases = [case for row in code_rows for case in solution_cases(row)]
+        return cases + [
             Case(code, {"id": f"self_test_{kind}", "tests": tests}, expected, kind)
             for code, tests, expected, kind in CODE_CASES
         ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import ClassVar
 
 from verifiers.check import Case, malformed_cases
 from verifiers.registry import Row, Verifier, register
@@ -47,6 +48,7 @@ class FormatVerifier(Verifier):
     """Whether a completion ends with its answer in the required final form (``#### n`` or ``\\boxed{}``)."""
 
     name = "format"
+    tasks: ClassVar[frozenset[str]] = frozenset({"math"})
 
     def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """1.0 per completion whose last non-empty line is a final-answer line."""

@@ -26,7 +26,7 @@ import re
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from decimal import Decimal, InvalidOperation
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -182,6 +182,7 @@ class MathVerifier(Verifier):
     """Final-answer correctness against each row's ``reference_answer``."""
 
     name = "math"
+    tasks: ClassVar[frozenset[str]] = frozenset({"math"})
     Options = MathOptions
 
     def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:

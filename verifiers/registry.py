@@ -1,7 +1,8 @@
-"""Verifiers by name. A verifier is a class: its own typed options, and a batch call
-``score(completions, rows) -> scores in [0, 1]`` where each row is the task row the completion
-answers (``reference_answer``, and ``tests`` for code). Training, evaluation and the verifier gate
-reach verifiers only through :func:`create`, so a new verifier is one class in one module."""
+"""Verifiers by name. A verifier is a class: its own typed options, the row tasks it judges
+(``tasks``), a batch call ``score(completions, rows) -> scores in [0, 1]`` where each row is the task row
+the completion answers (``reference_answer``, and ``tests`` for code), and the rule saying which scores
+mean "right" (``accepts``). Training, evaluation and the verifier gate reach verifiers only through
+:func:`create`, so a new verifier is one class in one module."""
 
 from __future__ import annotations
 
@@ -16,6 +17,12 @@ if TYPE_CHECKING:
     from verifiers.sandbox import Limits
 
 Row = Mapping[str, Any]
+ACCEPT_AT = 0.5  # the default score from which a completion counts as right
+
+
+def default_accepts(score: float) -> bool:
+    """The default :meth:`Verifier.accepts`: a score of at least :data:`ACCEPT_AT`."""
+    return score >= ACCEPT_AT
 
 
 class NoOptions(BaseModel):
@@ -26,9 +33,14 @@ class NoOptions(BaseModel):
 
 class Verifier(ABC):
     """A reward function over a batch. ``score`` never raises on anything a model can write; a row
-    the verifier cannot use is found before training by :meth:`check_rows`."""
+    the verifier cannot use is found before training by :meth:`check_rows`.
+
+    ``tasks`` names the row tasks (a row's ``task`` field, "math" when absent) the verifier judges:
+    callers score only those rows with it, so a math verifier never sees a code row, nor the reverse.
+    Every registered verifier declares it."""
 
     name: ClassVar[str]
+    tasks: ClassVar[frozenset[str]]
     Options: ClassVar[type[BaseModel]] = NoOptions
 
     def __init__(
@@ -48,6 +60,11 @@ class Verifier(ABC):
     def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """One score in [0, 1] per completion, against the row it answers."""
 
+    def accepts(self, score: float) -> bool:
+        """Whether ``score`` means the completion is right (the gate's and evaluation's verdict);
+        by default a score of at least 0.5."""
+        return default_accepts(score)
+
     def check_rows(self, rows: Sequence[Row]) -> list[tuple[int, str]]:
         """``(index, why)`` for every row whose reference this verifier cannot use (a free or a
         lost reward otherwise)."""
@@ -62,7 +79,11 @@ _REGISTRY: dict[str, type[Verifier]] = {}
 
 
 def register(cls: type[Verifier]) -> type[Verifier]:
-    """Class decorator: make ``cls`` available as ``rewards: [{name: <cls.name>}]``."""
+    """Class decorator: make ``cls`` available as ``rewards: [{name: <cls.name>}]``; it must say which
+    row tasks it judges (a non-empty ``tasks``)."""
+    tasks = getattr(cls, "tasks", None)
+    if not isinstance(tasks, frozenset) or not tasks or not all(isinstance(t, str) for t in tasks):
+        raise TypeError(f"verifier {cls.name!r} must set tasks to a non-empty frozenset of task names")
     if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
         raise ValueError(f"verifier {cls.name!r} is already registered")
     _REGISTRY[cls.name] = cls

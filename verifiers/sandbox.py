@@ -1,7 +1,8 @@
 """A sandbox for untrusted Python (model completions executed by the code reward).
 
-Each check runs in fresh network, mount, IPC and PID namespaces, created per check by a fork server
-(:mod:`verifiers.sandbox_runtime`, a bare ``python -I -S`` started once per process):
+Each check runs in fresh network, mount, IPC and PID namespaces, created per check by
+:mod:`verifiers.sandbox_runtime` (a bare ``python -I -S`` fork server started once per process, which forks a
+supervisor per session: one :func:`run_tests` call, or one worker of :func:`run_batch`):
 - **no network**: the new network namespace has only a loopback interface, and it is down;
 - **no writes outside its directory**: private tmpfs mounts cover every world-writable directory
   (/tmp, /var/tmp, /dev/shm, /run/lock, /dev/mqueue), and the code runs as ``nobody`` with
@@ -32,7 +33,9 @@ a module the completion imported is visible to the tests (as the judge's own imp
 
 Checks run side by side (:func:`run_batch`) share the machine's cores and memory: one that burns CPU for
 its whole wall limit slows its neighbours, so keep ``workers`` at or below the cores and the wall limit
-generous.
+generous. A batch is faster than a loop of :func:`run_tests` beyond its parallelism: each worker's supervisor
+lives for the whole batch and sets up the next sandbox while the current check runs (a sandbox set up ahead
+never sees a payload before its own, and the supervisor never sees any: the caller feeds the sandbox's pipes).
 
 Where namespaces cannot be created, :func:`run_tests` refuses to run unless ``allow_unsandboxed`` is set,
 which keeps only the rlimits, the separate judge and the timeout (processes that leave the process group
@@ -41,10 +44,12 @@ may survive it, and the host's /proc, network and world-writable directories are
 
 from __future__ import annotations
 
+import array
 import atexit
 import json
 import logging
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -58,12 +63,17 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from verifiers.sandbox_runtime import NOBODY  # noqa: F401 - part of this module's API (tests look for its processes)
+from verifiers.sandbox_runtime import (
+    NOBODY,  # noqa: F401 - part of this module's API (tests look for its processes)
+    TAIL_BYTES,
+    write_all,
+)
 
 log = logging.getLogger(__name__)
 
 RUNTIME = Path(__file__).with_name("sandbox_runtime.py")
 GRACE_SECONDS = 10.0  # beyond the wall limit, before the caller gives up on a supervisor that never answers
+SETUP_SECONDS = 30.0  # for a sandbox to be set up, before the caller gives up on its supervisor
 _PROBE = ("import decimal, fractions, statistics\ndef f():\n    return 1", ["import heapq, bisect\nassert f() == 1"])
 
 
@@ -205,7 +215,11 @@ def _start_server() -> _Server:
         except SandboxUnavailable as exc:
             log.info("sandbox: %s", exc)
             continue
-        probe = _Pending(server, Limits(), isolate).finish(*_PROBE)
+        session = _Session(server, Limits(), isolate)
+        try:
+            probe = session.check(*_PROBE, more=False)
+        finally:
+            session.close()
         if probe.passed == [True]:
             return server
         log.info("sandbox: %s cannot run the probe as nobody: %s", python, probe.notes)
@@ -252,7 +266,11 @@ def run_tests(
     ``allow_unsandboxed``, when given, overrides ``limits.allow_unsandboxed``.
     """
     _validate(code, tests, "run_tests")
-    return _prepare(limits, _isolation(limits, allow_unsandboxed)).finish(code, list(tests))
+    session = _open_session(limits, _isolation(limits, allow_unsandboxed))
+    try:
+        return session.check(code, list(tests), more=False)
+    finally:
+        session.close()
 
 
 def run_batch(
@@ -264,8 +282,10 @@ def run_batch(
 ) -> list[Result]:
     """:func:`run_tests` for each ``(code, tests)``, ``workers`` (default ``limits.workers``) checks at a time.
 
-    Each check has its own namespaces, tmpfs, processes and limits, exactly as when run alone; each worker
-    sets up its next sandbox while the current one runs (the setup never sees a payload before its own).
+    Each worker has a session: a supervisor that runs its checks one after another, each in a sandbox of its
+    own (namespaces, tmpfs, processes and limits, exactly as when run alone), and sets up the next sandbox
+    while the current check runs. The setup never sees a payload, and the supervisor never sees any check's
+    data (see the runtime's :class:`~verifiers.sandbox_runtime.Sandbox`), so no check can learn another's.
     """
     for i, item in enumerate(items):
         if not isinstance(item, (tuple, list)) or len(item) != 2:
@@ -281,18 +301,20 @@ def run_batch(
             return next(indices, None)
 
     def work() -> None:
-        pending: _Pending | None = _prepare(limits, isolate)
+        session: _Session | None = None
         try:
-            while (i := next_index()) is not None:
-                current, pending = pending, None
-                try:
-                    pending = _prepare(limits, isolate)  # set up the next sandbox while this one runs
-                finally:
-                    assert current is not None
-                    results[i] = current.finish(items[i][0], list(items[i][1]))
+            i = next_index()
+            while i is not None:
+                following = next_index()  # claimed now, so the supervisor knows whether to set up another sandbox
+                if session is None or session.broken:
+                    if session is not None:
+                        session.close()
+                    session = _open_session(limits, isolate)
+                results[i] = session.check(items[i][0], list(items[i][1]), more=following is not None)
+                i = following
         finally:
-            if pending is not None:
-                pending.discard()
+            if session is not None:
+                session.close()
 
     workers = max(1, min(workers or limits.workers, len(items)))
     if not items:
@@ -310,114 +332,257 @@ class _ServerGone(RuntimeError):
     """The fork server did not take the request (it died); a fresh one is started once."""
 
 
-def _prepare(limits: Limits, isolate: bool) -> _Pending:
+def _open_session(limits: Limits, isolate: bool) -> _Session:
     try:
-        return _Pending(_get_server(), limits, isolate)
+        return _Session(_get_server(), limits, isolate)
     except _ServerGone:
-        return _Pending(_get_server(restart=True), limits, isolate)
+        return _Session(_get_server(restart=True), limits, isolate)
 
 
-class _Pending:
-    """A sandbox being set up (namespaces, judge, candidate) that waits for its payload."""
+class _NoSandbox(Exception):
+    """The supervisor could not give a sandbox (it failed to set one up, or is gone)."""
+
+
+class _Session:
+    """One supervisor of the fork server, for checks run one after another (one per worker of a batch).
+
+    Each check gets a fresh sandbox that the supervisor set up ahead; this side writes the payload into the
+    sandbox's pipes and reads the verdicts and output from them (see the runtime's ``run_session``).
+    """
 
     def __init__(self, server: _Server, limits: Limits, isolate: bool) -> None:
         self.limits = limits
         self.isolate = isolate
-        self.created = time.monotonic()
-        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.broken = False  # no further check can run on it
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             with theirs:
                 server.submit(theirs)
         except OSError as exc:
             self.sock.close()
             raise _ServerGone(str(exc)) from exc
-        self.sock.settimeout(30)
+        cfg = {**limits.model_dump(), "isolate": isolate, "userns": isolate and user_namespaces_available()}
         try:
-            _send_frame(
-                self.sock,
-                {**limits.model_dump(), "isolate": isolate, "userns": isolate and user_namespaces_available()},
-            )
+            self.sock.send(json.dumps(cfg).encode())
         except OSError:
-            pass  # the supervisor is gone already: finish() reads the closed socket and reports it
+            pass  # the supervisor is gone already: check() reads the closed socket and reports it
 
-    def finish(self, code: str, tests: list[str]) -> Result:
-        """Send the payload and wait for the verdicts (at most the wall limit plus a grace period)."""
+    def check(self, code: str, tests: list[str], *, more: bool) -> Result:
+        """Run one check in the next sandbox; ``more`` asks the supervisor to set up another one meanwhile."""
+        created = time.monotonic()
+        try:
+            pipes = _Pipes(self._ready())
+        except _NoSandbox as exc:
+            self.broken = True
+            return self._failure(len(tests), str(exc), timed_out=False)
+        try:
+            return self._run(pipes, code, tests, more, created)
+        finally:
+            pipes.close()
+
+    def _run(self, pipes: _Pipes, code: str, tests: list[str], more: bool, created: float) -> Result:
+        deadline = time.monotonic() + self.limits.wall_seconds + GRACE_SECONDS
+        try:
+            self.sock.send(b"m" if more else b"g")  # the wall-clock limit starts now, before the payload exists
+        except OSError as exc:
+            self.broken = True
+            return self._failure(len(tests), f"no answer from the supervisor ({type(exc).__name__})", timed_out=False)
         sent = time.monotonic()
-        with self.sock:
-            try:
-                self.sock.settimeout(self.limits.wall_seconds + GRACE_SECONDS)
-                try:
-                    _send_frame(self.sock, {"code": code, "tests": tests})
-                except BrokenPipeError:
-                    pass  # the supervisor gave up before reading (a set-up error): its reply says why
-                reply = _recv_frame(self.sock)
-            except (OSError, EOFError, ValueError) as exc:
-                log.warning("sandbox: no answer from the supervisor (%s: %s)", type(exc).__name__, exc)
-                return Result(
-                    [False] * len(tests),
-                    timed_out=isinstance(exc, TimeoutError),
-                    sandboxed=self.isolate,
-                    notes=[f"sandbox error: no answer from the supervisor ({type(exc).__name__})"],
-                )
-        return _result(reply, len(tests), self.isolate, (self.created, sent, time.monotonic()))
+        pipes.feed(json.dumps(tests).encode(), code.encode("utf-8", "surrogatepass"))
+        if not pipes.collect(deadline, self.limits.max_output_kb * 1024):
+            self.broken = True
+            return self._failure(len(tests), "no answer from the supervisor (TimeoutError)", timed_out=True)
+        try:
+            outcome = self._message(deadline - time.monotonic())
+        except _NoSandbox as exc:
+            self.broken = True
+            return self._failure(len(tests), str(exc), timed_out=isinstance(exc.__cause__, TimeoutError))
+        pipes.drain(self.limits.max_output_kb * 1024)
+        return pipes.result(len(tests), outcome, self.isolate, self.limits, (created, sent, time.monotonic()))
 
-    def discard(self) -> None:
-        """Give the sandbox up unused: its supervisor sees the closed socket and kills it."""
+    def _ready(self) -> list[int]:
+        """The pipes of the next sandbox: tests and code (to write), verdicts and output (to read)."""
+        self.sock.settimeout(SETUP_SECONDS)
+        try:
+            message, ancillary, flags, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(4 * 4), socket.MSG_CMSG_CLOEXEC)
+        except OSError as exc:
+            raise _NoSandbox(f"no answer from the supervisor ({type(exc).__name__})") from exc
+        fds = _received_fds(ancillary)
+        if message == b"r" and len(fds) == 4 and not flags & socket.MSG_CTRUNC:
+            return fds
+        for fd in fds:
+            os.close(fd)
+        raise _NoSandbox(_error_of(message))
+
+    def _message(self, timeout: float) -> dict:
+        self.sock.settimeout(max(timeout, 0.001))
+        try:
+            message = self.sock.recv(1 << 16)
+        except OSError as exc:
+            raise _NoSandbox(f"no answer from the supervisor ({type(exc).__name__})") from exc
+        try:
+            reply = json.loads(message) if message else None
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict) or "exit_code" not in reply:
+            raise _NoSandbox(_error_of(message))
+        return reply
+
+    def _failure(self, n_tests: int, why: str, *, timed_out: bool) -> Result:
+        log.warning("sandbox: %s", why)
+        return Result([False] * n_tests, timed_out=timed_out, sandboxed=self.isolate, notes=[f"sandbox error: {why}"])
+
+    def close(self) -> None:
+        """Hang up: the supervisor discards a sandbox set up ahead and not used, then exits."""
         self.sock.close()
 
 
-def _send_frame(sock: socket.socket, obj: object) -> None:
-    data = json.dumps(obj).encode()
-    sock.sendall(len(data).to_bytes(4, "big") + data)
+def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return list(fds)
 
 
-def _recv_frame(sock: socket.socket) -> dict:
-    size = int.from_bytes(_recv_exact(sock, 4), "big")
-    return json.loads(_recv_exact(sock, size))
+def _error_of(message: bytes) -> str:
+    """The supervisor's explanation in an ``{"error"}`` message, or what else went wrong."""
+    if not message:
+        return "no answer from the supervisor (EOFError)"
+    try:
+        return str(json.loads(message)["error"])
+    except (ValueError, KeyError, TypeError):
+        return "the supervisor broke the protocol"
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    chunks = []
-    while n:
-        chunk = sock.recv(min(n, 1 << 20))
-        if not chunk:
-            raise EOFError("the supervisor closed the connection")
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
+class _Pipes:
+    """This side of one sandbox: the payload goes in, verdicts and the code's output come out.
 
+    The output is read as it comes (so the code never blocks on a full pipe) and only up to the cap: beyond
+    it the pipe is closed, and the code's further writes fail instead of filling anyone's memory.
+    """
 
-def _result(reply: dict, n_tests: int, isolate: bool, stamps: tuple[float, float, float]) -> Result:
-    if "passed" not in reply:
-        log.warning("sandbox: %s", reply.get("error"))
-        return Result([False] * n_tests, sandboxed=isolate, notes=[f"sandbox error: {reply.get('error')}"])
-    notes = list(reply["notes"])
-    if reply.get("error"):
-        log.warning("sandbox: %s", reply["error"])
-        notes.insert(0, f"sandbox error: {reply['error']}")
-    return Result(
-        reply["passed"],
-        reply["timed_out"],
-        reply["exit_code"],
-        reply["sandboxed"],
-        reply["output_tail"],
-        notes,
-        _phases(reply["timings"], *stamps),
-    )
+    def __init__(self, fds: list[int]) -> None:
+        self.tests_w, self.code_w, self.verdict_r, self.out_r = fds
+        self.verdicts = b""
+        self.output = b""
+        self.output_seen = 0
+        self.truncated = False
+        self.notes: list[str] = []
+
+    def feed(self, tests: bytes, code: bytes) -> None:
+        """The tests to the judge first (it never runs completion code), then the code to the candidate."""
+        for attr, data in (("tests_w", tests), ("code_w", code)):
+            try:
+                write_all(getattr(self, attr), data)
+            except BrokenPipeError:
+                self.notes.append("sandbox: a sandboxed process died before reading its input")
+            finally:
+                self._close(attr)
+
+    def collect(self, deadline: float, cap: int) -> bool:
+        """Read verdicts until the judge's pipe closes, and the output as it comes; False at the deadline."""
+        poller = select.poll()
+        poller.register(self.verdict_r, select.POLLIN)
+        poller.register(self.out_r, select.POLLIN)
+        while (left := deadline - time.monotonic()) > 0:
+            for fd, _ in poller.poll(left * 1000):
+                if fd == self.verdict_r:
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        return True
+                    self.verdicts += chunk
+                elif not self._take_output(os.read(fd, 65536), cap):
+                    poller.unregister(fd)
+        return False
+
+    def drain(self, cap: int) -> None:
+        """Whatever is left in the pipes once the judge is reaped, without waiting for more (without a PID
+        namespace an escaped process may still hold the output open)."""
+        for attr in ("verdict_r", "out_r"):
+            fd = getattr(self, attr)
+            if fd < 0:
+                continue
+            os.set_blocking(fd, False)
+            try:
+                while chunk := os.read(fd, 65536):
+                    if attr == "verdict_r":
+                        self.verdicts += chunk
+                    elif not self._take_output(chunk, cap):
+                        break
+            except BlockingIOError:
+                pass
+
+    def _take_output(self, chunk: bytes, cap: int) -> bool:
+        """Keep the tail of the output; False (and the pipe closed) at EOF or past the cap."""
+        self.output_seen += len(chunk)
+        self.output = (self.output + chunk)[-TAIL_BYTES:]
+        if chunk and self.output_seen <= cap:
+            return True
+        self.truncated = self.truncated or bool(chunk)
+        self._close("out_r")
+        return False
+
+    def result(
+        self, n_tests: int, outcome: dict, isolate: bool, limits: Limits, stamps: tuple[float, float, float]
+    ) -> Result:
+        """The verdict lines (``P i``, ``F i Type``, notes, timings, ``D`` when done) and the supervisor's outcome."""
+        passed = [False] * n_tests
+        notes, error, finished = list(self.notes), "", False
+        timings = dict(outcome.get("timings", {}))
+        for line in self.verdicts.decode("utf-8", "replace").splitlines():
+            kind, _, rest = line.partition(" ")
+            index = rest.split(" ")[0]
+            if kind in ("P", "F") and index.isdigit() and int(index) < n_tests:
+                passed[int(index)] = kind == "P"
+            elif kind == "N" and len(notes) < 20:
+                notes.append(rest)
+            elif kind == "E":
+                error = rest
+            elif kind == "T" and rest.count(" ") == 1:
+                timings[index] = float(rest.split(" ")[1])
+            finished = finished or kind == "D"
+        if self.truncated:
+            notes.append(f"output beyond {limits.max_output_kb} KiB was not read (the stream was closed)")
+        if not finished and not outcome["timed_out"]:
+            notes.append("the judge did not finish (killed or crashed)")
+        if error:
+            log.warning("sandbox: %s", error)
+            notes.insert(0, f"sandbox error: {error}")
+        return Result(
+            passed,
+            bool(outcome["timed_out"]),
+            outcome["exit_code"],
+            isolate,
+            self.output.decode("utf-8", "replace"),
+            notes,
+            _phases(timings, *stamps),
+        )
+
+    def _close(self, attr: str) -> None:
+        fd = getattr(self, attr)
+        if fd >= 0:
+            os.close(fd)
+            setattr(self, attr, -1)
+
+    def close(self) -> None:
+        for attr in ("tests_w", "code_w", "verdict_r", "out_r"):
+            self._close(attr)
 
 
 def _phases(t: dict[str, float], created: float, sent: float, finished: float) -> dict[str, float]:
     """Milliseconds per phase from the processes' CLOCK_MONOTONIC stamps (one clock for the whole machine).
 
-    Set-up phases (dispatch to the server, namespaces, judge fork, waiting for the payload) come before
-    ``sent``; a batch overlaps them with the previous check, so ``latency`` counts from ``sent`` only.
+    Set-up phases (the judge's fork, its namespaces, the candidate) may come before this check was even
+    asked for: in a batch the supervisor sets up the next sandbox while the current one runs. ``waiting`` is
+    how long this side waited for a ready sandbox, and ``latency`` counts from the payload's start (``sent``).
     """
     marks = [
-        ("dispatch", created, t.get("started")),
-        ("namespaces", t.get("started"), t.get("namespaces")),
-        ("fork_judge", t.get("namespaces"), t.get("forked")),
-        ("waiting", t.get("forked"), t.get("payload")),
-        ("load", t.get("payload"), t.get("loaded")),
+        ("fork_judge", t.get("started"), t.get("forked")),
+        ("namespaces", t.get("forked"), t.get("namespaces")),
+        ("candidate", t.get("namespaces", t.get("forked")), t.get("ready")),
+        ("waiting", created, sent),
+        ("load", max(sent, t.get("ready", sent)), t.get("loaded")),
         ("tests", t.get("loaded"), t.get("tests")),
         ("teardown", t.get("tests"), t.get("reaped")),
         ("reply", t.get("reaped"), finished),

@@ -1,27 +1,36 @@
 """The process side of :mod:`verifiers.sandbox`: standard library only, run as ``python -I -S <this file> serve FD``.
 
-Process tree of one check (every arrow is a plain ``fork``, no ``exec``: the interpreter is already warm)::
+Process tree (every arrow is a plain ``fork``, no ``exec``: the interpreter is already warm, see :func:`warm_up`)::
 
     fork server (root, host namespaces, clean env; never reads a payload)
-      └─ supervisor (root, host PID namespace; unshares net/mount/IPC/PID, mounts private tmpfs, times the check)
-           └─ judge = PID 1 of the new PID namespace (mounts /proc, then nobody, non-dumpable, signals blocked)
+      └─ supervisor, one per session (root, host namespaces): forks each check's judge, times it, reaps it
+           └─ judge = PID 1 of a new PID namespace (unshares net/mount/IPC, mounts private tmpfs and /proc,
+              then nobody, non-dumpable, signals blocked)
                 └─ candidate (own user namespace, then nobody, no_new_privs): loads the completion, then
                    answers calls to its top-level names
+
+A session (one :func:`~verifiers.sandbox.run_tests` call, or one worker of a batch) runs its checks one
+after another, each in a fresh :class:`Sandbox`, set up ahead while the previous check runs. The caller
+writes the tests and the code into the sandbox's pipes and reads the verdicts and the output from them:
+no payload, verdict or output ever exists in the supervisor's memory, from which the next sandboxes fork.
 
 The judge alone holds the verdict pipe; the candidate holds only its RPC socket, its output pipe and
 (while loading) its code pipe. The judge runs the tests with a :class:`Proxy` for each candidate name;
 arguments and results cross as plain data (:func:`encode` / :func:`decode`), rebuilt as exact builtin
 types, so nothing the candidate defines (an ``__eq__`` that is always true, a patched ``exec``) ever
-runs in the judge. The tests reach the judge after the candidate was forked, over a pipe the candidate
-never held, so the expected values never exist in the candidate's memory.
+runs in the judge. The judge reads the tests only after it forked the candidate, from a pipe the candidate
+closes before it runs any of the completion's code, so the expected values never exist in its memory.
 
 As PID 1 the judge cannot be signalled from inside its namespace, and when it exits (or the supervisor
 kills it at the wall timeout) the kernel kills every process left in the namespace before the
-supervisor's ``waitpid`` returns: nothing outlives a check (pid_namespaces(7)).
+supervisor's ``waitpid`` returns: nothing outlives a check (pid_namespaces(7)). Needs Linux 5.3 (pidfd).
 """
 
 from __future__ import annotations
 
+import _signal  # signal.py's C half: see lean_signal
+import _socket
+import array
 import builtins
 import collections.abc
 import ctypes
@@ -49,7 +58,7 @@ WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
 # <sched.h>, <sys/mount.h>, <sys/prctl.h>
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
 CLONE_NEWUSER = 0x10000000
-NAMESPACES = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET
+NAMESPACES = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET  # the judge's own; CLONE_NEWPID is set by its parent
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NAME, PR_SET_NO_NEW_PRIVS = 1, 4, 15, 38
 
@@ -223,6 +232,21 @@ def _check_call(result: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
+def lean_signal(signum: int, handler: int) -> None:
+    """``signal.signal`` for SIG_DFL / SIG_IGN without signal.py's conversions to and from enums.
+
+    In a freshly forked process every Python object touched costs a copy of its page (its reference count is
+    written), and an enum lookup touches many: the sandbox's processes use the C functions directly.
+    """
+    _signal.signal(signum, handler)
+
+
+def fd_pair() -> tuple[int, int]:
+    """A connected pair of AF_UNIX stream sockets as plain fds (close-on-exec), without Python socket objects."""
+    one, two = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    return one.detach(), two.detach()
+
+
 def prctl(option: int, value: int) -> None:
     """prctl(2) with one argument."""
     _check_call(_libc().prctl(option, ctypes.c_ulong(value), 0, 0, 0), f"prctl({option})")
@@ -240,16 +264,48 @@ def mount(source: str, target: str, fstype: str | None, flags: int, options: str
     _check_call(_libc().mount(*args, ctypes.c_ulong(flags), data), f"mount {target}")
 
 
-def enter_namespaces(tmpfs_mb: int) -> None:
-    """Unshare network, mount, IPC and PID namespaces; private tmpfs on every world-writable directory.
+def enter_namespaces(tmpfs_mb: int, writable_dirs: list[str]) -> None:
+    """Unshare network, mount and IPC namespaces; a private tmpfs on each world-writable directory.
 
-    The PID namespace applies to the children forked after this (the first becomes its PID 1).
+    Called by the judge, which is already PID 1 of a new PID namespace (see :func:`fork_in_new_pid_namespace`).
+    ``writable_dirs``: those of :data:`WRITABLE_DIRS` that exist (:func:`existing_writable_dirs`).
     """
     _check_call(_libc().unshare(NAMESPACES), "unshare")
     mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates to the host
-    for path in WRITABLE_DIRS:
-        if os.path.isdir(path):
-            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=1777")
+    for path in writable_dirs:
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=1777")
+
+
+def existing_writable_dirs() -> list[str]:
+    """The world-writable directories of this machine that each sandbox covers with its own tmpfs."""
+    return [path for path in WRITABLE_DIRS if os.path.isdir(path)]
+
+
+def fork_in_new_pid_namespace(own_pid_namespace: int) -> int:
+    """``os.fork`` whose child is PID 1 of a new PID namespace; this process's own namespaces stay as they were.
+
+    unshare(CLONE_NEWPID) changes only the namespace of the caller's next children, and only once: setns back
+    to its own PID namespace (``own_pid_namespace``, an fd of /proc/self/ns/pid) re-arms it for the next fork,
+    so one long-lived process can create any number of sandboxes (pid_namespaces(7), setns(2)).
+    """
+    _check_call(_libc().unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    try:
+        pid = os.fork()
+    except BaseException:
+        _restore_pid_namespace(own_pid_namespace)
+        raise
+    if pid:
+        try:
+            _restore_pid_namespace(own_pid_namespace)
+        except OSError:  # a next fork would land in this child's namespace: give both up
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+    return pid
+
+
+def _restore_pid_namespace(own_pid_namespace: int) -> None:
+    _check_call(_libc().setns(own_pid_namespace, CLONE_NEWPID), "setns(CLONE_NEWPID)")
 
 
 def arrange_fds(targets: dict[int, int]) -> None:
@@ -282,8 +338,12 @@ def drop_privileges(cfg: dict, workdir: str) -> None:
         os.setresgid(NOBODY, NOBODY, NOBODY)
         os.setresuid(NOBODY, NOBODY, NOBODY)
     os.chdir(workdir)
-    os.environ.clear()
-    os.environ.update(PATH="/usr/bin:/bin", HOME=workdir)
+    # Exactly PATH and HOME. Not os.environ.clear(): it ends in a KeyError it catches, which in a fresh fork
+    # costs a copy of every page the exception machinery touches (the server's environment is PATH alone).
+    for key in [key for key in os.environ if key not in ("PATH", "HOME")]:
+        del os.environ[key]
+    os.environ["PATH"] = "/usr/bin:/bin"
+    os.environ["HOME"] = workdir
 
 
 # ----------------------------------------------------------------------------------------------- candidate
@@ -292,7 +352,7 @@ def drop_privileges(cfg: dict, workdir: str) -> None:
 def candidate_main(fds: dict[str, int], cfg: dict, workdir: str) -> None:
     """Load the completion as nobody, announce its names, then answer the judge's calls until it hangs up."""
     set_name(b"sandbox-code")
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the judge ignores it; the completion may wait for children
+    lean_signal(_signal.SIGCHLD, _signal.SIG_DFL)  # the judge ignores it; the completion may wait for children
     null = os.open(os.devnull, os.O_RDWR)
     arrange_fds(
         {0: null, 1: fds["out_w"], 2: fds["out_w"], 3: fds["rpc_candidate"], 4: fds["code_r"], 5: fds["sync_candidate"]}
@@ -511,27 +571,33 @@ def _stdlib_module(name: Any) -> Any:
         return None
 
 
-def judge_main(fds: dict[str, int], cfg: dict, workdir: str) -> None:
-    """PID 1 of the sandbox: start the candidate, drop to nobody, run the tests, write the verdicts."""
+def judge_main(fds: dict[str, int], cfg: dict, workdir: str, supervisor: int) -> None:
+    """PID 1 of the sandbox: make its namespaces, start the candidate, drop to nobody, wait for the tests (the
+    sandbox is set up ahead of its payload), run them, write the verdicts."""
     try:
-        _start_judge(fds, cfg, workdir)
+        _start_judge(fds, cfg, workdir, supervisor)
     except Exception as exc:  # a setup failure is the sandbox's, not the completion's: say so
         _report(fds["verdict_w"], f"E {type(exc).__name__}: {exc}"[:300])
         os._exit(1)
+    _report(4, f"T ready {time.monotonic()}")
     tests = json.loads(read_all(3))
     os.close(3)
     run_judge(tests, Channel(5), verdicts=4)
 
 
-def _start_judge(fds: dict[str, int], cfg: dict, workdir: str) -> None:
+def _start_judge(fds: dict[str, int], cfg: dict, workdir: str, supervisor: int) -> None:
     set_name(b"sandbox-judge")
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if _host_parent() != supervisor:  # it died before the line above: nobody would ever stop this sandbox
+        os._exit(1)
     if cfg["isolate"]:
+        enter_namespaces(int(cfg["tmpfs_mb"]), cfg["writable_dirs"])
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this namespace's processes only
+        _report(fds["verdict_w"], f"T namespaces {time.monotonic()}")
     else:
         os.setpgid(0, 0)  # without a PID namespace, the supervisor kills this process group instead
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # as init, reap every orphan at once (zombies count for NPROC)
-    sync, fds["sync_candidate"] = (end.detach() for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
+    lean_signal(_signal.SIGCHLD, _signal.SIG_IGN)  # as init, reap every orphan at once (zombies count for NPROC)
+    sync, fds["sync_candidate"] = fd_pair()
     candidate = os.fork()
     if candidate == 0:
         try:
@@ -545,12 +611,22 @@ def _start_judge(fds: dict[str, int], cfg: dict, workdir: str) -> None:
     null = os.open(os.devnull, os.O_RDWR)
     arrange_fds({0: null, 1: null, 2: null, 3: fds["tests_r"], 4: fds["verdict_w"], 5: fds["rpc_judge"]})
     fds["verdict_w"] = 4
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # an init gets no signal from its namespace unless it handles it
+    lean_signal(_signal.SIGINT, _signal.SIG_DFL)  # an init gets no signal from its namespace unless it handles it
     drop_privileges(cfg, workdir)
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     prctl(PR_SET_DUMPABLE, 0)  # /proc/1/{fd,mem} root-owned, no ptrace: the candidate shares the uid
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the uid change cleared it
-    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
+
+
+def _host_parent() -> int:
+    """The parent's pid as the host sees it (getppid() is 0 for the init of a new PID namespace), read from the
+    host's /proc, which is still mounted here."""
+    fd = os.open("/proc/self/stat", os.O_RDONLY)
+    try:
+        return int(os.read(fd, 4096).rpartition(b")")[2].split()[1])
+    finally:
+        os.close(fd)
 
 
 def run_judge(tests: list[str], channel: Channel, verdicts: int) -> None:
@@ -592,101 +668,94 @@ def _printable(text: Any) -> str:
 # ---------------------------------------------------------------------------------------------- supervisor
 
 
-class Supervisor:
-    """One check, as root outside the sandbox: set it up, feed it, time it, collect the verdicts, tear it down."""
+class Sandbox:
+    """One check's processes, set up ahead of its payload by a session's supervisor (root, host namespaces).
 
-    def __init__(self, conn: int, cfg: dict, started: float) -> None:
-        self.conn = conn
+    The judge is forked as PID 1 of a new PID namespace and makes its other namespaces and the candidate
+    itself. The supervisor only times and reaps it: the caller gets the ends of the pipes (tests and code in,
+    verdicts and output out), so no payload, verdict or output ever passes through the supervisor's memory,
+    from which every later sandbox of the session is forked.
+    """
+
+    def __init__(self, cfg: dict, pid_namespace: int | None) -> None:
         self.cfg = cfg
         self.isolate = bool(cfg["isolate"])
-        self.timings = {"started": started}
+        self.timings = {"started": time.monotonic()}
         self.judge = 0
-        self.n_tests = 0
+        self.pidfd = -1
         self.reaped = False
         self.timed_out = False
-        self.verdicts = b""
-        self.output = b""
-        self.output_seen = 0
-        self.out_fd = -1
-        self.truncated = False
-        self.error = ""
-        self.notes: list[str] = []
-
-    def run(self) -> dict:
-        """The whole check; returns the reply for the caller. No process of the sandbox outlives it."""
-        fds = self._pipes()
-        workdir = self._workdir()
+        self.deadline = 0.0
+        self.workdir = "/tmp" if self.isolate else _host_workdir()  # /tmp: the judge's private tmpfs
+        fds = _pipes()
         try:
-            return self._run_in(workdir, fds)
-        finally:
-            if not self.isolate:  # an isolated workdir is a tmpfs that vanishes with its mount namespace
-                import shutil
-
-                shutil.rmtree(workdir, ignore_errors=True)
-
-    def _run_in(self, workdir: str, fds: dict[str, int]) -> dict:
-        self.timings["namespaces"] = time.monotonic()
-        self.judge = os.fork()
-        if self.judge == 0:
-            try:
-                judge_main(fds, self.cfg, workdir)
-            finally:
-                os._exit(1)
+            self.judge = self._fork_judge(fds, pid_namespace)
+        except BaseException:
+            for fd in fds.values():
+                os.close(fd)
+            self._remove_workdir()
+            raise
         for key in ("verdict_w", "tests_r", "code_r", "out_w", "rpc_judge", "rpc_candidate"):
             os.close(fds[key])
+        self.handles: list[int] = [fds["tests_w"], fds["code_w"], fds["verdict_r"], fds["out_r"]]
         self.timings["forked"] = time.monotonic()
-        self.out_fd = fds["out_r"]
         try:
-            status = self._check(fds)
-        except BaseException:
-            self._abort()
+            self.pidfd = os.pidfd_open(self.judge)  # readable once the judge exits (Linux 5.3)
+        except OSError:
+            self.discard()
             raise
-        self.timings["reaped"] = time.monotonic()
-        self._drain(fds["verdict_r"])
-        return self._reply(status)
 
-    def _check(self, fds: dict[str, int]) -> int:
-        """Wait for the payload (a sandbox may be set up ahead of it), then run it under the wall-clock limit."""
-        payload = recv_frame(self.conn, limit=1 << 31)  # read only now: no copy of it in the sandbox's memory
-        self.timings["payload"] = time.monotonic()
-        signal.signal(signal.SIGALRM, self._on_deadline)
-        signal.setitimer(signal.ITIMER_REAL, float(self.cfg["wall_seconds"]))
-        self.n_tests = self._feed(fds, payload["tests"], payload["code"])
-        self._collect(fds["verdict_r"])
-        return self._reap()
+    def _fork_judge(self, fds: dict[str, int], pid_namespace: int | None) -> int:
+        supervisor = os.getpid()
+        pid = fork_in_new_pid_namespace(pid_namespace) if pid_namespace is not None else os.fork()
+        if pid == 0:
+            try:
+                judge_main(fds, self.cfg, self.workdir, supervisor)
+            finally:
+                os._exit(1)
+        return pid
 
-    def _abort(self) -> None:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        self._kill()
-        if not self.reaped:
-            os.waitpid(self.judge, 0)
+    def hand_over(self, conn: socket.socket) -> None:
+        """Give the caller the pipes' ends (tests, code, verdicts, output); this process keeps no copy."""
+        try:
+            conn.sendmsg([b"r"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", self.handles))])
+        finally:
+            for fd in self.handles:
+                os.close(fd)
+            self.handles = []
+
+    def start(self) -> None:
+        """The payload is on its way: the wall-clock limit runs from now."""
+        self.timings["go"] = time.monotonic()
+        self.deadline = self.timings["go"] + float(self.cfg["wall_seconds"])
+
+    def finish(self) -> dict:
+        """Wait for the judge to end, or kill it at the deadline; reap it: no process of the sandbox is left."""
+        try:
+            if not self._ends_before(self.deadline):
+                self.timed_out = True  # killing the judge (PID 1) ends the namespace and closes every pipe
+                self._kill()
+            elif not self.isolate:
+                self._kill()  # the candidate and its process group (escaped sessions survive: no PID namespace)
+            status = os.waitpid(self.judge, 0)[1]
             self.reaped = True
+        finally:
+            self.discard()
+        self.timings["reaped"] = time.monotonic()
+        return {"exit_code": os.waitstatus_to_exitcode(status), "timed_out": self.timed_out, "timings": self.timings}
 
-    def _pipes(self) -> dict[str, int]:
-        fds = {}
-        for name in ("verdict", "tests", "code", "out"):
-            fds[f"{name}_r"], fds[f"{name}_w"] = os.pipe()
-        judge_end, candidate_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        fds["rpc_judge"], fds["rpc_candidate"] = judge_end.detach(), candidate_end.detach()
-        return fds
-
-    def _workdir(self) -> str:
-        if self.isolate:
-            enter_namespaces(int(self.cfg["tmpfs_mb"]))
-            return "/tmp"
-        import tempfile
-
-        workdir = tempfile.mkdtemp(prefix="grpoflow-sandbox-")
-        os.chmod(workdir, 0o777)
-        return workdir
-
-    def _on_deadline(self, signum: int, frame: Any) -> None:
-        # Killing the judge (PID 1) ends the namespace, which closes every pipe: each blocking call returns.
-        self.timed_out = True
-        self._kill()
+    def _ends_before(self, deadline: float) -> bool:
+        """Whether the judge exits before ``deadline``. As PID 1 it exits only once every process of its namespace
+        is gone; unreaped, its pid cannot be reused, so killing it afterwards is safe."""
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        while (left := deadline - time.monotonic()) > 0:
+            if poller.poll(left * 1000):
+                return True
+        return False
 
     def _kill(self) -> None:
-        if self.reaped:
+        if self.reaped or self.judge <= 0:
             return  # the pid may belong to someone else by now
         for kill in (os.kill, os.killpg) if not self.isolate else (os.kill,):
             try:
@@ -694,103 +763,86 @@ class Supervisor:
             except ProcessLookupError:
                 pass
 
-    def _feed(self, fds: dict[str, int], tests: list[str], code: str) -> int:
-        """The tests to the judge first (it never runs completion code), then the code to the candidate."""
-        inputs = ((fds["tests_w"], json.dumps(tests).encode()), (fds["code_w"], code.encode("utf-8", "surrogatepass")))
-        for fd, data in inputs:
-            try:
-                write_all(fd, data)
-            except BrokenPipeError:
-                self.notes.append("sandbox: a sandboxed process died before reading its input")
+    def discard(self) -> None:
+        """Kill and reap whatever is left (an unused sandbox, or one whose check failed) and drop its directory."""
+        for fd in self.handles:
             os.close(fd)
-        return len(tests)
+        self.handles = []
+        if not self.reaped:
+            self._kill()
+            os.waitpid(self.judge, 0)
+            self.reaped = True
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+        self._remove_workdir()
 
-    def _collect(self, verdict_r: int) -> None:
-        """Read verdicts until the judge's pipe closes, and the candidate's output up to the cap."""
-        poller = select.poll()
-        poller.register(verdict_r, select.POLLIN)
-        poller.register(self.out_fd, select.POLLIN)
-        while True:
-            for fd, _ in poller.poll():
-                if fd == verdict_r:
-                    chunk = os.read(fd, 65536)
-                    if not chunk:
-                        return
-                    self.verdicts += chunk
-                elif fd == self.out_fd and not self._take_output(os.read(fd, 65536)):
-                    poller.unregister(fd)
+    def _remove_workdir(self) -> None:
+        if not self.isolate:  # an isolated workdir is a tmpfs that vanishes with its mount namespace
+            import shutil
 
-    def _take_output(self, chunk: bytes) -> bool:
-        """Keep the tail of the candidate's output; False (and the pipe closed) at EOF or past the cap."""
-        self.output_seen += len(chunk)
-        self.output = (self.output + chunk)[-TAIL_BYTES:]
-        if chunk and self.output_seen <= self.cfg["max_output_kb"] * 1024:
-            return True
-        self.truncated = self.truncated or bool(chunk)
-        os.close(self.out_fd)  # past the cap, stop reading: further writes get EPIPE, nobody's memory grows
-        self.out_fd = -1
-        return False
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def _reap(self) -> int:
-        # Wait without reaping, stop the timer, then reap: a timer firing after the reap could kill a reused pid.
-        os.waitid(os.P_PID, self.judge, os.WEXITED | os.WNOWAIT)
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        if not self.isolate:
-            self._kill()  # the candidate and its process group (escaped sessions survive: no PID namespace)
-        status = os.waitpid(self.judge, 0)[1]
-        self.reaped = True
-        return status
 
-    def _drain(self, verdict_r: int) -> None:
-        """Whatever the judge wrote before it died, and what output is left, without waiting for more."""
-        os.set_blocking(verdict_r, False)
-        try:
-            while chunk := os.read(verdict_r, 65536):
-                self.verdicts += chunk
-        except BlockingIOError:
-            pass
-        if self.out_fd >= 0:
-            os.set_blocking(self.out_fd, False)  # without a PID namespace an escaped process may hold it open
-            try:
-                while self.out_fd >= 0 and self._take_output(os.read(self.out_fd, 65536)):
-                    pass
-            except BlockingIOError:
-                pass
+def _pipes() -> dict[str, int]:
+    fds = {}
+    for name in ("verdict", "tests", "code", "out"):
+        fds[f"{name}_r"], fds[f"{name}_w"] = os.pipe()
+    fds["rpc_judge"], fds["rpc_candidate"] = fd_pair()
+    return fds
 
-    def _reply(self, status: int) -> dict:
-        n_tests = self.n_tests
-        passed = [False] * n_tests
-        finished = False
-        for line in self.verdicts.decode("utf-8", "replace").splitlines():
-            kind, _, rest = line.partition(" ")
-            if kind in ("P", "F") and rest.split(" ")[0].isdigit() and int(rest.split(" ")[0]) < n_tests:
-                passed[int(rest.split(" ")[0])] = kind == "P"
-            elif kind == "N" and len(self.notes) < 20:
-                self.notes.append(rest)
-            elif kind == "E":
-                self.error = rest
-            elif kind == "T" and rest.count(" ") == 1:
-                self.timings[rest.split(" ")[0]] = float(rest.split(" ")[1])
-            finished = finished or kind == "D"
-        if self.truncated:
-            self.notes.append(f"output beyond {self.cfg['max_output_kb']} KiB was not read (the stream was closed)")
-        if not finished and not self.timed_out:
-            self.notes.append("the judge did not finish (killed or crashed)")
-        self.timings["replied"] = time.monotonic()
-        return {
-            "passed": passed,
-            "timed_out": self.timed_out,
-            "error": self.error,
-            "exit_code": os.waitstatus_to_exitcode(status),
-            "sandboxed": self.isolate,
-            "output_tail": self.output.decode("utf-8", "replace"),
-            "notes": self.notes,
-            "timings": self.timings,
-        }
+
+def _host_workdir() -> str:
+    import tempfile
+
+    workdir = tempfile.mkdtemp(prefix="grpoflow-sandbox-")
+    os.chmod(workdir, 0o777)
+    return workdir
+
+
+def run_session(conn: socket.socket, cfg: dict) -> None:
+    """Run the caller's checks one at a time, each in a fresh :class:`Sandbox`; return when the caller hangs up.
+
+    Messages on ``conn`` (a SOCK_SEQPACKET socket): this process sends ``r`` with the pipes of a sandbox that is
+    ready (or a JSON ``{"error"}`` when none could be made); the caller answers ``g`` (go, the last check) or
+    ``m`` (go, and more will follow: the next sandbox is set up at once, while this one runs) and writes the
+    payload into the pipes; this process sends the JSON outcome once the judge is reaped.
+    """
+    own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) if cfg["isolate"] else None
+    cfg["writable_dirs"] = existing_writable_dirs()
+    live = [Sandbox(cfg, own)]
+    try:
+        while live:
+            sandbox = live[0]
+            sandbox.hand_over(conn)
+            go = _recv_message(conn)
+            if go not in (b"g", b"m"):  # the caller hung up (the sandbox was set up ahead and is not needed)
+                return
+            sandbox.start()
+            failure = ""
+            if go == b"m":
+                try:
+                    live.append(Sandbox(cfg, own))
+                except Exception as exc:  # reported once this check is done, in place of the next sandbox
+                    failure = f"sandbox setup failed: {type(exc).__name__}: {exc}"
+            conn.send(json.dumps(sandbox.finish()).encode())
+            live.pop(0)
+            if failure:
+                conn.send(json.dumps({"error": failure}).encode())
+    finally:
+        for sandbox in live:
+            sandbox.discard()
+
+
+def _recv_message(conn: socket.socket) -> bytes:
+    try:
+        return conn.recv(1 << 16)
+    except OSError:
+        return b""
 
 
 def supervise(conn: int, server_pid: int) -> None:
-    """The forked child of the server for one request on socket ``conn``; never returns."""
+    """The forked child of the server for one session on socket ``conn``; never returns."""
     code = 1
     try:
         set_name(b"sandbox-super")
@@ -798,13 +850,12 @@ def supervise(conn: int, server_pid: int) -> None:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # this process stays root, so the setting holds
         if os.getppid() != server_pid:
             os._exit(1)
-        started = time.monotonic()
-        cfg = recv_frame(conn, limit=1 << 20)
+        sock = socket.socket(fileno=conn)
+        cfg = json.loads(_recv_message(sock))
         try:
-            reply = Supervisor(conn, cfg, started).run()
+            run_session(sock, cfg)
         except Exception as exc:
-            reply = {"error": f"sandbox setup failed: {type(exc).__name__}: {exc}"}
-        send_frame(conn, reply)
+            sock.send(json.dumps({"error": f"sandbox setup failed: {type(exc).__name__}: {exc}"}).encode())
         code = 0
     except BaseException:  # noqa: B036 - the caller sees a closed socket and reports it
         pass
@@ -822,6 +873,7 @@ def serve(control_fd: int) -> None:
     set_name(b"sandbox-server")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
     _libc()
+    warm_up()
     gc.collect()
     gc.freeze()  # fewer copy-on-write faults in each fork
     control.send(b"ready")
@@ -846,6 +898,47 @@ def serve(control_fd: int) -> None:
     _wait_for_supervisors()
 
 
+def warm_up(rounds: int = 20) -> None:
+    """Run here the plain-data path of a check, so that every fork inherits it warm.
+
+    The first ``compile`` in a process builds the compiler's state, and CPython writes to a function's code
+    object while it warms it up (call counters, then specialised bytecode): done in each fork, that cost a
+    copy of every page touched, about a third of a check's CPU time. Done once in the fork server, it is not.
+    """
+    for _ in range(rounds):
+        _rehearse_check()
+
+
+def _rehearse_check() -> None:
+    """A check's plain-data path: the candidate loads code and answers, the judge builds its scope and runs tests."""
+    judge_end, candidate_end = (end.detach() for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
+    verdict_r, verdict_w = os.pipe()
+    try:
+        scope = {"__name__": "__main__", "__builtins__": builtins}
+        exec(compile("import math\ndef add(a, b):\n    return a + b\nN = 3", "<completion>", "exec"), scope)
+        send_frame(candidate_end, ["loaded", describe(scope)])
+        tests = json.loads(json.dumps(["assert add(1, 2) == N", "assert math.floor(add(0.5, 1)) == 1"]))
+        channel = Channel(judge_end)
+        send_frame(candidate_end, ["ok", 1, encode(3)])  # the answer to the value request build_scope makes
+        test_scope = build_scope(recv_frame(judge_end)[1], tests, channel)
+        answer(recv_frame(candidate_end), scope)
+        for i, (test, args) in enumerate(zip(tests, ([1, 2], [0.5, 1]))):
+            reply = answer(["call", channel.seq + 1, "add", encode(args), encode({})], scope)
+            send_frame(candidate_end, reply)
+            exec(compile(test, f"<test {i}>", "exec"), test_scope)
+            recv_frame(candidate_end)
+            _report(verdict_w, f"P {i}")
+        _report(verdict_w, f"T tests {time.monotonic()}")
+        os.close(verdict_w)
+        verdict_w = -1
+        read_all(verdict_r)
+        _printable("x")
+    finally:
+        for fd in (judge_end, candidate_end, verdict_r, verdict_w):
+            if fd >= 0:
+                os.close(fd)
+
+
 def _wait_for_supervisors() -> None:
     # Let running supervisors finish (a discarded one cleans up in milliseconds) before this process's exit
     # kills them through their parent-death signal. With SIGCHLD ignored, wait() returns once all are gone.
@@ -857,22 +950,30 @@ def _wait_for_supervisors() -> None:
 
 
 def probe() -> int:
-    """Exit status 0 when this process may create the sandbox's namespaces and mounts."""
-    pid = os.fork()
-    if pid == 0:
+    """Exit status 0 when this process may create the sandbox's namespaces and mounts, twice in a row, the way a
+    session does (a PID namespace per child, then back to its own for the next), and wait for them by pidfd."""
+    own = os.open("/proc/self/ns/pid", os.O_RDONLY)
+    for _ in range(2):
         try:
-            enter_namespaces(1)
-            inner = os.fork()
-            if inner == 0:
-                try:
-                    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-                    os._exit(0)
-                finally:
-                    os._exit(1)
-            os._exit(os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1]))
-        except BaseException:  # noqa: B036
-            os._exit(1)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            pid = fork_in_new_pid_namespace(own)
+        except OSError:
+            return 1
+        if pid == 0:
+            try:
+                enter_namespaces(1, existing_writable_dirs())
+                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+                os._exit(0 if os.getpid() == 1 else 1)
+            finally:
+                os._exit(1)
+        try:
+            os.close(os.pidfd_open(pid))  # how a supervisor waits for its judges
+        except OSError:
+            return 1
+        finally:
+            exit_code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        if exit_code != 0:
+            return 1
+    return 0
 
 
 def probe_user_namespace() -> int:

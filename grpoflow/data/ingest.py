@@ -1,10 +1,20 @@
 """Ingestion: raw rows from files or a dataset hub, validated and normalised to :class:`Record`.
 
-Two input forms are understood:
+Four input forms are understood:
 - **gsm8k**: ``question`` and ``answer``, the answer a worked solution whose last line is
   ``#### <number>`` (numbers may carry thousands commas; ``<<a*b=c>>`` calculator annotations are
   kept in the solution and stripped nowhere else);
-- **math** (Hendrycks MATH): ``problem`` and ``solution``, the final answer in the last ``\\boxed{...}``.
+- **math** (Hendrycks MATH): ``problem`` and ``solution``, the final answer in the last ``\\boxed{...}``;
+- **code**, in either of two forms. MBPP form: ``prompt`` (MBPP: ``text``), ``tests`` (MBPP:
+  ``test_list``), a non-empty list of test sources that each parse as Python, and an optional
+  reference program ``solution`` (MBPP: ``code``); MBPP's ``test_imports`` / ``test_setup_code`` are
+  put before each test. HumanEval form (a row with ``test`` or ``entry_point``): ``prompt`` (the
+  signature and docstring), ``test`` (defines ``check(candidate)``), ``entry_point`` (the function's
+  name) and an optional ``canonical_solution`` (the body); its one test is
+  ``test + "\\ncheck(<entry_point>)"``. ``task_id`` serves as the id when a row has no ``id``;
+- **pairs** (:func:`ingest_pairs`): ``prompt``, ``chosen`` and ``rejected``, two different completions.
+
+Files may be gzip-compressed (``.jsonl.gz``, ``.json.gz``, ``.csv.gz``), read decompressed as a stream.
 
 A row that fails validation is never dropped: it becomes a :class:`Rejected` naming the source
 file, the line and the reason. ``line`` is 1-based: the file line where the row starts for JSONL
@@ -21,20 +31,30 @@ naming the file.
 
 from __future__ import annotations
 
+import ast
 import csv
+import functools
+import gzip
 import json
+import keyword
 import re
 import sys
-from collections.abc import Iterable, Iterator
+import warnings
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Generic, TypeVar, cast
 
 from grpoflow.config import DataConfig
-from grpoflow.data.records import QUARANTINE_TEXT_CHARS, Record, Rejected
+from grpoflow.data.records import QUARANTINE_TEXT_CHARS, PairRecord, Record, Rejected
 from verifiers.extract import last_boxed
 
 FIELDS = {"gsm8k": ("question", "answer"), "math": ("problem", "solution")}
+RECORD_FORMATS = ("gsm8k", "math", "code")  # what ingest() makes Records of; "pairs" is ingest_pairs()
+# A code row's fields: our name first, then MBPP's.
+CODE_FIELDS = {"prompt": ("prompt", "text"), "tests": ("tests", "test_list"), "solution": ("solution", "code")}
+GZIP_FORMATS = (".jsonl", ".ndjson", ".json", ".csv")  # the formats also read as <name>.gz
 DEFAULT_MAX_PROMPT_CHARS: int = DataConfig.model_fields["max_prompt_chars"].default
 DEFAULT_MAX_ROW_BYTES: int = DataConfig.model_fields["max_row_bytes"].default
 MAX_ID_CHARS = 200
@@ -89,13 +109,17 @@ def _check_characters(name: str, value: str) -> None:
     raise RowError("control_character", detail)
 
 
-def _text_field(raw: dict[str, Any], name: str, max_chars: int | None = None) -> str:
-    if name not in raw or raw[name] is None:
+def _string(raw: dict[str, Any], name: str) -> str:
+    if raw.get(name) is None:
         raise RowError("missing_field", name)
     value = raw[name]
     if not isinstance(value, str):
         raise RowError("wrong_type", f"{name} is {type(value).__name__}, expected str")
-    value = value.strip()
+    return value
+
+
+def _text_field(raw: dict[str, Any], name: str, max_chars: int | None = None) -> str:
+    value = _string(raw, name).strip()
     if not value:
         raise RowError("empty_field", name)
     if max_chars is not None and len(value) > max_chars:
@@ -105,15 +129,29 @@ def _text_field(raw: dict[str, Any], name: str, max_chars: int | None = None) ->
     return value
 
 
-def _row_id(raw: dict[str, Any], default: str) -> str:
-    rid = raw.get("id")
+def _verbatim_field(raw: dict[str, Any], name: str) -> str:
+    """A field of program or completion text: kept as written, since its indentation matters."""
+    value = _string(raw, name)
+    if not value.strip():
+        raise RowError("empty_field", name)
+    _check_characters(name, value)
+    return value
+
+
+def _present(raw: dict[str, Any], names: tuple[str, ...]) -> str:
+    """The first of ``names`` the row has a value for; the first name when it has none (for the error)."""
+    return next((name for name in names if raw.get(name) is not None), names[0])
+
+
+def _row_id(raw: dict[str, Any], default: str, field: str = "id") -> str:
+    rid = raw.get(field)
     if rid is None or (isinstance(rid, str) and not rid):
         return default
     if isinstance(rid, bool) or not isinstance(rid, (str, int)):
-        raise RowError("invalid_id", f"id is {type(rid).__name__}, expected str or int")
+        raise RowError("invalid_id", f"{field} is {type(rid).__name__}, expected str or int")
     text = str(rid)
     if len(text) > MAX_ID_CHARS:
-        raise RowError("invalid_id", f"id has {len(text)} characters, at most {MAX_ID_CHARS}")
+        raise RowError("invalid_id", f"{field} has {len(text)} characters, at most {MAX_ID_CHARS}")
     try:
         _check_characters("id", text)
     except RowError as err:
@@ -121,12 +159,115 @@ def _row_id(raw: dict[str, Any], default: str) -> str:
     return text
 
 
+def _parse_python(name: str, source: str, kind: str) -> ast.Module:
+    """``source`` parsed (never run), or :class:`RowError` ``kind`` naming the field and the line."""
+    try:
+        with warnings.catch_warnings():  # e.g. an invalid escape in a test string: not the row's error
+            warnings.simplefilter("ignore")
+            return ast.parse(source)
+    except SyntaxError as exc:
+        raise RowError(kind, f"{name}: {exc.msg} on line {exc.lineno}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; nesting the parser cannot hold
+        raise RowError(kind, f"{name}: {type(exc).__name__}: {exc}") from None
+
+
+def _test_setup(raw: dict[str, Any]) -> str:
+    """MBPP's lines the asserts need (``test_imports``, a list; ``test_setup_code``, text), or ""."""
+    imports = raw.get("test_imports") or []
+    if not isinstance(imports, list) or not all(isinstance(line, str) for line in imports):
+        raise RowError("wrong_type", "test_imports must be a list of str")
+    setup = raw.get("test_setup_code") or ""
+    if not isinstance(setup, str):
+        raise RowError("wrong_type", f"test_setup_code is {type(setup).__name__}, expected str")
+    return "\n".join(line for line in [*imports, setup] if line.strip())
+
+
+def _mbpp_tests(raw: dict[str, Any]) -> tuple[str, ...]:
+    """The MBPP form's asserts: a non-empty list of str, each parsing as Python."""
+    name = _present(raw, CODE_FIELDS["tests"])
+    tests = raw.get(name)
+    if tests is None:
+        raise RowError("missing_field", name)
+    if not isinstance(tests, list):
+        raise RowError("wrong_type", f"{name} is {type(tests).__name__}, expected a list of str")
+    if not tests:
+        raise RowError("empty_field", name)
+    setup = _test_setup(raw)
+    out = []
+    for i, test in enumerate(tests):
+        item = f"{name}[{i}]"
+        if not isinstance(test, str):
+            raise RowError("wrong_type", f"{item} is {type(test).__name__}, expected str")
+        if not test.strip():
+            raise RowError("empty_field", item)
+        _check_characters(item, test)
+        _parse_python(item, test, "unparseable_tests")
+        out.append(f"{setup}\n{test}" if setup else test)
+    return tuple(out)
+
+
+def _humaneval_tests(raw: dict[str, Any]) -> tuple[tuple[str, ...], str]:
+    """The HumanEval form's one test (``test`` then ``check(<entry_point>)``) and the entry point."""
+    test = _verbatim_field(raw, "test")
+    entry_point = _text_field(raw, "entry_point")
+    if not entry_point.isidentifier() or keyword.iskeyword(entry_point):
+        raise RowError("invalid_entry_point", f"entry_point {_excerpt(entry_point)} is not a Python name")
+    module = _parse_python("test", test, "unparseable_tests")
+    if not any(isinstance(node, ast.FunctionDef) and node.name == "check" for node in module.body):
+        raise RowError("unparseable_tests", "test defines no top-level check(candidate) function")
+    return (f"{test}\ncheck({entry_point})",), entry_point
+
+
+def _code_solution(raw: dict[str, Any], names: tuple[str, ...], before: str = "") -> str | None:
+    """The optional reference program, kept as written; it must parse (after ``before``, a
+    HumanEval prompt, whose body it is)."""
+    name = _present(raw, names)
+    value = raw.get(name)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    solution = _verbatim_field(raw, name)
+    _parse_python(name, before + solution, "unparseable_solution")
+    return solution
+
+
+def _code_record(raw: dict[str, Any], row_id: str, source: str, license: str, max_prompt_chars: int) -> Record:
+    """A code row in the HumanEval form (it has ``test`` or ``entry_point``) or the MBPP form."""
+    entry_point: str | None = None
+    if "test" in raw or "entry_point" in raw:
+        prompt = _text_field(raw, "prompt", max_prompt_chars)
+        tests, entry_point = _humaneval_tests(raw)
+        solution = _code_solution(raw, ("canonical_solution",), before=prompt + "\n")
+    else:
+        prompt = _text_field(raw, _present(raw, CODE_FIELDS["prompt"]), max_prompt_chars)
+        tests = _mbpp_tests(raw)
+        solution = _code_solution(raw, CODE_FIELDS["solution"])
+    rid = _row_id(raw, row_id, "id" if raw.get("id") not in (None, "") else "task_id")
+    return Record(
+        id=rid,
+        prompt=prompt,
+        reference_answer=solution or "",
+        solution=solution,
+        source=source,
+        license=license,
+        task="code",
+        tests=tests,
+        entry_point=entry_point,
+    )
+
+
+def _require_object(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise RowError("wrong_type", f"row is {type(raw).__name__}, expected an object")
+    return raw
+
+
 def normalise_row(
     raw: Any, fmt: str, *, row_id: str, source: str, license: str, max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
 ) -> Record:
-    """One raw row in ``fmt`` form as a :class:`Record`, or :class:`RowError`."""
-    if not isinstance(raw, dict):
-        raise RowError("wrong_type", f"row is {type(raw).__name__}, expected an object")
+    """One raw row in ``fmt`` form (gsm8k, math or code) as a :class:`Record`, or :class:`RowError`."""
+    raw = _require_object(raw)
+    if fmt == "code":
+        return _code_record(raw, row_id, source, license, max_prompt_chars)
     prompt_field, solution_field = FIELDS[fmt]
     prompt = _text_field(raw, prompt_field, max_prompt_chars)
     solution = _text_field(raw, solution_field)
@@ -139,6 +280,23 @@ def normalise_row(
         answer = boxed
     rid = _row_id(raw, row_id)
     return Record(id=rid, prompt=prompt, reference_answer=answer, solution=solution, source=source, license=license)
+
+
+def normalise_pair(
+    raw: Any, *, row_id: str, source: str, license: str, max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
+) -> PairRecord:
+    """One preference pair as a :class:`PairRecord`, or :class:`RowError`.
+
+    ``chosen`` and ``rejected`` are kept as written (a completion's leading indentation can be
+    code); a pair whose two sides are the same text teaches nothing and is ``identical_pair``.
+    """
+    raw = _require_object(raw)
+    prompt = _text_field(raw, "prompt", max_prompt_chars)
+    chosen, rejected = _verbatim_field(raw, "chosen"), _verbatim_field(raw, "rejected")
+    if chosen.strip() == rejected.strip():
+        raise RowError("identical_pair", "chosen and rejected are the same text")
+    rid = _row_id(raw, row_id)
+    return PairRecord(id=rid, prompt=prompt, chosen=chosen, rejected=rejected, source=source, license=license)
 
 
 @dataclass(frozen=True)
@@ -156,20 +314,51 @@ class RawRow:
 
 
 def read_raw(path: str | Path, *, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES) -> Iterator[RawRow]:
-    """Rows of a JSONL, JSON (a list), Parquet or CSV file, each with its line number."""
+    """Rows of a JSONL, JSON (a list), Parquet or CSV file, each with its line number; the text
+    formats may be gzip-compressed (``<name>.jsonl.gz``), read as a stream."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"data file {path} does not exist")
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        return _read_jsonl(path, max_row_bytes)
-    if suffix == ".json":
-        return _read_json(path, max_row_bytes)
-    if suffix == ".parquet":
-        return _read_parquet(path)
-    if suffix == ".csv":
-        return _read_csv(path, max_row_bytes)
-    raise ValueError(f"data file {path}: unsupported format {suffix!r} (use .jsonl, .json, .parquet or .csv)")
+    suffix, gz = _file_format(path)
+    if gz and suffix not in GZIP_FORMATS:
+        raise ValueError(f"data file {path}: unsupported format {suffix + '.gz'!r} (gzip is read for {GZIP_FORMATS})")
+    readers: dict[str, Callable[[], Iterator[RawRow]]] = {
+        ".jsonl": lambda: _read_jsonl(path, max_row_bytes),
+        ".ndjson": lambda: _read_jsonl(path, max_row_bytes),
+        ".json": lambda: _read_json(path, max_row_bytes),
+        ".parquet": lambda: _read_parquet(path),
+        ".csv": lambda: _read_csv(path, max_row_bytes),
+    }
+    if suffix not in readers:
+        raise ValueError(
+            f"data file {path}: unsupported format {suffix!r} (use .jsonl, .json, .parquet or .csv, the text "
+            "formats optionally .gz)"
+        )
+    return _gzip_errors(path, readers[suffix]) if gz else readers[suffix]()
+
+
+def _file_format(path: Path) -> tuple[str, bool]:
+    """The format suffix (``.jsonl`` of ``x.jsonl.gz``) and whether the file is gzip-compressed."""
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return Path(name[:-3]).suffix, True
+    return path.suffix.lower(), False
+
+
+def _open_binary(path: Path) -> BinaryIO:
+    """The file's bytes, decompressed as they are read when its name ends in ``.gz``."""
+    if path.name.lower().endswith(".gz"):
+        return cast(BinaryIO, gzip.open(path, "rb"))
+    return open(path, "rb")
+
+
+def _gzip_errors(path: Path, read: Callable[[], Iterator[RawRow]]) -> Iterator[RawRow]:
+    """The rows ``read`` yields, with a corrupt or truncated gzip stream reported as the file's one
+    clear error (a ``.json.gz`` is read whole when the first row is asked for)."""
+    try:
+        yield from read()
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise ValueError(f"data file {path}: not a readable gzip file: {exc}") from None
 
 
 # --- lines of bounded length -------------------------------------------------------------
@@ -259,7 +448,7 @@ def _parse_json(text: str) -> Any:
 
 
 def _read_jsonl(path: Path, cap: int) -> Iterator[RawRow]:
-    with open(path, "rb") as fh:
+    with _open_binary(path) as fh:
         for line in _read_lines(fh, cap):
             if line.oversized:
                 yield _too_long(line, cap)
@@ -373,7 +562,8 @@ def _utf8_size(text: str, start: int, end: int) -> int:
 
 
 def _read_json(path: Path, cap: int) -> Iterator[RawRow]:
-    text = _decode(path.read_bytes(), True)
+    with _open_binary(path) as fh:
+        text = _decode(fh.read(), True)
     pos = _skip_ws(text, 0)
     if not text.startswith("[", pos):
         raise ValueError(
@@ -530,7 +720,7 @@ def _csv_row(header: list[str], fields: list[str], start: int, lines: _CsvLines)
 
 
 def _read_csv(path: Path, cap: int) -> Iterator[RawRow]:
-    with open(path, "rb") as fh:
+    with _open_binary(path) as fh:
         lines = _CsvLines(fh, cap)
         reader = csv.reader(lines)
         header: list[str] | None = None
@@ -574,11 +764,14 @@ def read_hub(name: str, subset: str | None, split: str) -> Iterator[RawRow]:
 # --- validation --------------------------------------------------------------------------
 
 
-@dataclass
-class Ingested:
-    """A source's valid records, its rejected rows, and how many rows were read."""
+R = TypeVar("R", Record, PairRecord)
 
-    records: list[Record]
+
+@dataclass
+class Ingested(Generic[R]):
+    """A source's valid records (or pairs), its rejected rows, and how many rows were read."""
+
+    records: list[R]
     rejected: list[Rejected]
     origin: dict[str, tuple[str, int | None]]  # record id -> (source file, line)
     read: int = 0
@@ -590,31 +783,19 @@ def _quarantine_row(raw: RawRow) -> dict[str, Any]:
     return raw.value if isinstance(raw.value, dict) else {"raw": raw.value}
 
 
-def ingest(
-    rows: Iterable[RawRow],
-    fmt: str,
-    *,
-    source: str,
-    source_file: str,
-    license: str,
-    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
-) -> Ingested:
-    """Validate and normalise rows; invalid ones and repeated ids become :class:`Rejected`."""
-    got = Ingested([], [], {})
+def _validate(rows: Iterable[RawRow], make: Callable[..., R], *, source: str, source_file: str) -> Ingested[R]:
+    """Each row through ``make(value, row_id=...)``; invalid ones and repeated ids become :class:`Rejected`.
+
+    The one loop behind :func:`ingest` and :func:`ingest_pairs`, so prompts and pairs are judged alike.
+    """
+    got: Ingested[R] = Ingested([], [], {})
     seen_ids: dict[str, int | None] = {}
     for raw in rows:
         got.read += 1
         try:
             if isinstance(raw.value, Exception):
                 raise raw.value
-            rec = normalise_row(
-                raw.value,
-                fmt,
-                row_id=f"{source}-{raw.line}",
-                source=source,
-                license=license,
-                max_prompt_chars=max_prompt_chars,
-            )
+            rec = make(raw.value, row_id=f"{source}-{raw.line}")
             if rec.id in seen_ids:
                 raise RowError("duplicate_id", f"id {_excerpt(rec.id)} already used on line {seen_ids[rec.id]}")
         except RowError as err:
@@ -624,3 +805,34 @@ def ingest(
         got.records.append(rec)
     got.origin = {rid: (source_file, line) for rid, line in seen_ids.items()}
     return got
+
+
+def ingest(
+    rows: Iterable[RawRow],
+    fmt: str,
+    *,
+    source: str,
+    source_file: str,
+    license: str,
+    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
+) -> Ingested[Record]:
+    """Validate and normalise prompt rows (``fmt``: gsm8k, math or code); invalid ones and repeated
+    ids become :class:`Rejected`."""
+    if fmt not in RECORD_FORMATS:
+        hint = " (preference pairs are read by ingest_pairs, from data.pairs)" if fmt == "pairs" else ""
+        raise ValueError(f"format {fmt!r} is not a prompt format {RECORD_FORMATS}{hint}")
+    make = functools.partial(normalise_row, fmt=fmt, source=source, license=license, max_prompt_chars=max_prompt_chars)
+    return _validate(rows, make, source=source, source_file=source_file)
+
+
+def ingest_pairs(
+    rows: Iterable[RawRow],
+    *,
+    source: str,
+    source_file: str,
+    license: str,
+    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
+) -> Ingested[PairRecord]:
+    """Validate preference pairs (format: pairs) as :func:`ingest` validates prompts."""
+    make = functools.partial(normalise_pair, source=source, license=license, max_prompt_chars=max_prompt_chars)
+    return _validate(rows, make, source=source, source_file=source_file)

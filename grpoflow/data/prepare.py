@@ -1,7 +1,9 @@
 """The prepare stage's core: ingest every source, quarantine bad rows, split, gate on leakage.
 
 Returns everything the stage writes; decides nothing about files, tracking or exit codes
-beyond the verdict of its two gates (rejected share, leakage).
+beyond the verdict of its two gates (rejected share, leakage). Preference pairs (``data.pairs``)
+take the same path as prompts: ingested with the same row checks, their rejected rows quarantined
+with file, line and reason, their prompts leak-checked with the train prompts.
 """
 
 from __future__ import annotations
@@ -13,27 +15,37 @@ from itertools import islice
 from pathlib import Path
 
 from grpoflow.config import DataConfig, SourceConfig
-from grpoflow.data import synthetic
-from grpoflow.data.ingest import Ingested, RawRow, ingest, read_hub, read_raw
+from grpoflow.data import synthetic, synthetic_code
+from grpoflow.data.ingest import Ingested, RawRow, ingest, ingest_pairs, read_hub, read_raw
 from grpoflow.data.leakage import Leak, leakage
-from grpoflow.data.records import Record, Rejected
+from grpoflow.data.records import PairRecord, Record, Rejected
 from grpoflow.data.split import split_records
 from grpoflow.data.text import normalize_text
+from grpoflow.model_source import PACKAGE_PREFIX, resolve_file
+
+PAIRS_FILE = "pairs.jsonl"  # Prepared.pairs, written beside train/val/test.jsonl in the stage's folder
+# The row form each generator's rows are in: they go through the same checks as a file's rows.
+GENERATED_FORMATS = {"synthetic": "gsm8k", "synthetic_code": "code"}
 
 
 @dataclass(frozen=True)
 class FoundLeak:
-    """A train row that leaks into a reference set, with both texts for the report."""
+    """A train row (or preference pair) that leaks into a reference set, with both texts for the report.
+
+    ``train_set`` says which: ``"train"`` (a train split row) or ``"pairs"`` (a preference pair's prompt).
+    """
 
     reference_set: str
     leak: Leak
-    train: Record
+    train: Record | PairRecord
     reference: Record
+    train_set: str = "train"
 
     def to_dict(self) -> dict:
         """The leak with both texts, as a leakage.jsonl row."""
         return {
             "reference_set": self.reference_set,
+            "train_set": self.train_set,
             "kind": self.leak.kind,
             "score": self.leak.score,
             "train_id": self.train.id,
@@ -53,6 +65,9 @@ class Prepared:
     leaks: list[FoundLeak] = field(default_factory=list)
     source_rows: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)  # gate verdicts; empty means pass
+    pairs: list[PairRecord] = field(default_factory=list)  # written to PAIRS_FILE
+    pair_rows: dict[str, int] = field(default_factory=dict)  # rows read per data.pairs source
+    resolved_files: dict[str, str] = field(default_factory=dict)  # package:<dist>/<file> -> the file read
 
     def summary(self) -> dict:
         """The stage's metrics: row counts, quarantine reasons, licences, leakage, verdict."""
@@ -60,15 +75,19 @@ class Prepared:
         licenses = Counter(r.license for rows in self.splits.values() for r in rows)
         for rows in self.benchmarks.values():
             licenses.update(r.license for r in rows)
+        licenses.update(p.license for p in self.pairs)
         reasons = Counter(q.reason.split(":")[0] for q in self.quarantine)
         return {
             "rows": {**counts, "kept": sum(counts.values()), "quarantined": len(self.quarantine)},
             "sources": self.source_rows,
             "benchmarks": {name: len(rows) for name, rows in self.benchmarks.items()},
+            "pairs": {"kept": len(self.pairs), "sources": self.pair_rows},
+            "resolved_files": self.resolved_files,
             "quarantine_reasons": dict(sorted(reasons.items())),
             "licenses": dict(sorted(licenses.items())),
             "leakage": {
-                "leaking_train_rows": len({f.train.id for f in self.leaks}),
+                "leaking_train_rows": len({f.train.id for f in self.leaks if f.train_set == "train"}),
+                "leaking_pairs": len({f.train.id for f in self.leaks if f.train_set == "pairs"}),
                 "by_kind": dict(Counter(f.leak.kind for f in self.leaks)),
                 "by_reference_set": dict(Counter(f.reference_set for f in self.leaks)),
             },
@@ -77,35 +96,66 @@ class Prepared:
         }
 
 
+def source_path(src: SourceConfig, root: Path) -> Path:
+    """A file source's file: its path (relative to ``root``) or ``package:<dist>/<file>`` resolved to
+    the file inside the installed package; a missing package or file is a clear FileNotFoundError."""
+    try:
+        path = resolve_file(str(src.path))
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"data source {src.label!r} (path {src.path}): {exc}") from None
+    return path if path.is_absolute() else root / path
+
+
 def _raw_rows(src: SourceConfig, cfg: DataConfig, root: Path) -> tuple[Iterator[RawRow], str]:
     """A file or hub source's rows, streamed (a rejected row is kept only cut down), and its name."""
     if src.kind == "file":
-        path = Path(src.path)  # type: ignore[arg-type]
-        path = path if path.is_absolute() else root / path
-        rows = read_raw(path, max_row_bytes=cfg.max_row_bytes)
-        name = str(src.path)
-    else:
-        rows = read_hub(src.hub_name, src.subset, src.split)  # type: ignore[arg-type]
-        name = f"hub:{src.hub_name}/{src.subset or ''}:{src.split}"
-    return islice(rows, src.limit), name
+        rows = read_raw(source_path(src, root), max_row_bytes=cfg.max_row_bytes)
+        return islice(rows, src.limit), str(src.path)
+    rows = read_hub(src.hub_name, src.subset, src.split)  # type: ignore[arg-type]
+    return islice(rows, src.limit), f"hub:{src.hub_name}/{src.subset or ''}:{src.split}"
 
 
-def load_source(src: SourceConfig, seed: int, cfg: DataConfig, root: Path) -> tuple[Ingested, int]:
-    """One source's rows, validated and normalised, and how many rows were read."""
-    rows: Iterable[RawRow]
+def _generated_rows(src: SourceConfig, seed: int, cfg: DataConfig) -> list[RawRow]:
+    """A generator source's rows, as raw rows like a file's (``limit`` applied)."""
     if src.kind == "synthetic":
-        gen = synthetic.generate(seed, cfg.synthetic)
         rows = [
             RawRow(p.index + 1, {"id": f"synthetic-{seed}-{p.index}", "question": p.question, "answer": p.answer})
-            for p in gen
+            for p in synthetic.generate(seed, cfg.synthetic)
         ]
-        rows = rows[: src.limit] if src.limit else rows
-        file_name, license = "<synthetic>", cfg.synthetic_license
     else:
-        rows, file_name = _raw_rows(src, cfg, root)
-        license = src.license or ""
+        rows = [RawRow(t.index + 1, t.row(seed)) for t in synthetic_code.generate(seed, cfg.synthetic_code)]
+    return rows[: src.limit] if src.limit else rows
+
+
+def _source_rows(src: SourceConfig, seed: int, cfg: DataConfig, root: Path) -> tuple[Iterable[RawRow], str, str]:
+    """A source's raw rows, the file name its quarantined rows name, and its licence."""
+    if src.kind in GENERATED_FORMATS:
+        return _generated_rows(src, seed, cfg), f"<{src.kind}>", cfg.synthetic_license
+    rows, file_name = _raw_rows(src, cfg, root)
+    return rows, file_name, src.license or ""
+
+
+def load_source(src: SourceConfig, seed: int, cfg: DataConfig, root: Path) -> tuple[Ingested[Record], int]:
+    """One source's rows, validated and normalised, and how many rows were read."""
+    rows, file_name, license = _source_rows(src, seed, cfg, root)
+    fmt = GENERATED_FORMATS.get(src.kind, src.format)
+    if fmt == "pairs":
+        raise ValueError(f"source {src.label!r} has format pairs: preference pairs belong in data.pairs")
     limit = cfg.max_prompt_chars
-    got = ingest(rows, src.format, source=src.label, source_file=file_name, license=license, max_prompt_chars=limit)
+    got = ingest(rows, fmt, source=src.label, source_file=file_name, license=license, max_prompt_chars=limit)
+    return got, got.read
+
+
+def load_pairs(src: SourceConfig, cfg: DataConfig, root: Path) -> tuple[Ingested[PairRecord], int]:
+    """One ``data.pairs`` source's preference pairs, validated like prompts, and how many rows were read."""
+    if src.kind not in ("file", "hub") or src.format != "pairs":
+        raise ValueError(
+            f"data.pairs source {src.label!r} must be a file or hub source with format: pairs "
+            f"(got kind {src.kind!r}, format {src.format!r})"
+        )
+    rows, file_name, license = _source_rows(src, 0, cfg, root)
+    limit = cfg.max_prompt_chars
+    got = ingest_pairs(rows, source=src.label, source_file=file_name, license=license, max_prompt_chars=limit)
     return got, got.read
 
 
@@ -139,53 +189,89 @@ def _check_rejected_share(src: SourceConfig, read: int, rejected: int, limit: fl
     return None
 
 
+def _admit(
+    prepared: Prepared,
+    src: SourceConfig,
+    got: Ingested[Record] | Ingested[PairRecord],
+    read: int,
+    counts: dict[str, int],
+    limit: float,
+) -> None:
+    """Quarantine a source's rejected rows, count the rows it read, and judge its rejected share."""
+    prepared.quarantine.extend(got.rejected)
+    counts[src.label] = read
+    verdict = _check_rejected_share(src, read, len(got.rejected), limit)
+    if verdict:
+        prepared.failures.append(verdict)
+
+
+def _leak_candidates(prepared: Prepared) -> list[tuple[str, Record | PairRecord]]:
+    """What the leakage gate checks: train rows and preference pairs, each with its set's name."""
+    train: list[tuple[str, Record | PairRecord]] = [("train", r) for r in prepared.splits["train"]]
+    return train + [("pairs", p) for p in prepared.pairs]
+
+
 def find_split_leaks(prepared: Prepared, cfg: DataConfig) -> list[FoundLeak]:
-    """Train rows that leak into val, test or a benchmark, by every check the config enables."""
-    train = prepared.splits["train"]
+    """Train rows and preference pairs whose prompts leak into val, test or a benchmark, by every
+    check the config enables (a pair's prompt is checked exactly as a train prompt is)."""
+    candidates = _leak_candidates(prepared)
     references = {"val": prepared.splits["val"], "test": prepared.splits["test"], **prepared.benchmarks}
     found: list[FoundLeak] = []
-    train_texts = [r.prompt for r in train]
+    texts = [row.prompt for _, row in candidates]
     lk = cfg.leakage
     for name, refs in references.items():
         for leak in leakage(
-            train_texts,
+            texts,
             [r.prompt for r in refs],
             ngram=lk.ngram,
             ngram_min_overlap=lk.ngram_min_overlap,
             near_threshold=lk.near_threshold,
         ):
-            found.append(FoundLeak(name, leak, train[leak.train_index], refs[leak.reference_index]))
+            train_set, row = candidates[leak.train_index]
+            found.append(FoundLeak(name, leak, row, refs[leak.reference_index], train_set))
     return found
 
 
 def _apply_leakage_gate(prepared: Prepared, cfg: DataConfig) -> None:
     prepared.leaks = find_split_leaks(prepared, cfg)
-    leaking = {f.train.id: f for f in prepared.leaks}
+    leaking = {(f.train_set, f.train.id): f for f in prepared.leaks}
     if cfg.leakage.action == "drop":
-        prepared.splits["train"] = [r for r in prepared.splits["train"] if r.id not in leaking]
+        prepared.splits["train"] = [r for r in prepared.splits["train"] if ("train", r.id) not in leaking]
+        prepared.pairs = [p for p in prepared.pairs if ("pairs", p.id) not in leaking]
         for f in leaking.values():
             reason = f"leak_{f.leak.kind}: matches {f.reference_set} row {f.reference.id} (score {f.leak.score})"
             prepared.quarantine.append(Rejected(f.train.source, None, reason, f.train.to_dict()))
     elif len(leaking) > cfg.leakage.max_leaks:
+        pairs = sum(1 for train_set, _ in leaking if train_set == "pairs")
+        what = f"{len(leaking) - pairs} train rows" + (f" and {pairs} preference pairs" if pairs else "")
         prepared.failures.append(
-            f"leakage gate: {len(leaking)} train rows leak into val/test/benchmarks "
+            f"leakage gate: {what} leak into val/test/benchmarks "
             f"(max_leaks={cfg.leakage.max_leaks}); see the leakage report, or set data.leakage.action: drop"
         )
 
 
+def _resolved_files(cfg: DataConfig, root: Path) -> dict[str, str]:
+    """Each ``package:`` path of the config and the file it names, for the metrics and the report.
+
+    Resolved before anything is read, so a missing package stops the stage at once.
+    """
+    sources = [*cfg.sources, *cfg.benchmarks, *cfg.pairs]
+    return {
+        str(src.path): str(source_path(src, root))
+        for src in sources
+        if src.kind == "file" and str(src.path).startswith(PACKAGE_PREFIX)
+    }
+
+
 def prepare(seed: int, cfg: DataConfig, root: str | Path = ".") -> Prepared:
-    """Ingest every source, quarantine bad rows, de-duplicate, split and apply both gates."""
+    """Ingest every source and preference pair, quarantine bad rows, de-duplicate, split and apply both gates."""
     root = Path(root)
     pooled: list[Record] = []
     origin: dict[str, tuple[str, int | None]] = {}
-    prepared = Prepared(splits={})
+    prepared = Prepared(splits={}, resolved_files=_resolved_files(cfg, root))
     for src in cfg.sources:
         got, read = load_source(src, seed, cfg, root)
-        prepared.quarantine.extend(got.rejected)
-        prepared.source_rows[src.label] = read
-        verdict = _check_rejected_share(src, read, len(got.rejected), cfg.max_rejected_fraction)
-        if verdict:
-            prepared.failures.append(verdict)
+        _admit(prepared, src, got, read, prepared.source_rows, cfg.max_rejected_fraction)
         pooled.extend(got.records)
         origin.update(got.origin)
     records, dupes = deduplicate(pooled, origin)
@@ -195,5 +281,9 @@ def prepare(seed: int, cfg: DataConfig, root: str | Path = ".") -> Prepared:
         got, _ = load_source(bench, seed, cfg, root)
         prepared.benchmarks[bench.label] = got.records
         prepared.quarantine.extend(got.rejected)
+    for src in cfg.pairs:
+        pairs, read = load_pairs(src, cfg, root)
+        _admit(prepared, src, pairs, read, prepared.pair_rows, cfg.max_rejected_fraction)
+        prepared.pairs.extend(pairs.records)
     _apply_leakage_gate(prepared, cfg)
     return prepared

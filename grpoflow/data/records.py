@@ -29,7 +29,12 @@ _REASON_CHARS = 1000
 
 @dataclass(frozen=True)
 class Record:
-    """A verifiable prompt: the model sees ``prompt``; verifiers compare to ``reference_answer``."""
+    """A verifiable prompt: the model sees ``prompt``; verifiers compare to ``reference_answer``.
+
+    ``task`` says which verifiers judge it: ``"math"`` (a final answer) or ``"code"`` (a program run
+    against ``tests``, each item a test source run in one shared scope). ``entry_point`` names the
+    function of a HumanEval-form row, whose ``prompt`` holds the signature the completion continues.
+    """
 
     id: str
     prompt: str
@@ -37,9 +42,35 @@ class Record:
     solution: str | None
     source: str
     license: str
+    task: str = "math"
+    tests: tuple[str, ...] | None = None
+    entry_point: str | None = None
+
+    def __post_init__(self) -> None:
+        # A tuple keeps the frozen record hashable and its tests unchangeable, whatever the caller passed.
+        if self.tests is not None and not isinstance(self.tests, tuple):
+            object.__setattr__(self, "tests", tuple(self.tests))
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as a JSON-ready dict (the split files' row)."""
+        """The record as a JSON-ready dict (the split files' row; ``tests`` a list or null)."""
+        out = asdict(self)
+        out["tests"] = None if self.tests is None else list(self.tests)
+        return out
+
+
+@dataclass(frozen=True)
+class PairRecord:
+    """A preference pair: for ``prompt``, the completion ``chosen`` is better than ``rejected``."""
+
+    id: str
+    prompt: str
+    chosen: str
+    rejected: str
+    source: str
+    license: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The pair as a JSON-ready dict (a pairs.jsonl row)."""
         return asdict(self)
 
 

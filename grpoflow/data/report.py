@@ -27,10 +27,17 @@ def prepare_report(prepared: Prepared, examples: int = 10) -> str:
         f"Rows kept: {rows['kept']} (train {rows['train']}, val {rows['val']}, test {rows['test']}); "
         f"quarantined: {rows['quarantined']} {s['quarantine_reasons'] or ''}",
         f"Sources read: {s['sources']}; benchmarks: {s['benchmarks'] or 'none'}; licences: {s['licenses']}",
+        *(
+            [f"Preference pairs kept: {s['pairs']['kept']} (read: {s['pairs']['sources']})"]
+            if s["pairs"]["sources"]
+            else []
+        ),
+        *([f"Files read from installed packages: {s['resolved_files']}"] if s["resolved_files"] else []),
         "",
         "## Leakage",
         "",
-        f"{s['leakage']['leaking_train_rows']} leaking train rows; by kind {s['leakage']['by_kind'] or '{}'}, "
+        f"{s['leakage']['leaking_train_rows']} leaking train rows, {s['leakage']['leaking_pairs']} leaking pairs; "
+        f"by kind {s['leakage']['by_kind'] or '{}'}, "
         f"by reference set {s['leakage']['by_reference_set'] or '{}'}.",
     ]
     worst = sorted(prepared.leaks, key=lambda f: ({"exact": 0, "ngram": 1, "near": 2}[f.leak.kind], -f.leak.score))

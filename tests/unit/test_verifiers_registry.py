@@ -1,5 +1,5 @@
-"""Verifiers are reached only through the registry: by name, with their own typed options, one
-batch interface, and each passes its own gate."""
+"""Verifiers are reached only through the registry: by name, with their own typed options, the tasks
+they judge, their own rule for a right answer, one batch interface, and each passes its own gate."""
 
 import pytest
 
@@ -33,10 +33,45 @@ def test_every_verifier_passes_its_own_gate(name):
     if name == "code" and not isolation_available():
         pytest.skip("namespaces cannot be created here")
     v = verifiers.create(name)
-    result = validate(v.score, v.gate_cases(MATH_ROWS))
+    result = validate(v.score, v.gate_cases(MATH_ROWS), accepts=v.accepts)
     assert result.precision == 1.0 and result.recall == 1.0, result.confusions
 
 
 def test_rows_a_verifier_cannot_use_are_named():
     assert verifiers.create("math").check_rows([{"reference_answer": ""}, MATH_ROWS[0]]) == [(0, "reference answer '' is empty")]
     assert [i for i, _ in verifiers.create("code").check_rows([{"id": "x", "tests": ["assert 1"]}, {"id": "y"}])] == [1]
+
+
+def test_each_verifier_names_its_tasks_and_its_acceptance():
+    assert {n: verifiers.create(n).tasks for n in ("math", "format", "code")} == {
+        "math": frozenset({"math"}), "format": frozenset({"math"}), "code": frozenset({"code"})}
+    math, code = verifiers.create("math"), verifiers.create("code")
+    assert math.accepts(0.5) and not math.accepts(0.49)  # the default
+    assert code.accepts(1.0) and not code.accepts(0.99)  # every test must pass
+
+
+def test_a_verifier_without_tasks_is_refused():
+    class Untasked(verifiers.Verifier):
+        name = "untasked"
+
+        def score(self, completions, rows):
+            return [0.0] * len(completions)
+
+        def gate_cases(self, rows):
+            return []
+
+    with pytest.raises(TypeError, match="must set tasks"):
+        verifiers.register(Untasked)
+    assert "untasked" not in verifiers.names()
+
+
+@pytest.mark.skipif(not isolation_available(), reason="namespaces cannot be created here")
+def test_the_code_gate_on_code_rows_judges_with_the_verifiers_own_accepts():
+    row = {"id": "c", "task": "code", "solution": "def sq(x):\n    return x * x",
+           "tests": ["assert sq(3) == 9", "assert sq(1) == 1"]}  # x // x passes one test of two
+    v = verifiers.create("code")
+    cases = v.gate_cases([row, *MATH_ROWS])
+    strict = validate(v.score, cases, accepts=v.accepts)
+    assert (strict.precision, strict.recall, strict.mutant_kill_rate) == (1.0, 1.0, 1.0), strict.confusions
+    lax = validate(v.score, cases)  # at 0.5, the half-right mutant would pass as right
+    assert [c["kind"] for c in lax.confusions] == ["mutant:swapped_operator"] and lax.mutant_kill_rate < 1

@@ -21,8 +21,22 @@ FAST = Limits(wall_seconds=3.0, cpu_seconds=3)
 
 
 def nobody_processes() -> int:
-    out = subprocess.run(["ps", "-u", str(sandbox.NOBODY), "-o", "pid="], capture_output=True, text=True).stdout
-    return len(out.split())
+    """The sandbox user's processes, less those of other programs' sandboxes (other test runs, a training run
+    on the same machine): anything under a fork server that is not this process's own."""
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,uid=,comm="], capture_output=True, text=True).stdout
+    rows = [line.split(None, 3) for line in out.splitlines() if line.strip()]
+    parent = {int(row[0]): int(row[1]) for row in rows}
+    ours = sandbox._server.process.pid if sandbox._server is not None else None
+    foreign = {int(row[0]) for row in rows if row[3:] == ["sandbox-server"] and int(row[0]) != ours}
+
+    def under_foreign_server(pid: int) -> bool:
+        for _ in range(len(parent)):  # bounded: a pid reused while ps ran could make a cycle
+            if pid <= 1 or pid in foreign:
+                break
+            pid = parent.get(pid, 0)
+        return pid in foreign
+
+    return sum(1 for row in rows if int(row[2]) == sandbox.NOBODY and not under_foreign_server(int(row[0])))
 
 
 def nobody_processes_settle(before: int, within_s: float = 10.0) -> int:
@@ -204,6 +218,51 @@ def test_batch_checks_are_isolated_and_leave_nothing():
     results = run_batch(items, workers=3)
     assert [r.passed for r in results] == [[True]] * 12 and all(r.sandboxed for r in results)
     assert nobody_processes_settle(before) <= before  # set-up-ahead sandboxes that were never used included
+
+
+# Reads its own memory for anything shaped like a secret (made dumpable again, so /proc/self/mem is readable).
+SCAN = (
+    "import ctypes, re\nctypes.CDLL(None).prctl(4, 1, 0, 0, 0)\n"
+    "def secrets():\n    found = set()\n    mem = open('/proc/self/mem', 'rb', 0)\n"
+    "    for line in open('/proc/self/maps'):\n        span, perms = line.split()[:2]\n"
+    "        if 'r' not in perms or line.rstrip().endswith(('[vvar]', '[vsyscall]', '[vvar_vclock]')):\n"
+    "            continue\n        lo, hi = (int(x, 16) for x in span.split('-'))\n        try:\n"
+    "            mem.seek(lo)\n            found.update(re.findall(rb'SECRET-[0-9]{6}', mem.read(hi - lo)))\n"
+    "        except (OSError, OverflowError, ValueError):\n            pass\n"
+    "    return sorted(s.decode() for s in found)\n"
+)
+
+
+@needs_isolation
+def test_checks_of_one_session_see_nothing_of_the_earlier_ones(monkeypatch):
+    # One worker: one supervisor runs every check, each in a sandbox it set up while the previous check ran.
+    # Nothing of an earlier check (files, processes, its tests, its output) may reach a later one.
+    sessions = []
+    open_session = sandbox._open_session
+    monkeypatch.setattr(sandbox, "_open_session", lambda *args: sessions.append(open_session(*args)) or sessions[-1])
+    leaves = ("import os, time\nopen('/tmp/left', 'w').write('x')\nopen('/dev/shm/left', 'w').write('x')\n"
+              "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\n"
+              "print('SECRET-141421')")
+    looks = SCAN + ("import os\nleft = [p for p in ('/tmp/left', '/dev/shm/left') if os.path.exists(p)]\n"
+                    "others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) > os.getpid()]")
+    control = SCAN + "OWN = 'SECRET-000000'"  # the scan does find what is in the candidate's memory
+    items = [(leaves, ["assert 'SECRET-271828'"]), (looks, ["assert secrets() == []", "assert left == []",
+                                                            "assert others == []"]),
+             (control, ["assert secrets() == ['SECRET-000000']"])]
+    before = nobody_processes()
+    results = run_batch(items, workers=1)
+    assert [r.passed for r in results] == [[True], [True, True, True], [True]] and len(sessions) == 1
+    assert "SECRET-141421" in results[0].stderr_tail  # the output reached the caller, and only the caller
+    assert nobody_processes_settle(before) <= before
+
+
+@needs_isolation
+def test_a_session_goes_on_after_a_check_that_timed_out_or_crashed():
+    items = [("while True: pass", ["assert True"]), ("import os\nos._exit(3)", ["assert True"]),
+             ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", ["assert True"]), ("x = 1", ["assert x == 1"])]
+    results = run_batch(items, Limits(wall_seconds=1.5, cpu_seconds=2), workers=1)
+    assert [(r.passed, r.timed_out) for r in results] == [([False], True), ([False], False), ([False], False),
+                                                          ([True], False)]
 
 
 @pytest.mark.skipif(not sandbox.user_namespaces_available(), reason="user namespaces cannot be created here")
