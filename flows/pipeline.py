@@ -325,11 +325,21 @@ def model_problem(params: Params) -> str | None:
 
 
 def missing_inputs(params: Params, params_file: str) -> list[str]:
-    """Each data file the set names (sources and benchmarks of kind ``file``) that is not there."""
+    """Each data file the set names (sources, pairs and benchmarks of kind ``file``) that is not there."""
+    from grpoflow.data.prepare import source_path
+
     problems = []
-    for key, sources in (("data.sources", params.data.sources), ("data.benchmarks", params.data.benchmarks)):
+    data = params.data
+    for key, sources in (("data.sources", data.sources), ("data.pairs", data.pairs), ("data.benchmarks", data.benchmarks)):
         for index, source in enumerate(sources):
-            if source.kind == "file" and not Path(source.path or "").is_file():
+            if source.kind != "file":
+                continue
+            try:
+                found = source_path(source, Path.cwd()).is_file()
+            except FileNotFoundError as exc:  # a package that is not installed, or lacks the file
+                problems.append(f"{params_file}: {key}[{index}].path: {exc}")
+                continue
+            if not found:
                 problems.append(f"{params_file}: {key}[{index}].path: data file {source.path!r} does not exist "
                                 f"(relative paths are read from {Path.cwd()})")
     return problems

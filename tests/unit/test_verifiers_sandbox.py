@@ -282,6 +282,84 @@ def test_a_fork_bomb_does_not_starve_the_checks_beside_it():
 
 
 @needs_isolation
+def test_a_write_end_held_elsewhere_does_not_stall_a_check(monkeypatch):
+    # The caller is a multi-threaded training process: a child it forks while a check holds the tests and code
+    # pipes (fork keeps close-on-exec descriptors) keeps their write ends open after the caller closes its own.
+    # Each check here runs while a duplicate of both write ends is open in this process and in a forked child
+    # that outlives the check: the payloads' length prefix, not EOF, must end the judge's and candidate's reads.
+    held: list[int] = []
+    children: list[int] = []
+    release_r, release_w = os.pipe()  # closed here at the end: every child then sees EOF and exits
+    original = sandbox._Pipes.__init__
+
+    def holding(self, fds):
+        original(self, fds)
+        assert not any(os.get_inheritable(fd) for fd in fds)  # close-on-exec, like every fd this side holds
+        held.extend(os.dup(fd) for fd in (self.tests_w, self.code_w))
+        pid = os.fork()
+        if pid == 0:  # holds every inherited fd until released, whatever the check does
+            try:
+                os.close(release_w)
+                os.read(release_r, 1)
+            finally:
+                os._exit(0)
+        children.append(pid)
+
+    monkeypatch.setattr(sandbox._Pipes, "__init__", holding)
+    code = "def add(a, b):\n    return a + b"
+    items = [(code, ["assert add(1, 2) == 3", "assert add(2, 2) == 5"])] * 3 + [("x = 1", ["assert x == 1"])]
+    limits = Limits(wall_seconds=60, cpu_seconds=10)  # generous: a stalled check would time out, never pass
+    try:
+        single = run_tests(code, ["assert add(1, 2) == 3"], limits)
+        results = run_batch(items, limits, workers=2)
+    finally:
+        for fd in [*held, release_r, release_w]:
+            os.close(fd)
+        for pid in children:
+            os.waitpid(pid, 0)
+    assert len(children) >= 5 and len(held) == 2 * len(children)  # and the fork server's probe, when it started
+    assert (single.passed, single.timed_out) == ([True], False)
+    assert [(r.passed, r.timed_out) for r in results] == [([True, False], False)] * 3 + [([True], False)]
+
+
+def test_world_writable_dirs_are_looked_up_for_each_sandbox(monkeypatch, tmp_path):
+    # A world-writable directory that appears while a session runs gets its private tmpfs from the next sandbox
+    # on: enter_namespaces looks the directories up itself, each time (in a forked child, as a judge does).
+    if not sandbox.isolation_available():
+        pytest.skip("namespaces cannot be created here")
+    late = tmp_path / "late"
+    monkeypatch.setattr(sandbox_runtime, "WRITABLE_DIRS", (str(late),))
+
+    def in_new_namespaces() -> int:
+        pid = os.fork()
+        if pid == 0:
+            status = 3
+            try:
+                sandbox_runtime.enter_namespaces(1)
+                mounted = any(line.split()[4] == str(late) for line in open("/proc/self/mountinfo"))
+                if mounted:
+                    (late / "inside").write_text("x")
+                status = 0 if mounted else 2
+            finally:
+                os._exit(status)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+    assert in_new_namespaces() == 2  # not there yet: nothing to cover, and no failure
+    late.mkdir()
+    assert in_new_namespaces() == 0  # covered by a tmpfs of its own...
+    assert list(late.iterdir()) == []  # ...so the write stayed inside
+
+
+@needs_isolation
+def test_every_world_writable_dir_is_a_private_tmpfs():
+    dirs = sandbox_runtime.existing_writable_dirs()
+    code = ("fs = {}\nfor line in open('/proc/self/mountinfo'):\n"
+            "    fs[line.split()[4]] = line.split(' - ')[1].split()[0]")
+    result = run_tests(code, [f"assert fs.get({d!r}) == 'tmpfs', fs.get({d!r})" for d in dirs])
+    assert dirs and result.passed == [True] * len(dirs)
+
+
+@needs_isolation
 def test_a_dead_fork_server_is_replaced():
     server = sandbox._get_server()
     server.process.kill()
