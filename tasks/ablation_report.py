@@ -1,5 +1,6 @@
 """Stage ``ablation_report``: the arms over their seeds. Per arm, the mean, std and 95% interval of
-test pass@1, seconds per step, peak memory and final KL; each arm against the first (the baseline)
+test pass@1, seconds per step, peak memory, final KL and the forgetting check's held-out loss
+increase over the reference; each arm against the first (the baseline)
 by Welch's t-test on test pass@1; one plot of every arm's reward, KL and validation accuracy (means over its seeds).
 
     python -m tasks.ablation_report --params params/default.yaml --results grpo-s0=metrics/arms/grpo-s0.json ...
@@ -16,7 +17,7 @@ from tasks import html_report
 from tasks.cli import run_stage_cli, stage_parser
 from tasks.stages import ablation_report_stage, arm_stage
 
-METRICS = ("test_pass@1", "seconds_per_step", "peak_memory_mb", "kl_final")
+METRICS = ("test_pass@1", "seconds_per_step", "peak_memory_mb", "kl_final", "heldout_loss_increase")
 
 
 def _results(items: list[str]) -> dict[str, dict[int, Path]]:

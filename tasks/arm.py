@@ -23,19 +23,25 @@ def _algorithm(name: str):
     return {"grpo": grpo.algorithm, "ppo": ppo.algorithm}[name]()
 
 
-def test_scores(params: Params, data: Path):
+def test_scores(params: Params, data: Path, reference: Path):
     """What an arm adds to its metrics once trained: greedy pass@1 on (up to evaluate.max_examples
-    of) the test split, with the verifier evaluate uses."""
+    of) the test split, with the verifier evaluate uses; and the forgetting check's held-out loss
+    increase over the SFT reference (what a reference refresh, rl.ref_sync_every, changes)."""
 
     def score(rl_run) -> dict:
-        from grpoflow.evaluation import greedy_accuracy
+        from grpoflow.evaluation import greedy_accuracy, heldout_loss
+        from grpoflow.modeling import load_pretrained
         from grpoflow.rewards import correctness_scorer
-        from tasks.evaluate import eval_sets
+        from tasks.evaluate import eval_sets, heldout_rows
 
         rows = eval_sets(data, params.evaluate.max_examples, params.experiment.seed)["test"]
         result = greedy_accuracy(rl_run.trainer.rollout, rows, correctness_scorer(params), rl_run.prompter,
                                  max_new_tokens=params.rl.sampling.max_completion_length, seed=params.experiment.seed)
-        return {"test_pass@1": result.accuracy, "test_examples": len(rows)}
+        heldout = heldout_rows(data)
+        # The SFT model as saved, not rl_run's reference: a refresh moves that one.
+        increase = (heldout_loss(rl_run.engine.module, rl_run.prompter, heldout)
+                    - heldout_loss(load_pretrained(reference)[0], rl_run.prompter, heldout))
+        return {"test_pass@1": result.accuracy, "test_examples": len(rows), "heldout_loss_increase": increase}
 
     return score
 
@@ -48,7 +54,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     arm_set = arm_params(params, args.arm)
     rl_stage.run(args, arm_set, _algorithm(arm.algorithm), stage="arm", run_name=f"arm/{args.arm}/s{args.seed}",
                  extra_params={"arm": args.arm, "arm_overrides": str(arm.overrides) or "{}"},
-                 after=test_scores(arm_set, Path(args.data)))
+                 after=test_scores(arm_set, Path(args.data), Path(args.reference)))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,12 @@ def eval_sets(data: Path, limit: int, seed: int) -> dict[str, list[dict]]:
     return {name: rng.sample(rows, limit) if len(rows) > limit else rows for name, rows in sets.items()}
 
 
+def heldout_rows(data: Path, limit: int = 256) -> list[dict]:
+    """The forgetting check's rows: val rows with a worked solution, whose held-out loss a policy and
+    its reference are compared on."""
+    return [r for r in read_jsonl(data / "val.jsonl")[:limit] if r.get("solution")]
+
+
 def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: list, out: Path) -> dict:
     """One policy's scores on every set, its held-out loss, and its per-example outputs."""
     from grpoflow.evaluation import greedy_accuracy, heldout_loss, sampled_metrics
@@ -73,7 +79,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     if "sft" not in models:
         raise SystemExit("error: the reference (sft=...) is needed: the forgetting check compares against it")
     sets = eval_sets(data, params.evaluate.max_examples, params.experiment.seed)
-    heldout = [r for r in read_jsonl(data / "val.jsonl")[:256] if r.get("solution")]
+    heldout = heldout_rows(data)
     results: dict[str, dict] = {}
     with tracking.stage_run("evaluate", params, args.params) as parent:
         for name, path in models.items():

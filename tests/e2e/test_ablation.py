@@ -61,6 +61,7 @@ def test_arms_over_seeds_give_intervals_verdicts_and_comparable_runs_and_cache_p
         score = stats["test_pass@1"]
         assert score["n"] == 2 and score["ci95"][0] <= score["mean"] <= score["ci95"][1], (arm, score)
         assert stats["seconds_per_step"]["mean"] > 0 and stats["peak_memory_mb"]["mean"] > 0 and "kl_final" in stats
+        assert "heldout_loss_increase" in stats  # the forgetting check, per arm
     for arm in ("rloo", "ppo"):
         assert result["verdicts"][arm]["verdict"] in ("better", "worse", "tie") and result["verdicts"][arm]["test"] == VERDICT_TEST
     assert (project / "reports" / "ablation" / "curves.png").stat().st_size > 1000
