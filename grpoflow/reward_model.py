@@ -19,7 +19,6 @@ import copy
 import hashlib
 import math
 import os
-import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,22 +289,16 @@ def train_reward_model(
     before the step) are this process's.
     """
     from grpoflow.engine import optimizer_step
+    from grpoflow.sft import batch_indices
 
     if not train_encoded:
         raise ValueError("no training pairs: every pair was skipped or held out")
     rank, world = _rank_and_world()
     per_rank, micro = batch_size // world, engine.train_micro_batch_size_per_gpu()
     steps = max(1, math.ceil(len(train_encoded) * epochs / batch_size))
-    rng = random.Random(seed)
-    order: list[int] = []
     losses = []
     engine.train()
-    for step in range(steps):
-        while len(order) < batch_size:  # reshuffled every pass, carried across step boundaries
-            epoch = list(range(len(train_encoded)))
-            rng.shuffle(epoch)
-            order += epoch
-        chosen, order = order[:batch_size], order[batch_size:]
+    for step, chosen in enumerate(batch_indices(len(train_encoded), batch_size, steps, seed)):
         mine = [train_encoded[i] for i in chosen[rank * per_rank : (rank + 1) * per_rank]]
         step_loss, wins = 0.0, 0
         for lo in range(0, per_rank, micro):

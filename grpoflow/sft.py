@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -35,6 +35,20 @@ def collate(batch: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+def batch_indices(n: int, batch_size: int, steps: int, seed: int) -> Iterator[list[int]]:
+    """``steps`` batches of ``batch_size`` indices into ``n`` items: seeded passes, each over a fresh
+    shuffle, carried across batch boundaries (every item is seen once per pass)."""
+    rng = random.Random(seed)
+    order: list[int] = []
+    for _ in range(steps):
+        while len(order) < batch_size:
+            epoch = list(range(n))
+            rng.shuffle(epoch)
+            order += epoch
+        batch, order = order[:batch_size], order[batch_size:]
+        yield batch
+
+
 def train_sft(
     engine,
     examples: list[Example],
@@ -48,16 +62,10 @@ def train_sft(
     """Train for ``epochs`` passes in optimizer steps of ``batch_size`` sequences; returns the losses."""
     micro = engine.train_micro_batch_size_per_gpu()
     steps = max(1, math.ceil(len(examples) * epochs / batch_size))
-    rng = random.Random(seed)
-    order: list[int] = []
     losses = []
     engine.train()
-    for step in range(steps):
-        while len(order) < batch_size:
-            epoch = list(range(len(examples)))
-            rng.shuffle(epoch)
-            order += epoch
-        batch, order = [examples[i] for i in order[:batch_size]], order[batch_size:]
+    for step, indices in enumerate(batch_indices(len(examples), batch_size, steps, seed)):
+        batch = [examples[i] for i in indices]
         step_loss = 0.0
         for lo in range(0, batch_size, micro):
             inputs = collate(batch[lo : lo + micro], pad_id)
