@@ -95,14 +95,32 @@ def _curves(histories: dict[str, list[dict]]) -> str:
 
 
 def _evaluation(evaluation: dict | None) -> str:
+    """One row per model and set (the test split first, then each benchmark); maj@k is blank on a
+    code set, whose programs are not voted on."""
     if not evaluation:
         return '<p class="muted">No evaluation in this run.</p>'
     k = evaluation["k"]
-    rows = [{"model": m, "test pass@1": r["test"].get(M.PASS_AT_1), f"test pass@{k}": r["test"].get(f"pass@{k}"),
-             f"test maj@{k}": r["test"].get(f"maj@{k}"), "held-out loss increase": r.get(M.HELDOUT_LOSS_INCREASE),
-             "forgetting": "FLAGGED" if r.get("forgetting_flagged") else "no"}
-            for m, r in ((m, evaluation["models"][m]) for m in reference_first(evaluation["models"]))]
+    rows = []
+    for m in reference_first(evaluation["models"]):
+        r = evaluation["models"][m]
+        sets = ["test", *sorted(n for n, v in r.items() if isinstance(v, dict) and n != "test" and M.PASS_AT_1 in v)]
+        rows += [{"model": m, "set": n, "pass@1": r[n].get(M.PASS_AT_1), f"pass@{k}": r[n].get(f"pass@{k}"),
+                  f"maj@{k}": r[n].get(f"maj@{k}"), "held-out loss increase": r.get(M.HELDOUT_LOSS_INCREASE),
+                  "forgetting": "FLAGGED" if r.get("forgetting_flagged") else "no"} for n in sets]
     return H.table(rows)
+
+
+def _reward_model(here: set[str]) -> str:
+    """The reward_model stage's held-out pairwise accuracy, pairs and margin plot, where it ran."""
+    rm = stage("reward_model")
+    metrics = _json(rm.option("metrics").path) if rm.name in here else None
+    if not metrics:
+        return '<p class="muted">No reward model in this run.</p>'
+    row = {"held-out pairwise accuracy": metrics["heldout_accuracy"], **{f"pairs: {k}": v for k, v in metrics["pairs"].items()},
+           **{f"margin {k}": v for k, v in metrics["margins"].items() if k != "pairs"}}
+    margins = Path(rm.option("report").path) / "margins.png"
+    image = [H.image(margins, "held-out reward margins r(chosen) - r(rejected)")] if margins.is_file() else []
+    return "\n".join([H.table([row]), *image])
 
 
 def _ablation() -> str:
@@ -135,6 +153,7 @@ def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
         "<h2>Stages</h2>", _stage_table(rows),
         "<h2>Gates</h2>", _gates(rows),
         "<h2>Learning curves</h2>", _curves(histories),
+        "<h2>Reward model</h2>", _reward_model(here),
         "<h2>Evaluation</h2>", _evaluation(evaluation),
         "<h2>GRPO vs PPO</h2>", versus,
         "<h2>Ablation</h2>", ablation,

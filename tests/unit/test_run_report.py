@@ -11,7 +11,8 @@ from tasks.html_report import table
 from tasks.stages import stage
 
 EVALUATION = {"k": 4, "n_samples": 4, "models": {
-    "grpo": {"test": {"pass@1": 0.5, "pass@4": 0.75, "maj@4": 0.5}, "heldout_loss_increase": 0.01, "forgetting_flagged": False},
+    "grpo": {"test": {"pass@1": 0.5, "pass@4": 0.75, "maj@4": 0.5}, "heldout_loss_increase": 0.01, "forgetting_flagged": False,
+             "humaneval": {"pass@1": 0.0625, "pass@4": 0.125, "examples": 164}},
     "sft": {"test": {"pass@1": 0.3125, "pass@4": 0.5, "maj@4": 0.25}, "heldout_loss_increase": 0.0},
 }}
 
@@ -49,6 +50,21 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     assert "cached by DVC" in page and "FAILED" in page and "math.val: recall 0.9 &lt; 0.99" in page
     assert page.count('src="data:image/png;base64,') == 1  # the curves, inline
     assert "No GRPO-vs-PPO comparison in this run." in page and "<script" not in page
+    # A benchmark gets its own row (a code set: no maj@k); no reward model ran.
+    assert "<td>humaneval</td>" in page and '<td class="num">0.0625</td>' in page
+    assert "No reward model in this run." in page
+
+
+def test_the_page_shows_the_reward_model_where_it_ran(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rm = stage("reward_model")
+    Path(rm.option("metrics").path).parent.mkdir(parents=True)
+    Path(rm.option("metrics").path).write_text(json.dumps({
+        "heldout_accuracy": 0.976, "pairs": {"self_built": 2985, "heldout": 573},
+        "margins": {"margin_mean": 1.5, "p50": 0.8, "pairs": 573}}))
+    run_report.write([StageResult("reward_model", True, 300.0, {})], "grpoflow-pipeline-test")
+    page = run_report.REPORT.read_text()
+    assert '<td class="num">0.976</td>' in page and '<td class="num">2985</td>' in page
 
 
 def test_tables_escape_text_and_align_numbers():
