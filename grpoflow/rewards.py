@@ -106,6 +106,14 @@ def create_verifier(params: Params, name: str, *, workers: int = 1) -> verifiers
     return verifiers.create(name, options, sandbox=params.sandbox, workers=workers)
 
 
+def reward_model_scorer(params: Params, r: RewardConfig) -> BatchScorer:
+    """The reward model of ``rewards`` entry ``r`` (name: rm), frozen and loaded on first use, as
+    training and the verifier gate score with it."""
+    from grpoflow.reward_model import RewardModelScorer
+
+    return RewardModelScorer(r.model_path, params.prompt, batch_size=params.reward_model.score_batch_size)
+
+
 def _component(params: Params, r: RewardConfig) -> RewardComponent:
     # Imported only where used: the verifiers alone need no transformers.
     norm = None
@@ -114,10 +122,7 @@ def _component(params: Params, r: RewardConfig) -> RewardComponent:
 
         norm = RunningNorm()
     if r.name == RM_REWARD:
-        from grpoflow.reward_model import RewardModelScorer
-
-        scorer = RewardModelScorer(r.model_path, params.prompt, batch_size=params.reward_model.score_batch_size)
-        return RewardComponent(r.name, scorer, r.weight, None, norm)
+        return RewardComponent(r.name, reward_model_scorer(params, r), r.weight, None, norm)
     verifier = create_verifier(params, r.name)
     return RewardComponent(r.name, verifier.score, r.weight, verifier.tasks, norm)
 
@@ -139,7 +144,7 @@ def judge_name(params: Params, task: str) -> str:
     if params.evaluate.verifier:
         return params.evaluate.verifier
     listed = (r.name for r in params.rewards if r.name != RM_REWARD)
-    return next((n for n in listed if task in verifiers.create(n).tasks), "math")
+    return next((n for n in listed if task in verifiers.tasks_of(n)), "math")
 
 
 def correctness_scorer(params: Params) -> BatchScorer:

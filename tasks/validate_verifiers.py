@@ -70,7 +70,7 @@ def reward_model_gate(params: Params, rows: list[dict], rm_metrics: Path) -> dic
     """The reward model's gate values on ``rows``: the share whose gold solution it scores above a
     perturbed wrong one, and (from the reward_model stage) its held-out pairwise accuracy. A path
     that is no reward model is a failure with the loader's reason."""
-    from grpoflow.reward_model import RewardModelScorer
+    from grpoflow.rewards import reward_model_scorer
 
     reward = next(r for r in params.rewards if r.name == RM_REWARD)
     result: dict = {"path": reward.model_path}
@@ -79,7 +79,7 @@ def reward_model_gate(params: Params, rows: list[dict], rm_metrics: Path) -> dic
     cases = [(r, wrong) for r in rows if (wrong := perturbed_solution(r)) is not None]
     if not cases:
         return {**result, "error": "no val row has a gold solution to perturb"}
-    scorer = RewardModelScorer(reward.model_path, params.prompt, batch_size=params.reward_model.score_batch_size)
+    scorer = reward_model_scorer(params, reward)
     try:
         gold = scorer([r["solution"] for r, _ in cases], [r for r, _ in cases])
         wrong = scorer([w for _, w in cases], [r for r, _ in cases])

@@ -6,6 +6,6 @@ They depend on nothing above them (no grpoflow, Prefect, MLflow or DVC)."""
 from verifiers import code as _code  # noqa: E402,F401
 from verifiers import format as _format  # noqa: E402,F401
 from verifiers import math as _math  # noqa: E402,F401
-from verifiers.registry import Verifier, create, names, options_model, register
+from verifiers.registry import Verifier, create, names, options_model, register, tasks_of
 
-__all__ = ["Verifier", "create", "names", "options_model", "register"]
+__all__ = ["Verifier", "create", "names", "options_model", "register", "tasks_of"]

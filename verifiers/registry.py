@@ -107,6 +107,11 @@ def options_model(name: str) -> type[BaseModel]:
     return _class(name).Options
 
 
+def tasks_of(name: str) -> frozenset[str]:
+    """The row tasks verifier ``name`` judges (its class's ``tasks``), without building it."""
+    return _class(name).tasks
+
+
 def names() -> list[str]:
     """Every registered verifier's name."""
     return sorted(_REGISTRY)
