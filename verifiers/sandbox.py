@@ -101,7 +101,7 @@ class Result:
     """The outcome of one check: a verdict per test, and what went wrong if anything did."""
 
     passed: list[bool]
-    timed_out: bool = False
+    timed_out: bool = False  # killed at the wall-clock limit; the CPU rlimit ends the code's process instead
     exit_code: int | None = None  # the judge's: 0 when it finished, -9 when killed at the wall limit
     sandboxed: bool = True
     stderr_tail: str = ""  # the end of the code's stdout and stderr together

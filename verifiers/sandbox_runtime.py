@@ -666,6 +666,8 @@ def run_judge(tests: list[str], channel: Channel, verdicts: int) -> None:
         except BaseException as exc:  # noqa: B036 - any exception fails this test only
             line = f"F {i} {type(exc).__name__}"
         _report(verdicts, line)
+    if channel.broken:  # e.g. the CPU rlimit or the memory limit killed the completion's process mid-test
+        _report(verdicts, f"N {_printable(channel.broken)}")
     _report(verdicts, f"T tests {time.monotonic()}")
     _report(verdicts, "D")
     os._exit(0)

@@ -64,8 +64,18 @@ def test_correct_partial_and_broken_code():
 
 @needs_isolation
 def test_infinite_loop_times_out_and_keeps_earlier_verdicts():
-    result = run_tests("def f():\n    while True: pass", ["assert 1 == 1", "f()"], FAST)
+    # CPU time never exceeds wall time for one process, so a CPU rlimit above the wall limit cannot fire first
+    result = run_tests("def f():\n    while True: pass", ["assert 1 == 1", "f()"], Limits(wall_seconds=3.0, cpu_seconds=30))
     assert result.timed_out and result.passed == [True, False]
+
+
+@needs_isolation
+def test_the_cpu_limit_ends_a_busy_loop_before_the_wall_limit_and_says_so():
+    start = time.monotonic()
+    result = run_tests("def f():\n    while True: pass", ["assert 1 == 1", "f()"], Limits(wall_seconds=60, cpu_seconds=1))
+    assert result.passed == [True, False] and not result.timed_out
+    assert time.monotonic() - start < 60
+    assert any("candidate unreachable" in note for note in result.notes)
 
 
 @needs_isolation
@@ -260,7 +270,7 @@ def test_checks_of_one_session_see_nothing_of_the_earlier_ones(monkeypatch):
 def test_a_session_goes_on_after_a_check_that_timed_out_or_crashed():
     items = [("while True: pass", ["assert True"]), ("import os\nos._exit(3)", ["assert True"]),
              ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", ["assert True"]), ("x = 1", ["assert x == 1"])]
-    results = run_batch(items, Limits(wall_seconds=1.5, cpu_seconds=2), workers=1)
+    results = run_batch(items, Limits(wall_seconds=1.5, cpu_seconds=30), workers=1)
     assert [(r.passed, r.timed_out) for r in results] == [([False], True), ([False], False), ([False], False),
                                                           ([True], False)]
 
