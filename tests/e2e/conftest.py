@@ -80,7 +80,7 @@ def prefect_query(project: Path, env: dict[str, str], body: str):
             "async def main():\n    async with get_client() as c:\n"
             + "\n".join("        " + line for line in body.strip().splitlines())
             + "\nprint(json.dumps(asyncio.run(main()), default=str))")
-    out = run([sys.executable, "-c", code], project, env, timeout=120)
+    out = run([sys.executable, "-c", code], project, env, timeout=400)  # above run_env's 300 s server start
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 

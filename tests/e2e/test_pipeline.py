@@ -72,11 +72,11 @@ def test_bad_params_fail_fast_naming_the_key_and_write_nothing(project, run_env)
     assert "params/bad.yaml" in stage.stderr and "data.synthetic.num_exmples: unknown key" in stage.stderr
     assert "num_examples" in stage.stderr  # the suggestion
     assert not (project / "data" / "prepared").exists()
-    flow = run([PY, "-m", "flows.pipeline", "--params", "params/bad.yaml"], project, run_env, timeout=60)
+    flow = run([PY, "-m", "flows.pipeline", "--params", "params/bad.yaml"], project, run_env, timeout=300)
     assert flow.returncode == 2 and "num_exmples" in flow.stderr
     # Overrides of a flow run are validated as strictly, before anything starts (every message:
     # tests/unit/test_flows_pipeline.py).
-    flow = run([PY, "-m", "flows.pipeline", "--set", "rl.num_generatoins=4"], project, run_env, timeout=60)
+    flow = run([PY, "-m", "flows.pipeline", "--set", "rl.num_generatoins=4"], project, run_env, timeout=300)
     assert flow.returncode == 2 and "rl.num_generatoins: unknown key (did you mean 'num_generations'?)" in flow.stderr
     unknown = run([PY, "-m", "flows.pipeline", "--stages", "prepare", "trian"], project, run_env, timeout=120)
     assert unknown.returncode == 2 and "invalid choice: 'trian'" in unknown.stderr and "validate_verifiers" in unknown.stderr

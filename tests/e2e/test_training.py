@@ -93,7 +93,7 @@ def test_a_checkpoint_of_other_params_is_never_loaded(prepared, run_env):
 def test_two_processes_under_torchrun(prepared, run_env):
     project, rel = prepared
     cmd = [PY, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}", *grpo_cmd(rel, "ddp")]
-    out = run(cmd, project, run_env, timeout=300)
+    out = run(cmd, project, run_env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = json.loads((project / "metrics" / "ddp.json").read_text())
     assert metrics["world_size"] == 2 and metrics["steps"] == 6

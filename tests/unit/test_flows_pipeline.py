@@ -224,7 +224,7 @@ def test_an_interrupted_flow_stops_its_stage_even_when_only_the_flow_got_the_sig
                             text=True)
     assert proc.stdout.readline().strip() == "ready"  # type: ignore[union-attr]
     said: list[str] = []
-    _stop_stage(proc, said.append, grace_s=0.2)
+    _stop_stage(proc, said.append, grace_s=5)  # a bound: the stage exits at once
     assert proc.returncode == 130 and said == ["stage: interrupted"]
 
 

@@ -1,0 +1,8 @@
+"""Settings every test shares."""
+
+from hypothesis import HealthCheck, settings
+
+# A loaded 2-core CI machine can stall any example for seconds: a per-example deadline, or the
+# health check on slow data generation, would then fail a property that holds. Examples stay random.
+settings.register_profile("grpoflow", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("grpoflow")
