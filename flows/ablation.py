@@ -4,8 +4,8 @@ a set's own ablation.custom_arms), each trained at every seed.
 
 Each (arm, seed) is a DVC stage of its own (tasks/stages.py, arm_stage), so a re-run with one
 more seed trains only that seed. The ablation_report stage then gives, per arm, the mean, std and
-95% interval of test pass@1, seconds per step, peak memory, final KL and held-out loss increase; each arm's verdict
-against the first by Welch's t-test; one plot of every arm's curves. In MLflow the run is one
+95% interval of test pass@1, seconds per step, peak memory, final KL and held-out loss increase; each arm's verdicts
+against the first by Welch's t-test, on test pass@1 and on forgetting; one plot of every arm's curves. In MLflow the run is one
 parent with a child per arm and seed (arm/<arm>/s<seed>), all with the same metric names and the
 arm as a param: select them and press Compare.
 
@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
             line += f"; {verdict['verdict']} than {result['baseline']}"
         else:
             line += f"; {verdict['verdict']} with {result['baseline']}"
+        forgetting = result.get("forgetting_verdicts", {}).get(arm)
+        if forgetting and forgetting["verdict"] in ("better", "worse"):
+            line += f"; forgets {'less' if forgetting['verdict'] == 'better' else 'more'} than {result['baseline']}"
         print(line)
     return 0
 

@@ -86,9 +86,10 @@ def arm_stats(values: list[float]) -> dict:
 VERDICT_TEST = "Welch's t-test on the seeds' values, two-sided, alpha 0.05"
 
 
-def verdict(baseline: list[float], other: list[float], alpha: float = 0.05) -> dict:
+def verdict(baseline: list[float], other: list[float], alpha: float = 0.05, higher_is_better: bool = True) -> dict:
     """``other`` against ``baseline``: "better" or "worse" when Welch's t-test rejects equal means
-    at ``alpha``, else "tie"; "undecided" with fewer than two seeds on either side (no variance)."""
+    at ``alpha``, else "tie"; "undecided" with fewer than two seeds on either side (no variance).
+    ``higher_is_better=False`` for a cost, such as the forgetting check's held-out loss increase."""
     from scipy import stats
 
     diff = mean(other) - mean(baseline)
@@ -98,5 +99,5 @@ def verdict(baseline: list[float], other: list[float], alpha: float = 0.05) -> d
         p = 1.0 if diff == 0 else 0.0
     else:
         p = float(stats.ttest_ind(other, baseline, equal_var=False).pvalue)
-    word = "tie" if p >= alpha else "better" if diff > 0 else "worse"
+    word = "tie" if p >= alpha else "better" if (diff > 0) == higher_is_better else "worse"
     return {"verdict": word, "difference": diff, "p_value": p, "test": VERDICT_TEST}

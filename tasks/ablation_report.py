@@ -1,7 +1,8 @@
 """Stage ``ablation_report``: the arms over their seeds. Per arm, the mean, std and 95% interval of
 test pass@1, seconds per step, peak memory, final KL and the forgetting check's held-out loss
-increase over the reference; each arm against the first (the baseline)
-by Welch's t-test on test pass@1; one plot of every arm's reward, KL and validation accuracy (means over its seeds).
+increase over the reference; each arm against the first (the baseline) by Welch's t-test on test
+pass@1, and on the held-out loss increase (less is better: the arm forgets less); one plot of every
+arm's reward, KL and validation accuracy (means over its seeds).
 
     python -m tasks.ablation_report --params params/default.yaml --results grpo-s0=metrics/arms/grpo-s0.json ...
 """
@@ -17,7 +18,8 @@ from tasks import html_report
 from tasks.cli import run_stage_cli, stage_parser
 from tasks.stages import ablation_report_stage, arm_stage
 
-METRICS = ("test_pass@1", "seconds_per_step", "peak_memory_mb", "kl_final", "heldout_loss_increase")
+FORGETTING = "heldout_loss_increase"
+METRICS = ("test_pass@1", "seconds_per_step", "peak_memory_mb", "kl_final", FORGETTING)
 
 
 def _results(items: list[str]) -> dict[str, dict[int, Path]]:
@@ -39,9 +41,12 @@ def summarize(runs: dict[str, dict[int, dict]]) -> dict:
              for arm, seeds in runs.items()}
     baseline, *others = list(runs)
     base = table[baseline]["test_pass@1"]["values"]
+    forgot = table[baseline].get(FORGETTING, {}).get("values")
     return {"baseline": baseline, "order": list(runs), "seeds": {arm: sorted(seeds) for arm, seeds in runs.items()},
             "arms": table,
-            "verdicts": {arm: verdict(base, table[arm]["test_pass@1"]["values"]) for arm in others}}
+            "verdicts": {arm: verdict(base, table[arm]["test_pass@1"]["values"]) for arm in others},
+            "forgetting_verdicts": {arm: verdict(forgot, table[arm][FORGETTING]["values"], higher_is_better=False)
+                                    for arm in others if forgot and FORGETTING in table[arm]}}
 
 
 def _cell(stats: dict | None) -> str:
@@ -54,15 +59,24 @@ def _cell(stats: dict | None) -> str:
     return text
 
 
+def _verdict_cell(v: dict | None) -> str:
+    if v is None:
+        return "baseline"
+    return f"{v['verdict']} ({v['difference']:+.3f}" + (f", p={v['p_value']:.3g})" if v["p_value"] is not None else ")")
+
+
 def rows(result: dict) -> list[dict]:
-    """The table a person reads: one row per arm, mean ± std [95% interval], then the verdict."""
+    """The table a person reads: one row per arm, mean ± std [95% interval], then the verdicts."""
     out = []
+    base = result["baseline"]
     for arm in result["order"]:  # the arms as given, the baseline first (a JSON file's keys come back sorted)
         stats = result["arms"][arm]
-        v = result["verdicts"].get(arm)
-        out.append({"arm": arm, "seeds": len(result["seeds"][arm]), **{m: _cell(stats.get(m)) for m in METRICS},
-                    f"vs {result['baseline']}": "baseline" if v is None else
-                    f"{v['verdict']} ({v['difference']:+.3f}" + (f", p={v['p_value']:.3g})" if v["p_value"] is not None else ")")})
+        row = {"arm": arm, "seeds": len(result["seeds"][arm]), **{m: _cell(stats.get(m)) for m in METRICS},
+               f"vs {base}": _verdict_cell(result["verdicts"].get(arm))}
+        forgetting = result.get("forgetting_verdicts", {})
+        if forgetting:
+            row[f"forgetting vs {base}"] = _verdict_cell(forgetting.get(arm)) if arm == base or arm in forgetting else "–"
+        out.append(row)
     return out
 
 
@@ -85,8 +99,8 @@ def main(args: argparse.Namespace, params: Params) -> None:
     with tracking.stage_run("ablation_report", params, args.params):
         curves = plot_curves({arm: mean_over_seeds(runs_) for arm, runs_ in histories.items()}, out)
         write_json(out / "table.json", table)
-        head = (f"Each arm against {result['baseline']} on test pass@1: {VERDICT_TEST}. Cells: mean ± std "
-                "[95% interval of the mean] over the seeds.")
+        head = (f"Each arm against {result['baseline']} on test pass@1 and on the held-out loss increase (forgetting: "
+                f"less is better): {VERDICT_TEST}. Cells: mean ± std [95% interval of the mean] over the seeds.")
         md = ["# Ablation", "", head, "", "| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
         md += ["| " + " | ".join(str(v) for v in r.values()) + " |" for r in table]
         with atomic_write(out / "report.md") as fh:

@@ -64,6 +64,7 @@ def test_arms_over_seeds_give_intervals_verdicts_and_comparable_runs_and_cache_p
         assert "heldout_loss_increase" in stats  # the forgetting check, per arm
     for arm in ("rloo", "ppo"):
         assert result["verdicts"][arm]["verdict"] in ("better", "worse", "tie") and result["verdicts"][arm]["test"] == VERDICT_TEST
+        assert result["forgetting_verdicts"][arm]["verdict"] in ("better", "worse", "tie")
     assert (project / "reports" / "ablation" / "curves.png").stat().st_size > 1000
     assert "ppo" in result["arms"] and json.loads((project / "metrics" / "arms" / "ppo-s1.json").read_text())["algorithm"] == "ppo"
 

@@ -57,3 +57,26 @@ def test_the_report_gives_each_arm_its_interval_and_verdict():
     table = rows(result)
     assert table[0]["vs grpo"] == "baseline" and table[1]["vs grpo"].startswith("better (+0.300, p=0.0213")
     assert table[0]["test_pass@1"] == "0.5 ± 0.1 [0.2516, 0.7484]" and table[1]["kl_final"] == "–"
+    assert "forgetting_verdicts" in result and result["forgetting_verdicts"] == {}  # no arm measured it
+    assert all("forgetting vs grpo" not in row for row in table)
+
+
+def test_an_arm_that_forgets_more_is_worse_on_the_forgetting_check():
+    from tasks.ablation_report import rows, summarize
+
+    # held-out loss increase: grpo 0.02 ± 0.01, ref_sync 0.08 ± 0.01 (n 3): Welch t = 7.35, df 4 -> p = 0.0018
+    runs = {"grpo": {s: {"test_pass@1": 0.4 + 0.1 * s, "heldout_loss_increase": 0.01 + 0.01 * s} for s in range(3)},
+            "ref_sync": {s: {"test_pass@1": 0.4 + 0.1 * s, "heldout_loss_increase": 0.07 + 0.01 * s} for s in range(3)},
+            "old": {s: {"test_pass@1": 0.5} for s in range(2)}}  # metrics from before the check existed
+    result = summarize(runs)
+    forgetting = result["forgetting_verdicts"]
+    assert set(forgetting) == {"ref_sync"} and forgetting["ref_sync"]["verdict"] == "worse"
+    assert forgetting["ref_sync"]["p_value"] == pytest.approx(0.0018, abs=2e-4)
+    assert result["verdicts"]["ref_sync"]["verdict"] == "tie"  # the same pass@1
+    table = rows(result)
+    assert [row["forgetting vs grpo"] for row in table] == ["baseline", forgetting_cell(forgetting["ref_sync"]), "–"]
+    assert table[1]["forgetting vs grpo"].startswith("worse (+0.060, p=0.00")
+
+
+def forgetting_cell(v: dict) -> str:
+    return f"{v['verdict']} ({v['difference']:+.3f}, p={v['p_value']:.3g})"
