@@ -80,3 +80,35 @@ def test_grpo_zero2_across_two_gpus_with_vllm_rollouts(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = json.loads((project / "metrics" / "gpu2.json").read_text())
     assert metrics["world_size"] == 2 and metrics["steps"] == SMOKE_OVERRIDES["rl.steps"]
+
+
+def test_tis_sees_the_bf16_vllm_sampler_mismatch_and_trains_through_it(tmp_path):
+    """What the rollout correction is for (#12): vLLM samples in bf16 with its own kernels, so its
+    log-probs differ from the trainer's; the mismatch is logged every step and TIS weights by it."""
+    import csv
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("vllm")
+    from grpoflow.provenance import copy_checkout
+    from tests.e2e.conftest import SMOKE_OVERRIDES, use_params, write_params
+
+    project = copy_checkout(Path(__file__).resolve().parents[2], tmp_path / "project")
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    rel = write_params(project, "tis", {**SMOKE_OVERRIDES, "rl.rollout_engine": "vllm", "rl.engine.bf16": "auto",
+                                        "rl.rollout_correction.mode": "token_truncate"})
+    use_params(project, rel)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1"}
+    sft = subprocess.run([sys.executable, "-m", "dvc", "repro", "sft"], cwd=project, env=env, capture_output=True, text=True)
+    assert sft.returncode == 0, sft.stdout[-3000:] + sft.stderr[-3000:]
+    cmd = [sys.executable, "-m", "tasks.grpo", "--params", rel, "--metrics", "metrics/tis.json", "--history", "metrics/tis.csv"]
+    out = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    with open(project / "metrics" / "tis.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == SMOKE_OVERRIDES["rl.steps"]
+    diffs = [float(r["rollout_logp_diff"]) for r in rows]
+    assert all(0 < d < 1 for d in diffs), diffs  # bf16 sampler vs trainer: a mismatch, and a small one
+    assert all(float(r["rollout_ratio_max"]) >= 1 for r in rows)  # some token the trainer finds likelier
