@@ -19,6 +19,27 @@ def _tiny(tmp_path):
     return model, tok
 
 
+def _project_with_sft(tmp_path, name: str, overrides: dict):
+    """A copy of this checkout with a params file of the tiny default shrunk to a few steps plus
+    ``overrides``, and its SFT reference built by dvc: (project, params path, environment)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from grpoflow.provenance import copy_checkout
+    from tests.e2e.conftest import SMOKE_OVERRIDES, use_params, write_params
+
+    project = copy_checkout(Path(__file__).resolve().parents[2], tmp_path / "project")
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    rel = write_params(project, name, {**SMOKE_OVERRIDES, **overrides})
+    use_params(project, rel)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1"}
+    sft = subprocess.run([sys.executable, "-m", "dvc", "repro", "sft"], cwd=project, env=env, capture_output=True, text=True)
+    assert sft.returncode == 0, sft.stdout[-3000:] + sft.stderr[-3000:]
+    return project, rel, env
+
+
 def test_deepspeed_bf16_zero2_step_on_cuda(tmp_path):
     from grpoflow.config import EngineConfig
     from grpoflow.engine import build_engine, use_bf16
@@ -58,22 +79,13 @@ def test_grpo_zero2_across_two_gpus_with_vllm_rollouts(tmp_path):
     """The multi-GPU launch of the README: torchrun, one process per GPU, ZeRO-2, bf16, a vLLM
     engine colocated on each rank, on the tiny default shrunk to a few steps."""
     import json
-    import os
     import subprocess
     import sys
-    from pathlib import Path
 
-    from grpoflow.provenance import copy_checkout
-    from tests.e2e.conftest import SMOKE_OVERRIDES, free_port, use_params, write_params
+    from tests.e2e.conftest import SMOKE_OVERRIDES, free_port
 
-    project = copy_checkout(Path(__file__).resolve().parents[2], tmp_path / "project")
-    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    rel = write_params(project, "gpu2", {**SMOKE_OVERRIDES, "rl.rollout_engine": "vllm", "rl.engine.zero_stage": 2,
-                                         "rl.engine.bf16": "auto"})
-    use_params(project, rel)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1"}
-    sft = subprocess.run([sys.executable, "-m", "dvc", "repro", "sft"], cwd=project, env=env, capture_output=True, text=True)
-    assert sft.returncode == 0, sft.stdout[-3000:] + sft.stderr[-3000:]
+    project, rel, env = _project_with_sft(tmp_path, "gpu2", {"rl.rollout_engine": "vllm", "rl.engine.zero_stage": 2,
+                                                            "rl.engine.bf16": "auto"})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
            "-m", "tasks.grpo", "--params", rel, "--metrics", "metrics/gpu2.json", "--history", "metrics/gpu2.csv"]
     out = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=900)
@@ -86,23 +98,14 @@ def test_tis_sees_the_bf16_vllm_sampler_mismatch_and_trains_through_it(tmp_path)
     """What the rollout correction is for (#12): vLLM samples in bf16 with its own kernels, so its
     log-probs differ from the trainer's; the mismatch is logged every step and TIS weights by it."""
     import csv
-    import os
     import subprocess
     import sys
-    from pathlib import Path
 
     pytest.importorskip("vllm")
-    from grpoflow.provenance import copy_checkout
-    from tests.e2e.conftest import SMOKE_OVERRIDES, use_params, write_params
+    from tests.e2e.conftest import SMOKE_OVERRIDES
 
-    project = copy_checkout(Path(__file__).resolve().parents[2], tmp_path / "project")
-    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    rel = write_params(project, "tis", {**SMOKE_OVERRIDES, "rl.rollout_engine": "vllm", "rl.engine.bf16": "auto",
-                                        "rl.rollout_correction.mode": "token_truncate"})
-    use_params(project, rel)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1"}
-    sft = subprocess.run([sys.executable, "-m", "dvc", "repro", "sft"], cwd=project, env=env, capture_output=True, text=True)
-    assert sft.returncode == 0, sft.stdout[-3000:] + sft.stderr[-3000:]
+    project, rel, env = _project_with_sft(tmp_path, "tis", {"rl.rollout_engine": "vllm", "rl.engine.bf16": "auto",
+                                                           "rl.rollout_correction.mode": "token_truncate"})
     cmd = [sys.executable, "-m", "tasks.grpo", "--params", rel, "--metrics", "metrics/tis.json", "--history", "metrics/tis.csv"]
     out = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
