@@ -67,7 +67,7 @@ def test_an_arm_that_forgets_more_is_worse_on_the_forgetting_check():
     # held-out loss increase: grpo 0.02 ± 0.01, ref_sync 0.08 ± 0.01 (n 3): Welch t = 7.35, df 4 -> p = 0.0018
     runs = {"grpo": {s: {"test_pass@1": 0.4 + 0.1 * s, "heldout_loss_increase": 0.01 + 0.01 * s} for s in range(3)},
             "ref_sync": {s: {"test_pass@1": 0.4 + 0.1 * s, "heldout_loss_increase": 0.07 + 0.01 * s} for s in range(3)},
-            "old": {s: {"test_pass@1": 0.5} for s in range(2)}}  # metrics from before the check existed
+            "old": {s: {"test_pass@1": 0.5 + 0.01 * s} for s in range(2)}}  # metrics from before the check existed
     result = summarize(runs)
     forgetting = result["forgetting_verdicts"]
     assert set(forgetting) == {"ref_sync"} and forgetting["ref_sync"]["verdict"] == "worse"
