@@ -4,10 +4,11 @@ a set's own ablation.custom_arms), each trained at every seed.
 
 Each (arm, seed) is a DVC stage of its own (tasks/stages.py, arm_stage), so a re-run with one
 more seed trains only that seed. The ablation_report stage then gives, per arm, the mean, std and
-95% interval of test pass@1, seconds per step, peak memory, final KL and held-out loss increase; each arm's verdicts
-against the first by Welch's t-test, on test pass@1 and on forgetting; one plot of every arm's curves. In MLflow the run is one
-parent with a child per arm and seed (arm/<arm>/s<seed>), all with the same metric names and the
-arm as a param: select them and press Compare.
+95% interval of test pass@1, seconds per step, peak memory, final KL and held-out loss increase;
+each arm's verdicts against the first by Welch's t-test, on test pass@1 and on forgetting; one plot
+of every arm's curves. In MLflow the run is one parent with a child per arm and seed
+(arm/<arm>/s<seed>), all with the same metric names and the arm as a param: select them and press
+Compare.
 
     python -m flows.ablation --params params/default.yaml --arms grpo ppo rloo dapo --seeds 0 1 2
 """

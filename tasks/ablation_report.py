@@ -40,13 +40,18 @@ def summarize(runs: dict[str, dict[int, dict]]) -> dict:
                    for m in METRICS if any(r.get(m) is not None for r in seeds.values())}
              for arm, seeds in runs.items()}
     baseline, *others = list(runs)
-    base = table[baseline]["test_pass@1"]["values"]
-    forgot = table[baseline].get(FORGETTING, {}).get("values")
+
+    def against_baseline(metric: str, higher_is_better: bool) -> dict:
+        """Each other arm's verdict on ``metric``, where both it and the baseline measured it."""
+        if metric not in table[baseline]:
+            return {}
+        base = table[baseline][metric]["values"]
+        return {arm: verdict(base, table[arm][metric]["values"], higher_is_better=higher_is_better)
+                for arm in others if metric in table[arm]}
+
     return {"baseline": baseline, "order": list(runs), "seeds": {arm: sorted(seeds) for arm, seeds in runs.items()},
-            "arms": table,
-            "verdicts": {arm: verdict(base, table[arm]["test_pass@1"]["values"]) for arm in others},
-            "forgetting_verdicts": {arm: verdict(forgot, table[arm][FORGETTING]["values"], higher_is_better=False)
-                                    for arm in others if forgot and FORGETTING in table[arm]}}
+            "arms": table, "verdicts": against_baseline("test_pass@1", True),
+            "forgetting_verdicts": against_baseline(FORGETTING, False)}
 
 
 def _cell(stats: dict | None) -> str:
@@ -60,23 +65,22 @@ def _cell(stats: dict | None) -> str:
 
 
 def _verdict_cell(v: dict | None) -> str:
-    if v is None:
-        return "baseline"
+    if v is None:  # an arm whose metrics predate the measure
+        return "–"
     return f"{v['verdict']} ({v['difference']:+.3f}" + (f", p={v['p_value']:.3g})" if v["p_value"] is not None else ")")
 
 
 def rows(result: dict) -> list[dict]:
     """The table a person reads: one row per arm, mean ± std [95% interval], then the verdicts."""
-    out = []
     base = result["baseline"]
+    columns = {f"vs {base}": result["verdicts"]}
+    if result.get("forgetting_verdicts"):
+        columns[f"forgetting vs {base}"] = result["forgetting_verdicts"]
+    out = []
     for arm in result["order"]:  # the arms as given, the baseline first (a JSON file's keys come back sorted)
         stats = result["arms"][arm]
-        row = {"arm": arm, "seeds": len(result["seeds"][arm]), **{m: _cell(stats.get(m)) for m in METRICS},
-               f"vs {base}": _verdict_cell(result["verdicts"].get(arm))}
-        forgetting = result.get("forgetting_verdicts", {})
-        if forgetting:
-            row[f"forgetting vs {base}"] = _verdict_cell(forgetting.get(arm)) if arm == base or arm in forgetting else "–"
-        out.append(row)
+        out.append({"arm": arm, "seeds": len(result["seeds"][arm]), **{m: _cell(stats.get(m)) for m in METRICS},
+                    **{c: "baseline" if arm == base else _verdict_cell(v.get(arm)) for c, v in columns.items()}})
     return out
 
 

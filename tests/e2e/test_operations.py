@@ -268,7 +268,7 @@ def test_a_flow_interrupted_then_killed_mid_training_resumes_and_skips_finished_
         proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the flow took over 30 s to stop after Ctrl-C:\n" + out.read_text()[-3000:])
+        pytest.fail("the flow took over 120 s to stop after Ctrl-C:\n" + out.read_text()[-3000:])
     said = out.read_text()
     assert proc.returncode == EXIT_INTERRUPTED and said.rstrip().splitlines()[-1] == INTERRUPTED, said[-3000:]
     assert "Traceback" not in said, said[-3000:]

@@ -78,7 +78,7 @@ rewards_st = st.integers(2, 8).flatmap(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(rewards_st, st.sampled_from(["group", "batch", "none"]), st.sampled_from([0, 1]))
 def test_group_mean_of_advantages_is_zero(gr, scale, ddof):
     g, values = gr
@@ -86,7 +86,7 @@ def test_group_mean_of_advantages_is_zero(gr, scale, ddof):
     assert torch.allclose(adv.view(-1, g).mean(1), torch.zeros(len(values) // g, dtype=torch.float64), atol=1e-6)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(rewards_st, st.floats(0.1, 50), st.floats(-50, 50))
 def test_group_scale_is_invariant_to_affine_reward_changes(gr, a, b):
     g, values = gr
@@ -118,7 +118,7 @@ def test_gae_gamma_discounts():
     assert close(adv, [[0.5, 1.0]])
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(st.integers(1, 4), st.integers(1, 8), st.data())
 def test_gae_with_lambda_one_returns_monte_carlo_returns(n, t, data):
     floats = st.floats(-10, 10, allow_nan=False)

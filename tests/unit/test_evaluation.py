@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from grpoflow.evaluation import majority_answer, pass_at_k
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.integers(1, 30).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))
 def test_pass_at_k_equals_the_combinatorial_formula(nck):
     n, c, k = nck

@@ -41,7 +41,7 @@ def test_strongest_kind_wins():
     assert [l.kind for l in leaks] == ["exact"]
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(st.lists(st.text(alphabet="abc de", min_size=0, max_size=40), min_size=1, max_size=20))
 def test_every_text_leaks_into_itself_and_indices_are_valid(texts):
     leaks = leakage(texts, texts, ngram=3)

@@ -118,7 +118,7 @@ def batches(draw):
 OPTIONS = st.tuples(st.sampled_from(["token", "sequence"]), st.sampled_from(["grpo", "bnpo", "dr_grpo"]))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(batches())
 def test_on_policy_without_kl_the_loss_is_minus_mean_advantage(b):
     logp, _, _, adv, mask = b
@@ -128,7 +128,7 @@ def test_on_policy_without_kl_the_loss_is_minus_mean_advantage(b):
         assert metrics["clip_ratio"] == 0.0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(batches(), OPTIONS, st.sampled_from([float("inf"), float("-inf"), float("nan"), 1e6]))
 def test_masked_tokens_never_change_the_loss_or_gradient(b, options, junk):
     logp, old, ref, adv, mask = b
@@ -147,7 +147,7 @@ def test_masked_tokens_never_change_the_loss_or_gradient(b, options, junk):
     assert torch.allclose(results[0][1], results[1][1], atol=1e-9)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(batches())
 def test_clipped_tokens_get_no_policy_gradient(b):
     logp, old, _, adv, mask = b

@@ -36,7 +36,7 @@ def test_shares_follow_the_ratios():
     assert abs(counts["val"] / 20_000 - 0.2) < 0.02
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.text(min_size=1, max_size=80))
 def test_normalisation_is_idempotent_but_for_a_fraction_chained_to_a_rewritten_number(text):
     # Split assignment hashes the normalised text, so its output stays the previous implementation's

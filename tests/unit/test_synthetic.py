@@ -33,7 +33,7 @@ def test_same_seed_same_problems_and_prefix_stable():
     assert a != list(generate(4, cfg))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     st.integers(0, 10_000),
     st.integers(0, 10_000),

@@ -63,7 +63,7 @@ def test_the_task_order_is_a_permutation(size):
     assert sorted(_permuted(i, size, 9) for i in range(size)) == list(range(size))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(st.integers(0, 10_000), st.integers(0, 100_000), st.integers(0, 50), st.integers(0, 50), st.integers(1, 10))
 def test_constants_stay_in_range_and_solutions_pass(seed, index, low, span, per_task):
     cfg = SyntheticCodeConfig(constant_min=low, constant_max=max(low + span, 1), tests_per_task=per_task)

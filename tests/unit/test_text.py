@@ -38,13 +38,13 @@ def _best_time(text: str) -> float:
 ALPHABET = "0123456789,.,.. \t\n\u00a0\u2028!?$%/-_AbCx\u00c9\u00e9e\u0301\u0316\uff11\u00b2\u0663"
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=1500)
 @given(st.text(alphabet=ALPHABET, max_size=40))
 def test_same_output_as_the_previous_implementation(text):
     assert normalize_text(text) == _previous_normalize_text(text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.text(max_size=60))
 def test_same_output_on_any_short_unicode(text):
     assert normalize_text(text) == _previous_normalize_text(text)

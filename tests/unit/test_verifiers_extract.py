@@ -44,7 +44,7 @@ def _math_verify_spy(op: str, *args: str) -> bool:
     return False
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(text=hostile_completions(), reference=st.sampled_from(["18", "0.5", "\\frac{1}{2}", "1000"]))
 def test_hostile_completions_are_scored_in_linear_time(text, reference):
     normalize_text("é")  # builds the normaliser's Unicode table (once) outside the timing

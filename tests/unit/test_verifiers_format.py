@@ -36,7 +36,7 @@ PIECES = ["####", " ", "\n", "\r\n", "\r", "\x0b", "\u2028", "\x1c", "\t", "-", 
           "\\boxed{", "{", "}", "x", "answer"]
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=1500)
 @given(st.lists(st.sampled_from(PIECES), max_size=12).map("".join))
 def test_same_verdict_as_the_previous_implementation(completion):
     assert score(completion) == _previous_score(completion)

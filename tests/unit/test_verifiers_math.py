@@ -58,7 +58,7 @@ def test_marked_answer_beats_later_numbers():
     assert score("no marker but 18", "18", fallback_last_number=False) == 0.0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.text(max_size=200), st.sampled_from(["18", "0.5", "\\frac{1}{2}", "1000"]))
 def test_never_raises_and_returns_zero_or_one(text, reference):
     assert score(text, reference) in (0.0, 1.0)

@@ -114,7 +114,7 @@ def _programs(draw) -> tuple[str, bool]:
     return "def f(x, n, xs):\n" + body, False
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(_programs())
 def test_every_mutant_parses_and_differs_from_the_source(program_and_kind):
     source, body = program_and_kind
