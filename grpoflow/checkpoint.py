@@ -26,7 +26,13 @@ warning), so the directory holds at most ``(1 + keep_fingerprints) * keep`` chec
 
 **Several processes.** Rank 0 alone reorganises the directory and decides the step to resume
 from; every rank loads that step (``agree``), and a rank that cannot is an error, never a silent
-divergence. The RNG state is read with ``torch.load(weights_only=True)``: no pickle can run code.
+divergence.
+
+**No pickle runs code.** Every file is read with ``torch.load(weights_only=True)``: the RNG state
+here, and DeepSpeed's model and optimizer states through its checkpoint engine, which loads with
+``weights_only=False`` by default and is wrapped for the length of a load (:class:`WeightsOnlyLoads`);
+only tensors, containers and the few DeepSpeed classes its states hold (:func:`checkpoint_globals`)
+are rebuilt. A planted file whose ``__reduce__`` runs a command is refused, with a valid manifest too.
 """
 
 from __future__ import annotations
@@ -38,10 +44,11 @@ import random
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -506,8 +513,60 @@ def _activate_and_choose(
     return resume_point(directory, fingerprint, engines)
 
 
+def checkpoint_globals() -> list[Any]:
+    """The classes beyond tensors and containers that DeepSpeed's checkpoint files hold (ZeRO 0-3, fp32
+    and bf16, as ``torch.serialization.get_unsafe_globals_in_checkpoint`` lists them): the loss
+    scaler, the ZeRO stage and the optimizer's fragment addresses. Plain data, no code on load."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
+
+
+class WeightsOnlyLoads:
+    """A DeepSpeed checkpoint engine whose ``load`` uses torch's restricted unpickler
+    (``weights_only=True``, :func:`checkpoint_globals` allowed); everything else is the wrapped engine's."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def load(self, path: str, map_location: Any = None) -> Any:
+        """``torch.load(path, weights_only=True)``: a pickle that would run code raises instead."""
+        with torch.serialization.safe_globals(checkpoint_globals()):
+            return torch.load(path, map_location=map_location, weights_only=True)
+
+
+@contextmanager
+def weights_only_loads(engines: Iterable[Any]) -> Iterator[None]:
+    """Every checkpoint file the ``engines`` read meanwhile is loaded by :class:`WeightsOnlyLoads`.
+    (DeepSpeed's default engine unpickles with ``weights_only=False``: a planted ``__reduce__`` would
+    run on resume, and the manifest's checksums, kept next to the files, prove nothing against that.)"""
+    swapped = []
+    for engine in engines:
+        inner = getattr(engine, "checkpoint_engine", None)
+        if inner is not None and not isinstance(inner, WeightsOnlyLoads):
+            engine.checkpoint_engine = WeightsOnlyLoads(inner)
+            swapped.append((engine, inner))
+    try:
+        yield
+    finally:
+        for engine, inner in swapped:
+            engine.checkpoint_engine = inner
+
+
 def _load_tag(engine, directory: Path, step: int, fingerprint: str, engines: dict) -> tuple[Resumed | None, str | None]:
     """Load checkpoint ``step`` into the engines: ``(what was resumed, None)`` or ``(None, the problem)``."""
+    with weights_only_loads([engine, *engines.values()]):
+        return _load_engines(engine, directory, step, fingerprint, engines)
+
+
+def _load_engines(
+    engine, directory: Path, step: int, fingerprint: str, engines: dict
+) -> tuple[Resumed | None, str | None]:
     tag = _tag(step)
     # The frozen weights were not saved: load the rest non-strictly.
     path, client = engine.load_checkpoint(str(directory), tag=tag, load_module_strict=not _has_frozen(engine))

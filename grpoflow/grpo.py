@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from grpoflow import metric_names as M
+from grpoflow import rules
 from grpoflow.advantages import ESTIMATORS
 from grpoflow.algorithm import Algorithm
 from grpoflow.config import GRPOConfig, Params
@@ -90,4 +91,4 @@ def _build(params: Params, args: tuple, kwargs: dict, **_) -> tuple[PolicyTraine
     return GRPOTrainer(*args, grpo=params.grpo, **kwargs), {}
 
 
-ALGORITHM = Algorithm("grpo", __name__, ("grpo",), lambda p: p.grpo.beta, _build)
+ALGORITHM = Algorithm("grpo", __name__, ("grpo",), lambda p: rules.kl_coef(p, "grpo"), _build)

@@ -1,12 +1,15 @@
 """The config check a training stage prints before it starts: how the chosen settings depart from
-the DeepSeekMath paper and from TRL's defaults, and whether the batch splits over this many
-processes. Errors that need no world size are the schema's (:mod:`grpoflow.config`), raised when
-the params file is loaded."""
+the DeepSeekMath paper and from TRL's defaults (advice: info and warnings), and whether the batch
+splits over this many processes (an error only the stage can find: it alone knows its world size).
+Every other cross-field rule is in :mod:`grpoflow.rules`, checked when the params file is loaded;
+the one case loading cannot cover, an algorithm whose stage the set does not list (run by hand),
+gets that algorithm's own rules here, from the same module."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grpoflow import rules
 from grpoflow.config import Params, batch_problems, value_at
 
 # DeepSeekMath (Shao et al. 2024), section 4.2: beta 0.04, 64 samples per question, one update
@@ -58,6 +61,10 @@ def lint(params: Params, algorithm: str = "grpo", world_size: int = 1) -> list[F
         if key in keys and value_at(params, key) != ref:
             found.append(Finding("info", f"{key} = {value_at(params, key)} (TRL default: {label})"))
     found += [Finding("error", problem) for problem in batch_problems(rl, world_size)]
+    if algorithm not in rules.trained_algorithms(params):
+        # Its stage is not in experiment.stages (run by hand, or an arm's merged set): loading the
+        # set checked every shared rule but not this algorithm's own.
+        found += [Finding("error", p) for p in rules.algorithm_violations(params, algorithm)]
     if 0 < rl.sampling.temperature < 0.3:
         found.append(
             Finding(
@@ -71,9 +78,6 @@ def lint(params: Params, algorithm: str = "grpo", world_size: int = 1) -> list[F
                 f"rl.clip_eps_high {rl.clip_eps_high} < rl.clip_eps {rl.clip_eps}: clip-higher is meant to widen",
             )
         )
-    kl_key = {"grpo": "grpo.beta", "ppo": "ppo.kl_coef"}.get(algorithm)
-    if kl_key and rl.adaptive_kl.enabled and value_at(params, kl_key) == 0:
-        found.append(Finding("warning", f"rl.adaptive_kl is on but {kl_key} = 0: {algorithm} runs without a KL term"))
     if rl.num_iterations == 1:
         found.append(
             Finding(

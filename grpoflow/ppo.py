@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModel
 
 from grpoflow import metric_names as M
+from grpoflow import rules
 from grpoflow.advantages import gae, masked_whiten
 from grpoflow.algorithm import Algorithm
 from grpoflow.config import Params, PPOConfig
@@ -150,4 +151,4 @@ def _build(params: Params, args: tuple, kwargs: dict, *, engine, reference_dir) 
     return PPOTrainer(*args, ppo=params.ppo, critic_engine=critic, **kwargs), {"critic": critic}
 
 
-ALGORITHM = Algorithm("ppo", __name__, ("ppo",), lambda p: p.ppo.kl_coef, _build)
+ALGORITHM = Algorithm("ppo", __name__, ("ppo",), lambda p: rules.kl_coef(p, "ppo"), _build)

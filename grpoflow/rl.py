@@ -425,7 +425,7 @@ class PolicyTrainer:
         grad_norm = eng.get_global_grad_norm()
         if grad_norm is not None:  # DeepSpeed reports none for some optimizer set-ups: then none is logged
             metrics[M.GRAD_NORM] = float(grad_norm)
-        if cfg.adaptive_kl.enabled and self.state.beta > 0:
+        if cfg.adaptive_kl.enabled and self.ref is not None:  # grpoflow.rules: enabled only with a coefficient
             a = cfg.adaptive_kl
             self.state.beta = adapt_beta(self.state.beta, metrics[M.KL], a.target_kl, a.horizon)
         return metrics

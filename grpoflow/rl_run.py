@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpoflow import checkpoint
+from grpoflow import checkpoint, rules
 from grpoflow.algorithm import Algorithm
 from grpoflow.config import Params
 from grpoflow.engine import build_engine, init_distributed
@@ -36,8 +36,10 @@ TRAINING_CODE = "grpoflow.rl_run"
 
 
 def needs_reference(params: Params, algorithm: Algorithm) -> bool:
-    """Whether a run loads the frozen reference: exactly when its algorithm penalises KL to it."""
-    return algorithm.kl_coef(params) > 0
+    """Whether a run loads the frozen reference: exactly when its algorithm penalises KL to it
+    (:func:`grpoflow.rules.needs_reference`). Decided once, here; the run's code then asks the
+    trainer whether it has one (``trainer.ref is None``)."""
+    return rules.needs_reference(params, algorithm.name)
 
 
 def fingerprint(params: Params, algorithm: Algorithm, data_dir: Path, reference_dir: Path, seed: int) -> str:
@@ -69,6 +71,13 @@ class RLRun:
     fingerprint: str
     val: list[dict]
     health: HealthMonitor = field(default_factory=HealthMonitor)
+
+    @property
+    def reference(self) -> Any:
+        """The frozen reference the run penalises KL to, or None: the one place later code asks
+        (loaded exactly when :func:`needs_reference`; the rules in :mod:`grpoflow.rules` refuse at load
+        every setting that would need one the run does not have)."""
+        return self.trainer.ref
 
     @property
     def lead(self) -> bool:
@@ -116,8 +125,8 @@ class RLRun:
         if resumed is None:
             return None, skipped
         self.trainer.restore(resumed.state)
-        if "reference" in resumed.extra and self.trainer.ref is not None:  # refreshed since the start
-            self.trainer.ref.load_state_dict(resumed.extra["reference"])
+        if "reference" in resumed.extra and self.reference is not None:  # refreshed since the start
+            self.reference.load_state_dict(resumed.extra["reference"])
         self.trainer.reward.load_state_dict(resumed.extra.get("reward_norm", {}))
         self.health.history = resumed.extra.get("health_history", [])
         self.health.symptoms |= {k: Symptom(**v) for k, v in resumed.extra.get("health_symptoms", {}).items()}
@@ -145,7 +154,7 @@ class RLRun:
     def _refreshed_reference(self, state: LoopState) -> dict:
         """The reference's weights once a refresh has moved them (rl.ref_sync_every): a resumed run
         must penalise KL to the same anchor."""
-        every, ref = self.params.rl.ref_sync_every, self.trainer.ref
+        every, ref = self.params.rl.ref_sync_every, self.reference
         if not every or ref is None or state.step < every:
             return {}
         return {"reference": {k: v.detach().cpu() for k, v in ref.state_dict().items()}}

@@ -6,9 +6,10 @@ import argparse
 import re
 import signal
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from grpoflow.config import ConfigError, Params, load_params
+from grpoflow.guard import InputError, check_params_file
 from tasks import events
 
 # Exit codes the flow reads: neither is worth a retry, the same inputs give the same answer.
@@ -50,8 +51,9 @@ def run_stage_cli(parser: argparse.ArgumentParser, body: Callable[[argparse.Name
     with one line (the flow shows the stage's output: a traceback there would bury the reason)."""
     args = parser.parse_args()
     try:
+        check_params_file(args.params)  # DVC runs this command through a shell: a safe name, in the checkout
         params = load_params(args.params)
-    except ConfigError as exc:
+    except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT) from None
     stage = parser.prog.rsplit(".", 1)[-1]

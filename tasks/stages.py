@@ -14,6 +14,7 @@ The Prefect flow reads stage order, outputs and metrics from here as well.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -81,13 +82,14 @@ class Stage:
         return self.paths("metric")
 
     def command(self) -> str:
-        """The shell command dvc.yaml runs."""
-        args = [f"python -m {self.module} --params {PARAMS_VAR}"]
+        """The shell command dvc.yaml runs, every interpolated word quoted: DVC hands it to a shell
+        after putting the params file's name in place of ``${params_file}``, inside the quotes. (Only a
+        quote in the name could end them: every entry point refuses names beyond ``[A-Za-z0-9._/-]``.)"""
+        words = ["python", "-m", self.module, "--params", PARAMS_VAR]
         for i in self.io:
             if i.flag:
-                value = i.path if isinstance(i.path, str) else " ".join(i.path)
-                args.append(f"--{i.flag} {value}")
-        return " ".join([*args, *self.args])
+                words += [f"--{i.flag}", *([i.path] if isinstance(i.path, str) else i.path)]
+        return " ".join(shlex.quote(word) for word in [*words, *self.args])
 
     def code(self) -> list[str]:
         """The project source the stage's module imports, a package directory where all of it is."""
@@ -354,9 +356,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default=None, help="the parameter set dvc.yaml reads (default: its params_file var)")
     args = parser.parse_args(argv)
     params_file = args.params or (params_file_var() if Path(DVC_YAML).is_file() else None) or "params/default.yaml"
-    from grpoflow.config import load_params
+    from grpoflow.config import ConfigError, load_params
+    from grpoflow.guard import InputError, check_params_file
 
-    text = for_params(params_file, load_params(params_file))
+    try:
+        text = for_params(check_params_file(params_file), load_params(params_file))  # it lands in every command
+    except (ConfigError, InputError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.write:
         Path(DVC_YAML).write_text(text)
         print(f"wrote {DVC_YAML} ({len(STAGES)} stages)")

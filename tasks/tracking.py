@@ -19,6 +19,7 @@ import mlflow
 
 from grpoflow import metric_names as M
 from grpoflow.config import Params
+from grpoflow.guard import redact_uri
 from grpoflow.io import sha256_paths
 from grpoflow.provenance import code_hash, git_commit
 
@@ -30,6 +31,12 @@ VERIFIER_CODE = ("verifiers",)
 def tracking_uri() -> str:
     """``MLFLOW_TRACKING_URI`` when set, else the project's SQLite store at the working dir."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def shown_tracking_uri() -> str:
+    """:func:`tracking_uri` as it may be printed, linked or logged: without user name, password or
+    token (:func:`grpoflow.guard.redact_uri`). MLflow itself is given the full one."""
+    return redact_uri(tracking_uri())
 
 
 # MLflow 3's UI opens an experiment on its GenAI (traces) view unless told it holds model training.

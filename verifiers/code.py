@@ -5,11 +5,14 @@ completion's code alone, and HumanEval rows (with ``entry_point``), whose comple
 ``prompt`` (a signature and docstring): the body only, or the whole function again.
 
 The code is untrusted and runs in :mod:`verifiers.sandbox`; each test is checked separately, by a judge
-process the code cannot reach (see the sandbox's docstring for what crosses between them).
+process the code cannot reach (see the sandbox's docstring for what crosses between them). A HumanEval
+row's tests call the prompt's helpers as the judge defines them from the row (:func:`trusted_setup`),
+not as the completion's program does.
 """
 
 from __future__ import annotations
 
+import ast
 import logging
 import re
 from collections.abc import Sequence
@@ -20,7 +23,16 @@ from verifiers.mutants import mutants
 from verifiers.registry import Row, Verifier, register
 from verifiers.sandbox import Limits, SandboxUnavailable, run_batch, run_tests
 
-__all__ = ["CodeVerifier", "extract_code", "mutants", "program_for", "score_code", "score_code_batch", "score_programs"]
+__all__ = [
+    "CodeVerifier",
+    "extract_code",
+    "mutants",
+    "program_for",
+    "score_code",
+    "score_code_batch",
+    "score_programs",
+    "trusted_setup",
+]
 
 log = logging.getLogger(__name__)
 
@@ -98,18 +110,22 @@ def score_programs(
     tests_per_row: Sequence[Sequence[str]],
     limits: Limits = Limits(),
     *,
+    setups: Sequence[str] | None = None,
     workers: int | None = None,
     allow_unsandboxed: bool | None = None,
 ) -> list[float]:
     """Share of each row's tests that its program (code as is, nothing extracted) passes; 0 for a
-    program that is not a str. Same errors as :func:`score_code_batch`."""
+    program that is not a str. ``setups``: per row, trusted code the judge runs before the tests
+    (:func:`trusted_setup`). Same errors as :func:`score_code_batch`."""
     if len(programs) != len(tests_per_row):
         raise ValueError(f"completions has {len(programs)} rows but tests_per_row has {len(tests_per_row)}")
+    if setups is not None and len(setups) != len(programs):
+        raise ValueError(f"completions has {len(programs)} rows but setups has {len(setups)}")
     for i, tests in enumerate(tests_per_row):
         if isinstance(tests, str) or not tests or not all(isinstance(t, str) for t in tests):
             raise ValueError(f"row {i}: field 'tests' must be a non-empty list of str, got {tests!r:.80}")
     runnable = [i for i, p in enumerate(programs) if isinstance(p, str)]
-    items = [(str(programs[i]), list(tests_per_row[i])) for i in runnable]
+    items = [(str(programs[i]), list(tests_per_row[i]), setups[i] if setups else "") for i in runnable]
     scores = [0.0] * len(programs)
     try:
         results = run_batch(items, limits, workers=workers, allow_unsandboxed=allow_unsandboxed)
@@ -135,6 +151,28 @@ def program_for(completion: str, row: Row) -> str:
     if row.get("entry_point"):
         return f"{row.get('prompt') or ''}\n{code}"
     return code
+
+
+def trusted_setup(row: Row) -> str:
+    """What the judge runs before a HumanEval row's tests: the row's ``prompt`` less the entry point's own
+    definition (its imports, constants and helper functions, e.g. HumanEval/38's ``encode_cyclic``).
+
+    The tests call those helpers as well as the entry point (``candidate(encode_cyclic(s)) == s``). Taken
+    from the completion's program, a completion could redefine them (``encode_cyclic`` as the identity)
+    and pass with a wrong answer; run by the judge from the trusted row, they replace the completion's
+    names for the tests, while the completion's code still sees its own. Empty for an MBPP row. Raises
+    ValueError naming the row when the prompt is not Python.
+    """
+    entry_point, prompt = row.get("entry_point"), row.get("prompt")
+    if not entry_point or not isinstance(prompt, str):
+        return ""
+    tree, source = _parse_prompt(prompt, row)
+    lines = source.splitlines(keepends=True)
+    for node in reversed(tree.body):  # from the end, so that earlier line numbers stay valid
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+            del lines[first : node.end_lineno]
+    return "".join(lines)
 
 
 # Self-test: (completion, tests, must pass). The hostile ones must score 0 and leave the validating
@@ -190,6 +228,19 @@ CODE_CASES: list[tuple[str, list[str], bool, str]] = [
 ]
 
 
+def _parse_prompt(prompt: str, row: Row) -> tuple[ast.Module, str]:
+    """The prompt's syntax tree, and the source it is of: the prompt as it is, or, for one that ends in the
+    entry point's bare signature, with a ``pass`` body (that definition is dropped anyway)."""
+    error: SyntaxError | None = None
+    for source in (prompt, prompt.rstrip() + "\n    pass\n"):
+        try:
+            return ast.parse(source), source
+        except SyntaxError as exc:
+            error = error or exc
+    assert error is not None
+    raise ValueError(f"row {row.get('id')!r}: field 'prompt' is not Python ({error.msg}, line {error.lineno})")
+
+
 def row_tests(row: Row) -> list[str]:
     """The tests a code row carries (``tests``); ValueError naming the row when it has none."""
     tests = row.get("tests")
@@ -199,6 +250,7 @@ def row_tests(row: Row) -> list[str]:
         )
     if row.get("entry_point") and not isinstance(row.get("prompt"), str):
         raise ValueError(f"row {row.get('id')!r}: a row with 'entry_point' needs its 'prompt' (the signature)")
+    trusted_setup(row)  # a prompt that is not Python is the row's problem, reported here
     return tests
 
 
@@ -225,7 +277,8 @@ class CodeVerifier(Verifier):
         """Share of each row's tests passed; 0 for a row without tests (the gate reports those)."""
         usable = [i for i, row in enumerate(rows) if not self.check_rows([row])]
         programs = [program_for(c, rows[i]) if isinstance(c := completions[i], str) else c for i in usable]
-        got = score_programs(programs, [rows[i]["tests"] for i in usable], self.sandbox)
+        setups = [trusted_setup(rows[i]) for i in usable]
+        got = score_programs(programs, [rows[i]["tests"] for i in usable], self.sandbox, setups=setups)
         scores = [0.0] * len(completions)
         for i, s in zip(usable, got):
             scores[i] = s

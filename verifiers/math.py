@@ -5,17 +5,18 @@ Plain numbers (``1,000``, ``$18``, ``18.0``) are compared exactly on a fast path
 ``\\sqrt{2}``, ``\\pi/2``) goes to math-verify as inline math, gold first:
 ``verify(parse(gold), parse(pred))`` (https://github.com/huggingface/Math-Verify, README).
 math-verify costs about 1 ms for a simple or repeated answer and 10-500 ms for a new bracketed one (its
-ANTLR parser), so :func:`score_batch` spreads the slow path over processes.
+ANTLR parser), so :func:`score_batch` spreads the slow path over checker processes.
 
 Relations: an answer that is an equation counts only when it is really the answer: ``x = 4`` (a
 variable named, then the value) and ``2+2 = 4`` (every side equals the gold) pass for gold ``4``;
 ``5 = 4``, ``x \\le 4`` and ``a = 5 = 4`` do not. When the gold itself is a relation, math-verify decides.
 
-Time: math-verify's own timeout is ``signal.alarm``, which works only in the main thread (elsewhere
-it raises, and the old blanket ``except`` turned that into a silent 0). Here every check gets
-:data:`CHECK_BUDGET_S` from an interval timer in the main thread; a caller on any other thread has
-its check run by a small pool of child processes (their main threads take the same timer), so the
-result is the same in any thread and a pathological answer (``10^{10^{10}}``) cannot hang a caller.
+Bounds: an answer first passes a pure-Python screen (:mod:`verifiers.math_screen`: length, nesting,
+terms, power towers, huge numbers), then math-verify runs in a persistent checker process with a
+time budget and an address-space limit that is killed and replaced when the answer overruns
+(:mod:`verifiers.math_checks`), from any thread of any process. SymPy is never imported by the
+caller, and no answer costs it more than :data:`~verifiers.math_checks.CHECK_BUDGET_S` plus
+:data:`~verifiers.math_checks.CHECKER_GRACE_S`. :func:`judge` says why an answer scored 0.
 """
 
 from __future__ import annotations
@@ -24,22 +25,22 @@ import logging
 import os
 import re
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from decimal import Decimal, InvalidOperation
-from typing import ClassVar, TypeVar
+from functools import lru_cache
+from typing import ClassVar, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from verifiers.check import Case
 from verifiers.extract import extract_answer
 from verifiers.math_cases import math_cases
-from verifiers.math_checks import VerifierUnavailable, check
+from verifiers.math_checks import Checked, VerifierUnavailable, check, check_many  # noqa: F401 - re-exported
+from verifiers.math_screen import MAX_SYMBOLIC_CHARS, screen
 from verifiers.registry import Row, Verifier, register
 
-MAX_SYMBOLIC_CHARS = 300  # a non-numeric answer (or reference) longer than this is never parsed
 _PLAIN = re.compile(r"^-?\$?\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$|^-?\$?\s?\.\d+$")
 _log = logging.getLogger(__name__)
-_T = TypeVar("_T")
+PARALLEL_MIN_CHECKS = 64  # a batch with fewer math-verify checks uses one checker process
 
 
 def plain_number(text: str) -> Decimal | None:
@@ -83,6 +84,9 @@ def check_reference(reference: str) -> None:
             f"reference answer {reference[:60]!r}... has {len(reference)} characters, "
             f"above the {MAX_SYMBOLIC_CHARS} the math verifier parses"
         )
+    refused = _screened(reference)
+    if refused is not None:
+        raise ValueError(f"reference answer {reference!r} is refused by the math screen: {refused}")
     # no string fallback: a string math-verify could not read as math must not pass as one
     if not check("parses", latex_answer(reference)):
         raise ValueError(f"reference answer {reference!r} cannot be parsed by math-verify")
@@ -101,15 +105,54 @@ def _could_be_math(answer: str) -> bool:
     return depth == 0
 
 
-def equivalent(pred: str, reference: str) -> bool:
-    """Whether an extracted answer equals the reference: exactly for plain numbers, else by math-verify."""
+@lru_cache(maxsize=4096)  # references repeat across a group of rollouts
+def _screened(text: str) -> str | None:
+    return screen(text)
+
+
+class Verdict(NamedTuple):
+    """A score and why: ``plain numbers``, ``math-verify``, ``no final answer``, ``not math``,
+    ``screened answer: <limit>``, ``not verified: <budget, memory, error or killed: ...>``."""
+
+    score: float
+    reason: str
+
+
+def _prepare(pred: str, reference: str) -> Verdict | tuple[str, str]:
+    """The verdict without math-verify (plain numbers, text that is no math, a screened answer),
+    or the gold and guess that math-verify must compare."""
     a, b = plain_number(pred), plain_number(reference)
     if a is not None and b is not None:
-        return a == b
+        return Verdict(float(a == b), "plain numbers")
     if not (_could_be_math(pred) and _could_be_math(reference)):
-        return False
+        return Verdict(0.0, "not math")
+    for who, text in (("answer", pred), ("reference", reference)):
+        refused = _screened(text)
+        if refused is not None:
+            return Verdict(0.0, f"screened {who}: {refused}")
     gold, guess = latex_answer(reference), latex_answer(pred)
-    return bool(gold and guess) and check("equal", gold, guess)
+    return (gold, guess) if gold and guess else Verdict(0.0, "not math")
+
+
+def _verdict(checked: Checked) -> Verdict:
+    return Verdict(float(checked.ok), f"not verified: {checked.reason}" if checked.reason else "math-verify")
+
+
+def _judge_answer(pred: str, reference: str) -> Verdict:
+    """An extracted answer against the reference: exactly for plain numbers, else screened, then by math-verify."""
+    prepared = _prepare(pred, reference)
+    return prepared if isinstance(prepared, Verdict) else _verdict(check_many([("equal", prepared)])[0])
+
+
+def equivalent(pred: str, reference: str) -> bool:
+    """Whether an extracted answer equals the reference: exactly for plain numbers, else by math-verify."""
+    return _judge_answer(pred, reference).score == 1.0
+
+
+def judge(completion: str, reference: str, *, fallback_last_number: bool = True) -> Verdict:
+    """:func:`score` with the reason. Never raises on any completion; raises
+    :class:`VerifierUnavailable` when the checker cannot run."""
+    return judge_batch([completion], [reference], workers=1, fallback_last_number=fallback_last_number)[0]
 
 
 def score(completion: str, reference: str, *, fallback_last_number: bool = True) -> float:
@@ -117,18 +160,39 @@ def score(completion: str, reference: str, *, fallback_last_number: bool = True)
 
     Never raises on any completion; raises :class:`VerifierUnavailable` when the checker cannot run.
     """
+    return judge(completion, reference, fallback_last_number=fallback_last_number).score
+
+
+def _prepare_completion(completion: str, reference: str, fallback_last_number: bool) -> Verdict | tuple[str, str]:
+    """:func:`_prepare` on the completion's final answer; a crash scores 0, loudly."""
     try:
         pred = extract_answer(completion, fallback_last_number=fallback_last_number)
-        return float(pred is not None and equivalent(pred, str(reference)))
-    except VerifierUnavailable:
-        raise
+        return Verdict(0.0, "no final answer") if pred is None else _prepare(pred, str(reference))
     except Exception:  # noqa: BLE001 - a verifier must never take training down; a crash scores 0, loudly
         _log.warning("math verifier failed on a completion; scored 0", exc_info=True)
-        return 0.0
+        return Verdict(0.0, "error")
 
 
-def _score_pairs(pairs: list[tuple[str, str]], fallback_last_number: bool = True) -> list[float]:
-    return [score(c, r, fallback_last_number=fallback_last_number) for c, r in pairs]
+def judge_batch(
+    completions: Sequence[str],
+    references: Sequence[str],
+    *,
+    workers: int | None = None,
+    fallback_last_number: bool = True,
+) -> list[Verdict]:
+    """:func:`judge` of many completions: the cheap verdicts here, the math-verify checks in checker
+    processes, a chunk per pipe write, over ``workers`` of them for a batch of at least
+    :data:`PARALLEL_MIN_CHECKS` (threads here, each waiting on one child: the caller is never forked)."""
+    if len(completions) != len(references):
+        raise ValueError(f"{len(completions)} completions but {len(references)} references")
+    prepared = [_prepare_completion(c, r, fallback_last_number) for c, r in zip(completions, references)]
+    pending = [(i, p) for i, p in enumerate(prepared) if not isinstance(p, Verdict)]
+    workers = workers if workers is not None else min(4, os.cpu_count() or 1)
+    workers = workers if len(pending) >= PARALLEL_MIN_CHECKS else 1
+    checked = check_many([("equal", p) for _, p in pending], workers=workers) if pending else []
+    for (i, _), outcome in zip(pending, checked):
+        prepared[i] = _verdict(outcome)
+    return prepared  # type: ignore[return-value]  # every pair was replaced by its verdict
 
 
 def score_batch(
@@ -138,33 +202,9 @@ def score_batch(
     workers: int | None = None,
     fallback_last_number: bool = True,
 ) -> list[float]:
-    """Scores of many completions: the plain-number ones inline, the rest over ``workers`` processes."""
-    if len(completions) != len(references):
-        raise ValueError(f"{len(completions)} completions but {len(references)} references")
-    results: list[float | None] = [None] * len(completions)
-    slow: list[int] = []
-    for i, (c, r) in enumerate(zip(completions, references)):
-        pred = extract_answer(c, fallback_last_number=fallback_last_number) if isinstance(c, str) else None
-        if pred is None:
-            results[i] = 0.0
-            continue
-        a, b = plain_number(pred), plain_number(str(r))
-        if a is not None and b is not None:
-            results[i] = float(a == b)
-        else:
-            slow.append(i)
-    workers = workers if workers is not None else min(4, os.cpu_count() or 1)
-    if slow and (workers <= 1 or len(slow) < 64):
-        for i in slow:
-            results[i] = score(completions[i], references[i], fallback_last_number=fallback_last_number)
-    elif slow:
-        chunks = [slow[k::workers] for k in range(workers)]
-        pairs = [[(completions[i], references[i]) for i in ch] for ch in chunks]
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for idx, scores in zip(chunks, pool.map(_score_pairs, pairs, [fallback_last_number] * len(pairs))):
-                for i, s in zip(idx, scores):
-                    results[i] = s
-    return [float(s) for s in results]  # type: ignore[arg-type]
+    """Scores of many completions (:func:`judge_batch`)."""
+    verdicts = judge_batch(completions, references, workers=workers, fallback_last_number=fallback_last_number)
+    return [v.score for v in verdicts]
 
 
 class MathOptions(BaseModel):

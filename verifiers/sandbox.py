@@ -3,12 +3,30 @@
 Each check runs in fresh network, mount, IPC and PID namespaces, created per check by
 :mod:`verifiers.sandbox_runtime` (a bare ``python -I -S`` fork server started once per process, which forks a
 supervisor per session: one :func:`run_tests` call, or one worker of :func:`run_batch`):
-- **no network**: the new network namespace has only a loopback interface, and it is down;
-- **no writes outside its directory**: private tmpfs mounts cover every world-writable directory
-  (/tmp, /var/tmp, /dev/shm, /run/lock, /dev/mqueue), and the code runs as ``nobody`` with
-  no_new_privs; the working directory is the fresh /tmp. SysV IPC objects live in the check's own IPC
-  namespace;
-- **no view of the host**: /proc is remounted in the new PID namespace;
+- **no network**: the new network namespace has only a loopback interface, and it is down (abstract Unix
+  sockets belong to the network namespace too);
+- **no view of the host's files** (the jail, :func:`jail_available`): the check's root is a fresh tmpfs, made
+  the root by ``pivot_root`` with the old root detached, that holds read-only binds of the interpreter's
+  standard library (lib-dynload included, any site-packages masked) and of the directories of the shared
+  libraries its extension modules load (found once per server by loading them in a scout process, e.g.
+  /usr/lib/x86_64-linux-gnu), the loader's cache /etc/ld.so.cache, and the merged-/usr symlinks (/lib ->
+  usr/lib). Its own: /tmp (the working directory) and /dev/shm, private tmpfs; a /dev with null, zero,
+  random and urandom only; the /proc of its PID namespace. The checkout, the venv and its packages (and
+  data sets such as HumanEval's, with the answers), data/, /etc, home directories and every path socket
+  of the host are not in it; nothing can be executed either (no /bin: the checks fork, they never exec).
+  Binding the system's library directory exposes only system libraries, world-readable on any machine
+  and needed by ``hashlib``, ``decimal``, ``ctypes``, ``sqlite3``...;
+- **no writes outside its directory**: the jail's root is read-only, /tmp and /dev/shm are private, and the
+  code runs as ``nobody`` with no_new_privs. SysV IPC objects live in the check's own IPC namespace;
+- **no view of the host's processes**: the /proc of the new PID namespace; a cgroup namespace hides the
+  host's cgroup paths;
+- **one budget for all of a check's processes** (:func:`cgroups_available`): cgroups per session (v2 where
+  its memory and pids controllers are enabled below this process's cgroup, else the v1 memory and pids
+  hierarchies), made and joined by the session's supervisor before its first judge, so every process of
+  its checks is born in them (a fork costs nothing there, a move between cgroups an RCU grace period), and
+  removed when the session ends. A session runs one check at a time: the budget, ``total_memory_mb``
+  without swap and ``max_processes`` plus four processes, is that check's, beside the supervisor and the
+  idle sandbox set up ahead. The judges and candidates are the OOM killer's first choice;
 - **limits**: rlimits on address space, CPU seconds, processes, file size and open files; a wall-clock
   timeout kills the namespace's PID 1, and the kernel then kills every process left inside before the
   call returns (nothing survives by ``setsid`` or double-forking); captured output is capped, and the
@@ -26,7 +44,12 @@ Python's own operators (so ``1 == 1.0`` holds, as in the test author's Python, b
 list and an ``__eq__`` of the completion's never runs). A call whose argument or result is anything else
 (an instance of a completion's class, a lambda) fails its test, and so does a test that needs such an
 object. In-place changes to arguments, and what the completion prints, are not seen by the tests (tests
-that capture stdout fail). The tests share one scope, as before, and the files of the check's /tmp.
+that capture stdout fail). A call the completion answers by raising a builtin ``Exception`` raises it in the
+test (a test may expect a ValueError); anything else it raises (its own classes, SystemExit, and the iteration
+protocol's StopIteration and StopAsyncIteration, which would end a ``map`` or an ``async for`` quietly) raises
+a ``CandidateError``, so the test that called it fails. A row may give trusted ``setup`` code, which the
+judge runs in the tests' scope before them: a HumanEval prompt's helpers, so the tests use the row's and not
+the completion's. The tests share one scope, as before, and the files of the check's /tmp.
 Completion names that shadow a builtin are not visible to the tests, which always use the real builtins;
 a module the completion imported is visible to the tests (as the judge's own import) only when it is on
 ``sandbox_runtime.JUDGE_MODULES``.
@@ -39,7 +62,12 @@ never sees a payload before its own, and the supervisor never sees any: the call
 
 Where namespaces cannot be created, :func:`run_tests` refuses to run unless ``allow_unsandboxed`` is set,
 which keeps only the rlimits, the separate judge and the timeout (processes that leave the process group
-may survive it, and the host's /proc, network and world-writable directories are reachable).
+may survive it, and the host's /proc, network and world-writable directories are reachable). Where the
+namespaces can be created but the jail cannot (pivot_root refused, e.g. a root on rootfs), the checks run
+with namespaces alone and a warning says so once: private tmpfs mounts then cover every world-writable
+directory (/tmp, /var/tmp, /dev/shm, /run/lock, /dev/mqueue), but the host's world-readable files and path
+sockets are reachable. Where no cgroup can be made (an unprivileged container), a warning says so once, and
+a check's memory is bounded only by ``memory_mb`` per process, ``memory_mb`` x ``max_processes`` in all.
 """
 
 from __future__ import annotations
@@ -85,6 +113,12 @@ class Limits(BaseModel):
     wall_seconds: float = Field(5.0, gt=0, description="Wall-clock limit for one completion's code and tests.")
     cpu_seconds: int = Field(5, ge=1, description="CPU-time rlimit of each sandboxed process.")
     memory_mb: int = Field(512, ge=64, description="Address-space rlimit of each sandboxed process.")
+    total_memory_mb: int = Field(
+        1024,
+        ge=64,
+        description="Memory of all of one check's processes together, swap excluded (a cgroup per check, where "
+        "one can be made; else only memory_mb per process x max_processes bounds it).",
+    )
     max_processes: int = Field(32, ge=1, description="Processes the code may run at once (stops fork bombs).")
     max_file_mb: int = Field(16, ge=1, description="Largest file a sandboxed process may write.")
     max_open_files: int = Field(64, ge=16, description="Open-file rlimit of each sandboxed process.")
@@ -128,6 +162,41 @@ def isolation_available() -> bool:
 def user_namespaces_available() -> bool:
     """Whether each check's code can get a user namespace of its own (RLIMIT_NPROC counted per check)."""
     return isolation_available() and _probe("probe-userns")
+
+
+@lru_cache(maxsize=1)
+def jail_available() -> bool:
+    """Whether each check can get a root of its own (a tmpfs holding only the standard library, read-only, and
+    private /tmp, /dev and /proc: the runtime's ``enter_jail``). Where not, says so once: the code then sees the
+    host's world-readable files and path sockets, as with namespaces alone."""
+    if not isolation_available():
+        return False
+    if _probe("probe-jail"):
+        return True
+    log.warning(
+        "sandbox: cannot build the read-only root (pivot_root into a tmpfs) here; the sandboxed code can read "
+        "every world-readable file of this machine and connect to its path sockets"
+    )
+    return False
+
+
+@lru_cache(maxsize=1)
+def cgroups_available() -> bool:
+    """Whether each check can get cgroups of its own, which bound its processes' memory together
+    (``total_memory_mb``) and their number. Where not (an unprivileged container), says so once."""
+    if not isolation_available():
+        return False
+    if _probe("probe-cgroup"):
+        return True
+    limits = Limits()
+    log.warning(
+        "sandbox: no cgroup can be made here (needs write access to a cgroup v2 directory with memory and pids "
+        "controllers, or to the v1 memory hierarchy): a check's memory is bounded only per process, memory_mb x "
+        "max_processes in all (%d MB x %d by default)",
+        limits.memory_mb,
+        limits.max_processes,
+    )
+    return False
 
 
 def _probe(what: str) -> bool:
@@ -250,37 +319,47 @@ def _isolation(limits: Limits, allow_unsandboxed: bool | None) -> bool:
     )
 
 
-def _validate(code: object, tests: object, where: str) -> None:
+def _validate(code: object, tests: object, where: str, setup: object = "") -> None:
     if not isinstance(code, str):
         raise ValueError(f"{where}: field 'code' must be a str, got {type(code).__name__}")
     if not isinstance(tests, (list, tuple)) or not all(isinstance(t, str) for t in tests):
         raise ValueError(f"{where}: field 'tests' must be a list of str")
+    if not isinstance(setup, str):
+        raise ValueError(f"{where}: field 'setup' must be a str, got {type(setup).__name__}")
 
 
 def run_tests(
-    code: str, tests: Sequence[str], limits: Limits = Limits(), *, allow_unsandboxed: bool | None = None
+    code: str,
+    tests: Sequence[str],
+    limits: Limits = Limits(),
+    *,
+    setup: str = "",
+    allow_unsandboxed: bool | None = None,
 ) -> Result:
     """Run ``code`` then each test in ``tests`` separately; one bool per test.
 
-    Tests that finished before a timeout or crash keep their verdict; the rest count as failed.
-    ``allow_unsandboxed``, when given, overrides ``limits.allow_unsandboxed``.
+    ``setup`` is trusted code that the judge runs in the tests' scope before them (a HumanEval prompt's helper
+    functions): its names replace the completion's for the tests. Tests that finished before a timeout or crash
+    keep their verdict; the rest count as failed. ``allow_unsandboxed``, when given, overrides
+    ``limits.allow_unsandboxed``.
     """
-    _validate(code, tests, "run_tests")
+    _validate(code, tests, "run_tests", setup)
     session = _open_session(limits, _isolation(limits, allow_unsandboxed))
     try:
-        return session.check(code, list(tests), more=False)
+        return session.check(code, list(tests), more=False, setup=setup)
     finally:
         session.close()
 
 
 def run_batch(
-    items: Sequence[tuple[str, Sequence[str]]],
+    items: Sequence[tuple[str, Sequence[str]] | tuple[str, Sequence[str], str]],
     limits: Limits = Limits(),
     *,
     workers: int | None = None,
     allow_unsandboxed: bool | None = None,
 ) -> list[Result]:
-    """:func:`run_tests` for each ``(code, tests)``, ``workers`` (default ``limits.workers``) checks at a time.
+    """:func:`run_tests` for each ``(code, tests)`` or ``(code, tests, setup)``, ``workers`` (default
+    ``limits.workers``) checks at a time.
 
     Each worker has a session: a supervisor that runs its checks one after another, each in a sandbox of its
     own (namespaces, tmpfs, processes and limits, exactly as when run alone), and sets up the next sandbox
@@ -288,9 +367,11 @@ def run_batch(
     data (see the runtime's :class:`~verifiers.sandbox_runtime.Sandbox`), so no check can learn another's.
     """
     for i, item in enumerate(items):
-        if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise ValueError(f"row {i}: expected a (code, tests) pair, got {type(item).__name__}")
-        _validate(item[0], item[1], f"row {i}")
+        if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+            raise ValueError(
+                f"row {i}: expected a (code, tests) pair or (code, tests, setup), got {type(item).__name__}"
+            )
+        _validate(item[0], item[1], f"row {i}", item[2] if len(item) == 3 else "")
     isolate = _isolation(limits, allow_unsandboxed)
     results: list[Result | None] = [None] * len(items)
     indices = iter(range(len(items)))
@@ -310,7 +391,9 @@ def run_batch(
                     if session is not None:
                         session.close()
                     session = _open_session(limits, isolate)
-                results[i] = session.check(items[i][0], list(items[i][1]), more=following is not None)
+                item = items[i]
+                setup = item[2] if len(item) == 3 else ""
+                results[i] = session.check(item[0], list(item[1]), more=following is not None, setup=setup)
                 i = following
         finally:
             if session is not None:
@@ -361,13 +444,19 @@ class _Session:
         except OSError as exc:
             self.sock.close()
             raise _ServerGone(str(exc)) from exc
-        cfg = {**limits.model_dump(), "isolate": isolate, "userns": isolate and user_namespaces_available()}
+        cfg = {
+            **limits.model_dump(),
+            "isolate": isolate,
+            "userns": isolate and user_namespaces_available(),
+            "jail": isolate and jail_available(),
+            "cgroup": isolate and cgroups_available(),
+        }
         try:
             self.sock.send(json.dumps(cfg).encode())
         except OSError:
             pass  # the supervisor is gone already: check() reads the closed socket and reports it
 
-    def check(self, code: str, tests: list[str], *, more: bool) -> Result:
+    def check(self, code: str, tests: list[str], *, more: bool, setup: str = "") -> Result:
         """Run one check in the next sandbox; ``more`` asks the supervisor to set up another one meanwhile."""
         created = time.monotonic()
         try:
@@ -376,11 +465,11 @@ class _Session:
             self.broken = True
             return self._failure(len(tests), str(exc), timed_out=False)
         try:
-            return self._run(pipes, code, tests, more, created)
+            return self._run(pipes, code, tests, more, created, setup)
         finally:
             pipes.close()
 
-    def _run(self, pipes: _Pipes, code: str, tests: list[str], more: bool, created: float) -> Result:
+    def _run(self, pipes: _Pipes, code: str, tests: list[str], more: bool, created: float, setup: str) -> Result:
         deadline = time.monotonic() + self.limits.wall_seconds + GRACE_SECONDS
         try:
             self.sock.send(b"m" if more else b"g")  # the wall-clock limit starts now, before the payload exists
@@ -388,7 +477,8 @@ class _Session:
             self.broken = True
             return self._failure(len(tests), f"no answer from the supervisor ({type(exc).__name__})", timed_out=False)
         sent = time.monotonic()
-        pipes.feed(json.dumps(tests).encode(), code.encode("utf-8", "surrogatepass"))
+        judge_input = json.dumps({"tests": tests, "setup": setup}).encode("utf-8", "surrogatepass")
+        pipes.feed(judge_input, code.encode("utf-8", "surrogatepass"))
         if not pipes.collect(deadline, self.limits.max_output_kb * 1024):
             self.broken = True
             return self._failure(len(tests), "no answer from the supervisor (TimeoutError)", timed_out=True)

@@ -3,9 +3,11 @@
 Process tree (every arrow is a plain ``fork``, no ``exec``: the interpreter is already warm, see :func:`warm_up`)::
 
     fork server (root, host namespaces, clean env; never reads a payload)
-      └─ supervisor, one per session (root, host namespaces): forks each check's judge, times it, reaps it
-           └─ judge = PID 1 of a new PID namespace (unshares net/mount/IPC, mounts private tmpfs and /proc,
-              then nobody, non-dumpable, signals blocked)
+      └─ supervisor, one per session (root, host namespaces, the session's cgroups): forks each check's judge,
+         times it, reaps it
+           └─ judge = PID 1 of a new PID namespace, in the session's cgroups (unshares net/mount/IPC/cgroup,
+              pivots into the jail: a tmpfs root with the standard library read-only, its own /tmp, /dev,
+              /proc; then nobody, non-dumpable, signals blocked)
                 └─ candidate (own user namespace, then nobody, no_new_privs): loads the completion, then
                    answers calls to its top-level names
 
@@ -23,6 +25,10 @@ arguments and results cross as plain data (:func:`encode` / :func:`decode`), reb
 types, so nothing the candidate defines (an ``__eq__`` that is always true, a patched ``exec``) ever
 runs in the judge. The judge reads the tests only after it forked the candidate, from a pipe the candidate
 closes before it runs any of the completion's code, so the expected values never exist in its memory.
+
+The jail's contents are planned once per server (:func:`jail_plan`, inherited by every fork) and built by each
+judge (:func:`enter_jail`); the cgroups are made and joined by each supervisor before it forks its first judge
+(:func:`enter_session_cgroups`), so every process of its sandboxes is born in them.
 
 As PID 1 the judge cannot be signalled from inside its namespace, and when it exits (or the supervisor
 kills it at the wall timeout) the kernel kills every process left in the namespace before the
@@ -61,9 +67,16 @@ WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
 
 # <sched.h>, <sys/mount.h>, <sys/prctl.h>
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
-CLONE_NEWUSER = 0x10000000
-NAMESPACES = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET  # the judge's own; CLONE_NEWPID is set by its parent
+CLONE_NEWUSER, CLONE_NEWCGROUP = 0x10000000, 0x02000000
+# The judge's own (CLONE_NEWPID is set by its parent); the cgroup namespace, made once the judge joined its
+# cgroups, shows them as "/" in /proc/self/cgroup instead of the host's paths.
+NAMESPACES = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWCGROUP
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
+MS_RDONLY, MS_REMOUNT, MS_BIND, MNT_DETACH = 1, 32, 4096, 2
+# pivot_root(2) has no libc wrapper: its syscall number per machine
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "ppc64": 203, "s390x": 217}
+JAIL_DEVICES = {"null": (1, 3), "zero": (1, 5), "random": (1, 8), "urandom": (1, 9)}  # <linux/major.h> MEM_MAJOR
+JAIL_STAGING = ("/tmp", "/mnt", "/srv", "/opt")  # an existing directory the jail's root is built on, then pivoted to
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NAME, PR_SET_NO_NEW_PRIVS = 1, 4, 15, 38
 
 # Modules the judge imports for itself when the completion imported them under a name a test uses (MBPP tests
@@ -78,6 +91,10 @@ JUDGE_MODULES = frozenset(
 _SAFE_INT = 2**53
 _IDENT = re.compile(r"[^\W\d]\w*")
 _libc_handle = None
+_jail_plan: dict | None = None  # what each sandbox's root holds: computed once by the server, inherited by every fork
+RUNTIME_FILE = os.path.abspath(__file__)
+_cgroup_plan: dict | None = None  # where each sandbox's cgroups are made (see cgroup_plan), inherited likewise
+CGROUP_PREFIX = "grpoflow-sandbox-"
 
 
 # ----------------------------------------------------------------------------------------------- plain data
@@ -296,6 +313,300 @@ def enter_namespaces(tmpfs_mb: int) -> None:
 def existing_writable_dirs() -> list[str]:
     """The world-writable directories of this machine that each sandbox covers with its own tmpfs."""
     return [path for path in WRITABLE_DIRS if os.path.isdir(path)]
+
+
+# ---------------------------------------------------------------------------------------------------- jail
+
+
+def jail_plan() -> dict:
+    """What each sandbox's root holds besides its own /tmp, /dev and /proc, looked up once (by the server).
+
+    Read-only binds, each at its host path: the standard library (``os``'s directory, lib-dynload included),
+    every directory the shared libraries of the standard library's extension modules come from (found by
+    :func:`library_dirs`: libc's, libcrypto's, libffi's..., no other host directory), and the loader's cache.
+    Every ``site-packages`` / ``dist-packages`` under a bound directory is masked by an empty read-only tmpfs,
+    and top-level symlinks such as a merged-/usr ``/lib -> usr/lib`` are recreated, so library paths resolve.
+    """
+    stdlib = os.path.abspath(os.path.dirname(os.__file__))  # where this interpreter's sys.path looks
+    dirs: list[str] = []
+    for path in sorted({stdlib, *library_dirs()}, key=len):
+        if not any(path == d or path.startswith(d + "/") for d in dirs):
+            dirs.append(path)
+    masks = sorted(
+        os.path.join(d, *sub, name)
+        for d in dirs
+        for sub in ([], *([entry] for entry in _listdir(d) if entry.startswith("python")))
+        for name in ("site-packages", "dist-packages")
+        if os.path.isdir(os.path.join(d, *sub, name))
+    )
+    files = [path for path in ("/etc/ld.so.cache",) if os.path.isfile(path)]
+    links = [(path, os.readlink(path)) for path in ("/lib", "/lib32", "/lib64", "/libx32") if os.path.islink(path)]
+    staging = next(path for path in JAIL_STAGING if os.path.isdir(path) and not os.path.islink(path))
+    return {"dirs": dirs, "files": files, "masks": masks, "links": links, "staging": staging}
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def library_dirs() -> list[str]:
+    """The directories of the shared objects that this interpreter and its extension modules load.
+
+    Found by a scout: a forked child loads every extension module of lib-dynload with ``dlopen`` (the
+    libraries they link, not their Python code) and reports the directories of the files in its memory map,
+    so the server itself maps nothing new. A module whose library is missing fails its import, as on the host.
+    """
+    dynload = next((path for path in sys.path if os.path.basename(path) == "lib-dynload"), "")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            for name in sorted(_listdir(dynload)):
+                if name.endswith(".so"):
+                    try:
+                        ctypes.CDLL(os.path.join(dynload, name), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+                    except OSError:
+                        pass
+            write_all(write, json.dumps(_mapped_library_dirs()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        found = json.loads(read_all(read) or b"[]")
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    if not found:
+        raise OSError("the library scout found no shared libraries")
+    return [str(path) for path in found]
+
+
+def _mapped_library_dirs() -> list[str]:
+    dirs = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(None, 5)  # address, perms, offset, device, inode, path (absent for anonymous maps)
+            path = fields[5].strip() if len(fields) == 6 else ""
+            if path.startswith("/") and ".so" in os.path.basename(path) and os.path.isfile(path):
+                dirs.add(os.path.dirname(os.path.realpath(path)))
+    return sorted(dirs)
+
+
+def enter_jail(plan: dict, tmpfs_mb: int) -> None:
+    """Unshare network, mount and IPC namespaces and make the root a fresh tmpfs that holds only ``plan``.
+
+    Built on a tmpfs mounted over the staging directory (in this mount namespace only), then made the root by
+    pivot_root(2) (``pivot_root(".", ".")``, then the old root detached): nothing of the host's filesystem is
+    reachable afterwards, neither files nor path sockets, except the read-only binds. Its own: /tmp (the
+    working directory) and /dev/shm, private tmpfs of ``tmpfs_mb``; /dev with null, zero, random and urandom
+    only; /proc of the new PID namespace. The root is read-only; the judge (PID 1 there) calls it.
+    """
+    _check_call(_libc().unshare(NAMESPACES), "unshare")
+    mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates to the host
+    os.umask(0o022)
+    root = plan["staging"]
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=755")
+    for path in plan["dirs"]:
+        os.makedirs(root + path, exist_ok=True)
+        _bind_read_only(path, root + path)
+    for path in plan["files"]:
+        os.makedirs(os.path.dirname(root + path), exist_ok=True)
+        os.close(os.open(root + path, os.O_CREAT | os.O_WRONLY, 0o644))
+        _bind_read_only(path, root + path)
+    for path in plan["masks"]:
+        mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
+    for path, target in plan["links"]:
+        if not os.path.lexists(root + path):  # a bound directory may already have taken the name
+            os.symlink(target, root + path)
+    _private_dirs(root, tmpfs_mb)
+    os.chdir(root)
+    _check_call(_libc().syscall(_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
+    _check_call(_libc().umount2(b".", MNT_DETACH), "umount the old root")
+    os.chdir("/")
+    mount("none", "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _bind_read_only(source: str, target: str) -> None:
+    mount(source, target, None, MS_BIND)
+    mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _private_dirs(root: str, tmpfs_mb: int) -> None:
+    """The jail's writable /tmp and /dev/shm, its /dev (device nodes made here: no host file is bound), /proc."""
+    for path in ("/tmp", "/dev", "/proc"):
+        os.mkdir(root + path)
+    mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=1777")
+    mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
+    for name, (major, minor) in JAIL_DEVICES.items():
+        os.mknod(f"{root}/dev/{name}", 0o666 | 0o020000, os.makedev(major, minor))  # S_IFCHR
+        os.chmod(f"{root}/dev/{name}", 0o666)  # the umask took write from group and others
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "fd/0"), ("stdout", "fd/1"), ("stderr", "fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    os.mkdir(root + "/dev/shm")
+    mount("tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=1777")
+    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this PID namespace's processes
+
+
+# ------------------------------------------------------------------------------------------------- cgroups
+
+
+def cgroup_plan() -> dict | None:
+    """Where each sandbox's cgroups are made: ``{"version": 2 or 1, "parents": {controller: directory}}``, children
+    of this process's own cgroups, or None where none can be made here (no write access, no controller).
+
+    cgroup v2 where its ``memory`` and ``pids`` controllers are enabled for children of this process's cgroup,
+    else the v1 ``memory`` hierarchy (and ``pids``, where mounted). A child directory is made and removed here
+    to prove it; what a session's supervisor left behind when killed is removed too.
+    """
+    mounts = _cgroup_mounts()
+    own = _own_cgroups()
+    v2 = _cgroup_dir(mounts.get("cgroup2"), own.get(""))
+    if v2 and {"memory", "pids"} <= set(_read_text(os.path.join(v2, "cgroup.subtree_control")).split()):
+        plan: dict = {"version": 2, "parents": {"": v2}}
+    else:
+        parents = {c: d for c in ("memory", "pids") if (d := _cgroup_dir(mounts.get(c), own.get(c)))}
+        if "memory" not in parents:
+            return None
+        plan = {"version": 1, "parents": parents}
+    try:
+        probe_name = f"{CGROUP_PREFIX}{os.getpid()}-probe"
+        remove_cgroups(make_cgroups(plan, {"total_memory_mb": 64, "max_processes": 1}, probe_name))
+    except OSError:
+        return None
+    _remove_stale_cgroups(plan)
+    return plan
+
+
+def _cgroup_mounts() -> dict[str, tuple[str, str]]:
+    """``{"cgroup2" or a v1 controller: (mount root, mount point)}`` from this process's mountinfo."""
+    found: dict[str, tuple[str, str]] = {}
+    with open("/proc/self/mountinfo") as info:
+        for line in info:
+            fields, _, rest = line.partition(" - ")
+            parts, extra = fields.split(), rest.split()
+            if len(parts) < 5 or len(extra) < 3:
+                continue
+            where = (parts[3], parts[4])
+            if extra[0] == "cgroup2":
+                found.setdefault("cgroup2", where)
+            elif extra[0] == "cgroup":
+                for option in extra[2].split(","):
+                    found.setdefault(option, where)
+    return found
+
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroup path per v1 controller, and ``""`` for v2 (/proc/self/cgroup)."""
+    own = {}
+    with open("/proc/self/cgroup") as info:
+        for line in info:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            for controller in controllers.split(",") if controllers else [""]:
+                own[controller] = path
+    return own
+
+
+def _cgroup_dir(mount_entry: tuple[str, str] | None, path: str | None) -> str | None:
+    """The directory of cgroup ``path`` in a hierarchy mounted at ``mount_entry``, if that mount shows it."""
+    if mount_entry is None or path is None:
+        return None
+    root, point = mount_entry
+    if root != "/" and path != root and not path.startswith(root + "/"):
+        return None
+    directory = point + (path[len(root) :] if root != "/" else path).rstrip("/")
+    return directory if os.path.isdir(directory) else None
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _write_text(path: str, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def make_cgroups(plan: dict, cfg: dict, name: str) -> list[str]:
+    """A session's cgroups (a directory per hierarchy), limited to ``total_memory_mb`` without swap and to
+    ``max_processes`` plus four: the supervisor, the running check's judge, and the judge and candidate of the
+    sandbox set up ahead (the running candidate is among ``max_processes``, as it is for RLIMIT_NPROC)."""
+    memory = str(int(cfg["total_memory_mb"]) * 1024 * 1024)
+    pids = str(int(cfg["max_processes"]) + 4)
+    limits = {  # in order: v1 refuses a memsw limit below the memory limit
+        2: [("memory.max", memory), ("memory.swap.max", "0"), ("pids.max", pids)],
+        1: [("memory.limit_in_bytes", memory), ("memory.memsw.limit_in_bytes", memory), ("pids.max", pids)],
+    }[plan["version"]]
+    made: list[str] = []
+    try:
+        for parent in plan["parents"].values():
+            path = os.path.join(parent, name)
+            os.mkdir(path)
+            made.append(path)
+            for file, value in limits:
+                if os.path.exists(os.path.join(path, file)):  # memsw needs swap accounting; pids only its own
+                    _write_text(os.path.join(path, file), value)
+    except OSError:
+        remove_cgroups(made)
+        raise
+    return made
+
+
+def join_cgroups(paths: list[str]) -> None:
+    """Move this process into each cgroup ("0": the writer itself, whatever its PID namespace)."""
+    for path in paths:
+        _write_text(os.path.join(path, "cgroup.procs"), "0")
+
+
+def remove_cgroups(paths: list[str], attempts: int = 100) -> list[str]:
+    """Remove the (now empty) cgroups; the ones the kernel still holds busy after ``attempts`` tries are returned.
+
+    The judge's processes are all reaped by then, but the kernel may take a moment to let go of exited tasks.
+    """
+    left = []
+    for path in reversed(paths):
+        for attempt in range(attempts):
+            try:
+                os.rmdir(path)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                if attempt + 1 == attempts:
+                    left.append(path)
+                else:
+                    time.sleep(0.001)
+    return left
+
+
+def _remove_stale_cgroups(plan: dict) -> None:
+    """The cgroups of sandbox servers that are gone (named ``<prefix><server pid>-...``): a killed supervisor
+    cannot remove its own."""
+    for parent in plan["parents"].values():
+        for entry in _listdir(parent):
+            owner = entry[len(CGROUP_PREFIX) :].split("-")[0]
+            if entry.startswith(CGROUP_PREFIX) and owner.isdigit() and not _alive(int(owner)):
+                remove_cgroups([os.path.join(parent, entry)], attempts=1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def fork_in_new_pid_namespace(own_pid_namespace: int) -> int:
@@ -539,11 +850,20 @@ def _unwrap(reply: list, name: str) -> Any:
     raise BoundaryError(f"{name}: {str(reply[2])[:200]}")
 
 
+# Exceptions that Python's own machinery catches as a signal rather than an error: a StopIteration raised by a
+# call inside ``map``/``filter``/``zip`` ends that iteration quietly, so ``all(map(f, xs))`` would hold for an
+# ``f`` that only raises. The candidate's are re-raised as CandidateError, which nothing catches implicitly.
+_CONTROL_FLOW_EXCEPTIONS = (StopIteration, StopAsyncIteration)
+
+
 def _candidate_exception(type_name: Any, message: Any) -> Exception:
-    """The builtin exception the candidate raised (so tests that expect e.g. ValueError work), else CandidateError."""
+    """The builtin exception the candidate raised (so tests that expect e.g. ValueError work), else CandidateError:
+    for a non-builtin type, a BaseException that is no Exception (SystemExit, KeyboardInterrupt, GeneratorExit)
+    and the iteration protocol's signals (:data:`_CONTROL_FLOW_EXCEPTIONS`), so that whatever the candidate
+    raises fails the test that called it unless the test catches that very type itself."""
     cls = getattr(builtins, type_name, None) if type(type_name) is str else None
     text = str(message)[:500]
-    if isinstance(cls, type) and issubclass(cls, Exception):
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, _CONTROL_FLOW_EXCEPTIONS):
         try:
             return cls(text)
         except Exception:
@@ -597,9 +917,9 @@ def judge_main(fds: dict[str, int], cfg: dict, workdir: str, supervisor: int) ->
         _report(fds["verdict_w"], f"E {type(exc).__name__}: {exc}"[:300])
         os._exit(1)
     _report(4, f"T ready {time.monotonic()}")
-    tests = json.loads(read_payload(3))
+    payload = json.loads(read_payload(3))
     os.close(3)
-    run_judge(tests, Channel(5), verdicts=4)
+    run_judge(payload["tests"], Channel(5), verdicts=4, setup=payload.get("setup", ""))
 
 
 def _start_judge(fds: dict[str, int], cfg: dict, workdir: str, supervisor: int) -> None:
@@ -607,7 +927,16 @@ def _start_judge(fds: dict[str, int], cfg: dict, workdir: str, supervisor: int) 
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if _host_parent() != supervisor:  # it died before the line above: nobody would ever stop this sandbox
         os._exit(1)
-    if cfg["isolate"]:
+    if cfg["isolate"] and cfg.get("cgroup"):
+        # The OOM killer's first choice, with everything it forks, before the supervisor in the same cgroup
+        # (raising one's own score needs no privilege; lowering the supervisor's would need CAP_SYS_RESOURCE).
+        _write_text("/proc/self/oom_score_adj", "1000")
+    if cfg["isolate"] and cfg.get("jail"):
+        if _jail_plan is None:
+            raise OSError("the sandbox server has no jail plan (see its probe)")
+        enter_jail(_jail_plan, int(cfg["tmpfs_mb"]))
+        _report(fds["verdict_w"], f"T namespaces {time.monotonic()}")
+    elif cfg["isolate"]:
         enter_namespaces(int(cfg["tmpfs_mb"]))
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this namespace's processes only
         _report(fds["verdict_w"], f"T namespaces {time.monotonic()}")
@@ -646,8 +975,13 @@ def _host_parent() -> int:
         os.close(fd)
 
 
-def run_judge(tests: list[str], channel: Channel, verdicts: int) -> None:
-    """Wait for the candidate to load, then run each test in one scope and report ``P i`` or ``F i Type``."""
+def run_judge(tests: list[str], channel: Channel, verdicts: int, setup: str = "") -> None:
+    """Wait for the candidate to load, then run each test in one scope and report ``P i`` or ``F i Type``.
+
+    ``setup`` is trusted code (a HumanEval prompt's imports and helper functions) run in the test scope before
+    the tests: its names replace the candidate's, so the tests call the row's own helpers, whatever the
+    completion redefined. When it fails, every test fails.
+    """
     try:
         hello = recv_frame(channel.fd)
     except Exception:
@@ -658,7 +992,13 @@ def run_judge(tests: list[str], channel: Channel, verdicts: int) -> None:
         _report(verdicts, f"N code failed to load: {_printable(reason)}")
         _report(verdicts, "D")
         os._exit(0)
-    scope = build_scope(hello[1], tests, channel)
+    scope = build_scope(hello[1], [*tests, setup], channel)
+    try:
+        exec(compile(setup, "<setup>", "exec"), scope)
+    except BaseException as exc:  # noqa: B036 - the row's own code failed: no test can count
+        _report(verdicts, f"N the tests' setup failed: {type(exc).__name__}")
+        _report(verdicts, "D")
+        os._exit(0)
     for i, test in enumerate(tests):
         try:
             exec(compile(test, f"<test {i}>", "exec"), scope)
@@ -803,6 +1143,40 @@ class Sandbox:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def enter_session_cgroups(cfg: dict) -> list[str]:
+    """The session's cgroups, made and joined by its supervisor, when the session asked for them
+    (``cfg["cgroup"]``), else none: every judge it forks, and all of that judge's processes, are born in them.
+
+    One set per session rather than per check: moving a task between cgroups waits for an RCU grace period,
+    which cost every check a millisecond or more of latency under load, while a fork lands in its parent's
+    cgroup for free. A session runs one check at a time, so the budget is that check's, plus the supervisor and
+    the one sandbox set up ahead (an idle judge and candidate): see :func:`make_cgroups`. Each judge makes itself
+    and its processes the OOM killer's first choice, so a check that fills the budget loses its own processes,
+    not the supervisor.
+    """
+    if not (cfg["isolate"] and cfg.get("cgroup")):
+        return []
+    if _cgroup_plan is None:
+        raise OSError("the sandbox server found no cgroup it can make (see its probe)")
+    paths = make_cgroups(_cgroup_plan, cfg, f"{CGROUP_PREFIX}{os.getppid()}-{os.getpid()}")
+    try:
+        join_cgroups(paths)
+    except OSError:
+        leave_session_cgroups(paths)
+        raise
+    return paths
+
+
+def leave_session_cgroups(paths: list[str]) -> None:
+    """Move the supervisor back to the cgroups it came from, then remove the session's (every judge is reaped)."""
+    for path in paths:
+        try:
+            _write_text(os.path.join(os.path.dirname(path), "cgroup.procs"), "0")
+        except OSError:
+            pass  # then its directory stays busy until this process exits; the next server removes it
+    remove_cgroups(paths)
+
+
 def _pipes() -> dict[str, int]:
     fds = {}
     for name in ("verdict", "tests", "code", "out"):
@@ -828,8 +1202,10 @@ def run_session(conn: socket.socket, cfg: dict) -> None:
     payload into the pipes; this process sends the JSON outcome once the judge is reaped.
     """
     own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) if cfg["isolate"] else None
-    live = [Sandbox(cfg, own)]
+    cgroups = enter_session_cgroups(cfg)
+    live: list[Sandbox] = []
     try:
+        live.append(Sandbox(cfg, own))
         while live:
             sandbox = live[0]
             sandbox.hand_over(conn)
@@ -850,6 +1226,7 @@ def run_session(conn: socket.socket, cfg: dict) -> None:
     finally:
         for sandbox in live:
             sandbox.discard()
+        leave_session_cgroups(cgroups)
 
 
 def _recv_message(conn: socket.socket) -> bytes:
@@ -889,6 +1266,15 @@ def serve(control_fd: int) -> None:
     control = socket.socket(fileno=control_fd)
     server_pid = os.getpid()
     set_name(b"sandbox-server")
+    global _jail_plan, _cgroup_plan
+    try:
+        _jail_plan = jail_plan()  # before SIGCHLD is ignored: the plan's scout is a child waited for
+    except (OSError, StopIteration):  # sessions that ask for the jail then fail their setup and say why
+        _jail_plan = None
+    try:
+        _cgroup_plan = cgroup_plan()
+    except (OSError, ValueError):
+        _cgroup_plan = None
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
     _libc()
     warm_up()
@@ -936,9 +1322,9 @@ def _rehearse_check() -> None:
         scope = {"__name__": "__main__", "__builtins__": builtins}
         exec(compile("import math\ndef add(a, b):\n    return a + b\nN = 3", "<completion>", "exec"), scope)
         send_frame(candidate_end, ["loaded", describe(scope)])
-        tests_json = json.dumps(["assert add(1, 2) == N", "assert math.floor(add(0.5, 1)) == 1"]).encode()
+        tests_json = json.dumps({"tests": ["assert add(1, 2) == N", "assert math.floor(add(0.5, 1)) == 1"]}).encode()
         write_payload(verdict_w, tests_json)  # the way a judge gets its tests (the pipe is free until the verdicts)
-        tests = json.loads(read_payload(verdict_r))
+        tests = json.loads(read_payload(verdict_r))["tests"]
         channel = Channel(judge_end)
         send_frame(candidate_end, ["ok", 1, encode(3)])  # the answer to the value request build_scope makes
         test_scope = build_scope(recv_frame(judge_end)[1], tests, channel)
@@ -997,6 +1383,36 @@ def probe() -> int:
     return 0
 
 
+def probe_jail() -> int:
+    """Exit status 0 when a child in new namespaces can build the jail (:func:`enter_jail`), sees only its root,
+    and can import a standard-library module that loads a shared library there (``decimal``: _decimal)."""
+    try:
+        plan = jail_plan()
+        own = os.open("/proc/self/ns/pid", os.O_RDONLY)
+        pid = fork_in_new_pid_namespace(own)
+    except (OSError, StopIteration):
+        return 1
+    if pid == 0:
+        status = 1
+        try:
+            enter_jail(plan, 1)
+            import decimal  # noqa: F401 - not imported by -I -S before: lib-dynload and libmpdec in the jail
+
+            status = 0 if not os.path.exists(RUNTIME_FILE) and os.path.isdir("/proc/1") else 1
+        finally:
+            os._exit(status)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def probe_cgroup() -> int:
+    """Exit status 0 when this process can make, join and remove a sandbox's cgroups (:func:`cgroup_plan`)."""
+    try:
+        plan = cgroup_plan()
+    except (OSError, ValueError):
+        return 1
+    return 0 if plan is not None else 1
+
+
 def probe_user_namespace() -> int:
     """Exit status 0 when a child can enter a user namespace mapped by this process and become nobody in it."""
     sync, child_sync = (end.detach() for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
@@ -1018,7 +1434,7 @@ def probe_user_namespace() -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``serve FD``, ``probe`` or ``probe-userns``."""
+    """``serve FD``, ``probe``, ``probe-userns``, ``probe-jail``, ``probe-cgroup`` or ``plan``."""
     if argv[:1] == ["serve"] and len(argv) == 2:
         serve(int(argv[1]))
         return 0
@@ -1026,7 +1442,16 @@ def main(argv: list[str]) -> int:
         return probe()
     if argv == ["probe-userns"]:
         return probe_user_namespace()
-    print("usage: sandbox_runtime.py serve FD | probe | probe-userns", file=sys.stderr)
+    if argv == ["probe-jail"]:
+        return probe_jail()
+    if argv == ["probe-cgroup"]:
+        return probe_cgroup()
+    if argv == ["plan"]:  # what a server on this interpreter would bind and where it would make cgroups
+        print(json.dumps({"jail": jail_plan(), "cgroup": cgroup_plan()}, indent=1))
+        return 0
+    print(
+        "usage: sandbox_runtime.py serve FD | probe | probe-userns | probe-jail | probe-cgroup | plan", file=sys.stderr
+    )
     return 2
 
 

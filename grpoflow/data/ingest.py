@@ -27,6 +27,13 @@ Python (``sys.get_int_max_str_digits``), nesting too deep for the JSON parser, a
 than ``data.max_prompt_chars``. Only a file that cannot be read as rows at all (a ``.json`` that is
 not a list, an unreadable Parquet file, a CSV header with repeated names) raises ``ValueError``
 naming the file.
+
+A file is bounded as a whole too, so that a small hostile file cannot cost unbounded memory or time
+(a 1 MB ``.json.gz`` inflates to 1 GB; 31 KB of gzip are 32 million empty lines): past
+``data.max_file_bytes`` bytes read (decompressed; for Parquet its uncompressed size and the bytes
+its rows take in memory) or ``data.max_file_lines`` lines (blank lines count; elements of a
+``.json`` list, rows of a Parquet file), reading stops with a ``ValueError`` naming the file, and
+the line where it stopped.
 """
 
 from __future__ import annotations
@@ -57,6 +64,8 @@ CODE_FIELDS = {"prompt": ("prompt", "text"), "tests": ("tests", "test_list"), "s
 GZIP_FORMATS = (".jsonl", ".ndjson", ".json", ".csv")  # the formats also read as <name>.gz
 DEFAULT_MAX_PROMPT_CHARS: int = DataConfig.model_fields["max_prompt_chars"].default
 DEFAULT_MAX_ROW_BYTES: int = DataConfig.model_fields["max_row_bytes"].default
+DEFAULT_MAX_FILE_BYTES: int = DataConfig.model_fields["max_file_bytes"].default
+DEFAULT_MAX_FILE_LINES: int = DataConfig.model_fields["max_file_lines"].default
 MAX_ID_CHARS = 200
 _NUMBER = re.compile(r"^-?\d+(?:,\d{3})*(?:\.\d+)?$|^-?\d*\.\d+$")
 # Unicode category Cc (C0, DEL, C1) except tab and newline, and lone surrogates (UTF-8 cannot encode them).
@@ -313,21 +322,63 @@ class RawRow:
     size: int | None = None
 
 
-def read_raw(path: str | Path, *, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES) -> Iterator[RawRow]:
+@dataclass(frozen=True)
+class _Caps:
+    """What one file may cost: bytes per row, and bytes (decompressed) and lines of the whole file."""
+
+    path: Path
+    row_bytes: int
+    file_bytes: int
+    file_lines: int
+    rows: int | None = None  # the most rows the caller will take (a source's limit), None: all
+
+    def too_many_lines(self, number: int, what: str = "line", where: str = "") -> ValueError:
+        """The file's error for line (list element, row) ``number`` past ``data.max_file_lines``."""
+        blank = " (blank lines count)" if what == "line" else ""
+        return ValueError(
+            f"data file {self.path}: {what} {number}{where} is past data.max_file_lines={self.file_lines}{blank}; "
+            "raise it, or set the source's limit to read fewer rows"
+        )
+
+    def too_many_bytes(self, count: int, how: str = "read") -> ValueError:
+        """The file's error once ``count`` bytes (``how`` says of what) exceed ``data.max_file_bytes``."""
+        suffix, gz = _file_format(self.path)
+        how += " (decompressed)" if gz else ""
+        # A source's limit stops a streamed file early; a .json file is read whole first.
+        hint = "raise it" if suffix == ".json" else "raise it, or set the source's limit to read fewer rows"
+        return ValueError(
+            f"data file {self.path}: {count} bytes {how}, above data.max_file_bytes={self.file_bytes}; {hint}"
+        )
+
+
+def read_raw(
+    path: str | Path,
+    *,
+    max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    max_file_lines: int = DEFAULT_MAX_FILE_LINES,
+    max_rows: int | None = None,
+) -> Iterator[RawRow]:
     """Rows of a JSONL, JSON (a list), Parquet or CSV file, each with its line number; the text
-    formats may be gzip-compressed (``<name>.jsonl.gz``), read as a stream."""
+    formats may be gzip-compressed (``<name>.jsonl.gz``), read as a stream. Past ``max_file_bytes``
+    (decompressed) or ``max_file_lines`` the iteration raises ``ValueError`` naming the file.
+
+    ``max_rows`` is how many rows the caller will take at most (a source's ``limit``): streamed
+    formats stop when the caller does, but a Parquet file is judged by its footer before any row
+    is read, and only the share of it that will be read should count."""
     path = Path(path)
+    caps = _Caps(path, max_row_bytes, max_file_bytes, max_file_lines, max_rows)
     if not path.is_file():
         raise FileNotFoundError(f"data file {path} does not exist")
     suffix, gz = _file_format(path)
     if gz and suffix not in GZIP_FORMATS:
         raise ValueError(f"data file {path}: unsupported format {suffix + '.gz'!r} (gzip is read for {GZIP_FORMATS})")
     readers: dict[str, Callable[[], Iterator[RawRow]]] = {
-        ".jsonl": lambda: _read_jsonl(path, max_row_bytes),
-        ".ndjson": lambda: _read_jsonl(path, max_row_bytes),
-        ".json": lambda: _read_json(path, max_row_bytes),
-        ".parquet": lambda: _read_parquet(path),
-        ".csv": lambda: _read_csv(path, max_row_bytes),
+        ".jsonl": lambda: _read_jsonl(caps),
+        ".ndjson": lambda: _read_jsonl(caps),
+        ".json": lambda: _read_json(caps),
+        ".parquet": lambda: _read_parquet(caps),
+        ".csv": lambda: _read_csv(caps),
     }
     if suffix not in readers:
         raise ValueError(
@@ -345,11 +396,44 @@ def _file_format(path: Path) -> tuple[str, bool]:
     return path.suffix.lower(), False
 
 
-def _open_binary(path: Path) -> BinaryIO:
-    """The file's bytes, decompressed as they are read when its name ends in ``.gz``."""
-    if path.name.lower().endswith(".gz"):
-        return cast(BinaryIO, gzip.open(path, "rb"))
-    return open(path, "rb")
+def _open_binary(caps: _Caps) -> _BoundedFile:
+    """The file's bytes, decompressed as they are read when its name ends in ``.gz``, at most
+    ``caps.file_bytes`` of them."""
+    path = caps.path
+    fh = cast(BinaryIO, gzip.open(path, "rb")) if path.name.lower().endswith(".gz") else open(path, "rb")
+    return _BoundedFile(fh, caps)
+
+
+class _BoundedFile:
+    """A binary file that raises the file's error once more than ``caps.file_bytes`` were read.
+
+    Counted on the bytes handed out, so for a ``.gz`` file on the decompressed ones: the bomb's
+    size, not its compressed size, is what memory and time follow.
+    """
+
+    def __init__(self, fh: BinaryIO, caps: _Caps):
+        self._fh, self._caps, self.count = fh, caps, 0
+
+    def __enter__(self) -> _BoundedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
+
+    def _counted(self, chunk: bytes) -> bytes:
+        self.count += len(chunk)
+        if self.count > self._caps.file_bytes:
+            raise self._caps.too_many_bytes(self.count)
+        return chunk
+
+    def readline(self, size: int = -1) -> bytes:
+        """One line (at most ``size`` bytes of it), counted."""
+        return self._counted(self._fh.readline(size))
+
+    def read(self, size: int = -1) -> bytes:
+        """At most ``size`` bytes; all of them only up to one byte past the cap (never the whole bomb)."""
+        room = self._caps.file_bytes - self.count + 1
+        return self._counted(self._fh.read(room if size < 0 else min(size, room)))
 
 
 def _gzip_errors(path: Path, read: Callable[[], Iterator[RawRow]]) -> Iterator[RawRow]:
@@ -378,11 +462,14 @@ def _content_size(chunk: bytes) -> int:
     return len(chunk) - (2 if chunk.endswith(b"\r\n") else 1 if chunk.endswith(b"\n") else 0)
 
 
-def _read_lines(fh: BinaryIO, cap: int) -> Iterator[_Line]:
-    """Physical lines; a line over ``cap`` bytes is read on in blocks and only its start kept."""
-    number = 0
+def _read_lines(fh: _BoundedFile, caps: _Caps) -> Iterator[_Line]:
+    """Physical lines; a line over ``caps.row_bytes`` is read on in blocks and only its start kept.
+    More than ``caps.file_lines`` lines (blank ones too: each costs a loop here) stop the file."""
+    number, cap = 0, caps.row_bytes
     while chunk := fh.readline(cap + 1):
         number += 1
+        if number > caps.file_lines:
+            raise caps.too_many_lines(number)
         if len(chunk) <= cap or chunk.endswith(b"\n"):
             size = _content_size(chunk)
             yield _Line(number, chunk, size, len(chunk) - size, False, 0)
@@ -447,11 +534,11 @@ def _parse_json(text: str) -> Any:
         raise RowError("too_deeply_nested", "nested deeper than the JSON parser can follow") from None
 
 
-def _read_jsonl(path: Path, cap: int) -> Iterator[RawRow]:
-    with _open_binary(path) as fh:
-        for line in _read_lines(fh, cap):
+def _read_jsonl(caps: _Caps) -> Iterator[RawRow]:
+    with _open_binary(caps) as fh:
+        for line in _read_lines(fh, caps):
             if line.oversized:
-                yield _too_long(line, cap)
+                yield _too_long(line, caps.row_bytes)
                 continue
             text = _decode(line.data, line.number == 1)
             if not text.strip():
@@ -561,8 +648,9 @@ def _utf8_size(text: str, start: int, end: int) -> int:
     return len(text[start:end].encode("utf-8", "surrogateescape"))
 
 
-def _read_json(path: Path, cap: int) -> Iterator[RawRow]:
-    with _open_binary(path) as fh:
+def _read_json(caps: _Caps) -> Iterator[RawRow]:
+    path = caps.path
+    with _open_binary(caps) as fh:  # held whole: the byte cap is what bounds it
         text = _decode(fh.read(), True)
     pos = _skip_ws(text, 0)
     if not text.startswith("[", pos):
@@ -570,14 +658,16 @@ def _read_json(path: Path, cap: int) -> Iterator[RawRow]:
             f"data file {path}: a .json data file must hold one list of row objects, found "
             f"{_json_top_level(text, pos)} (JSON Lines files end in .jsonl)"
         )
-    return _json_list(path, text, _skip_ws(text, pos + 1), cap)
+    return _json_list(caps, text, _skip_ws(text, pos + 1))
 
 
-def _json_list(path: Path, text: str, pos: int, cap: int) -> Iterator[RawRow]:
+def _json_list(caps: _Caps, text: str, pos: int) -> Iterator[RawRow]:
     """Each element of the list opened before ``pos``; a bad element is a row, a broken list an error."""
-    index = 0
+    path, cap, index = caps.path, caps.row_bytes, 0
     while not text.startswith("]", pos):
         index += 1
+        if index > caps.file_lines:
+            raise caps.too_many_lines(index, "list element", f" (at {_line_col(text, pos)})")
         row, end = _json_element(text, pos, index, cap)
         if end is None:
             where = _line_col(text, pos)
@@ -597,31 +687,54 @@ def _json_list(path: Path, text: str, pos: int, cap: int) -> Iterator[RawRow]:
 # --- Parquet -----------------------------------------------------------------------------
 
 
-def _read_parquet(path: Path) -> Iterator[RawRow]:
+def _read_parquet(caps: _Caps) -> Iterator[RawRow]:
     """Rows as plain Python values via pyarrow (lists stay lists; no numpy arrays to compare)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    path = caps.path
     try:
         parquet = pq.ParquetFile(path)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise ValueError(f"data file {path}: not a readable Parquet file: {exc}") from None
-    return _parquet_rows(path, parquet)
+    _check_parquet_size(caps, parquet.metadata)
+    return _parquet_rows(caps, parquet)
 
 
-def _parquet_rows(path: Path, parquet: Any) -> Iterator[RawRow]:
+def _check_parquet_size(caps: _Caps, meta: Any) -> None:
+    """Refuse before reading a file whose footer says that what will be read is past either cap
+    (compression and dictionary encoding let a small Parquet file stand for a huge table); of a
+    file read only in part (``caps.rows``), its share of the uncompressed size counts."""
+    rows = meta.num_rows if caps.rows is None else min(meta.num_rows, caps.rows)
+    if rows > caps.file_lines:
+        raise caps.too_many_lines(rows, "row count", " (the file's footer)")
+    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    share = size if rows == meta.num_rows else size * rows // max(meta.num_rows, 1)
+    if share > caps.file_bytes:
+        raise caps.too_many_bytes(share, "uncompressed to read, by the file's footer")
+
+
+def _parquet_rows(caps: _Caps, parquet: Any) -> Iterator[RawRow]:
+    """The rows batch by batch; the bytes the batches take in memory count against the byte cap,
+    since the footer's sizes are the file's word, not a measurement."""
     import pyarrow as pa
 
-    done = 0
+    done, held = 0, 0
     batches = parquet.iter_batches(batch_size=1024)
     while True:
         try:
             batch = next(batches, None)
         except (pa.ArrowException, OSError, ValueError) as exc:
-            raise ValueError(f"data file {path}: Parquet data unreadable after row {done}: {exc}") from None
+            raise ValueError(f"data file {caps.path}: Parquet data unreadable after row {done}: {exc}") from None
         if batch is None:
             return
-        yield from _batch_rows(batch, done)
+        held += batch.nbytes
+        if held > caps.file_bytes:
+            raise caps.too_many_bytes(held, "of rows in memory")
+        for row in _batch_rows(batch, done):
+            if cast(int, row.line) > caps.file_lines:  # raised only when the caller asks for the row
+                raise caps.too_many_lines(cast(int, row.line), "row")
+            yield row
         done += batch.num_rows
 
 
@@ -653,9 +766,9 @@ class _CsvLines:
     field, so the reader's state after the stand-in is the one it would have had after the line.
     """
 
-    def __init__(self, fh: BinaryIO, cap: int):
-        self._lines = _read_lines(fh, cap)
-        self.cap = cap
+    def __init__(self, fh: _BoundedFile, caps: _Caps):
+        self._lines = _read_lines(fh, caps)
+        self.cap = caps.row_bytes
         self.count = 0
         self.start_row()
 
@@ -719,9 +832,10 @@ def _csv_row(header: list[str], fields: list[str], start: int, lines: _CsvLines)
     return RawRow(start, {name: (value if value != "" else None) for name, value in zip(header, fields)})
 
 
-def _read_csv(path: Path, cap: int) -> Iterator[RawRow]:
-    with _open_binary(path) as fh:
-        lines = _CsvLines(fh, cap)
+def _read_csv(caps: _Caps) -> Iterator[RawRow]:
+    path = caps.path
+    with _open_binary(caps) as fh:
+        lines = _CsvLines(fh, caps)
         reader = csv.reader(lines)
         header: list[str] | None = None
         while True:
@@ -775,6 +889,7 @@ class Ingested(Generic[R]):
     rejected: list[Rejected]
     origin: dict[str, tuple[str, int | None]]  # record id -> (source file, line)
     read: int = 0
+    source_file: str = ""  # what the rejected rows name as their file, for the gate's verdict
 
 
 def _quarantine_row(raw: RawRow) -> dict[str, Any]:
@@ -788,7 +903,7 @@ def _validate(rows: Iterable[RawRow], make: Callable[..., R], *, source: str, so
 
     The one loop behind :func:`ingest` and :func:`ingest_pairs`, so prompts and pairs are judged alike.
     """
-    got: Ingested[R] = Ingested([], [], {})
+    got: Ingested[R] = Ingested([], [], {}, source_file=source_file)
     seen_ids: dict[str, int | None] = {}
     for raw in rows:
         got.read += 1

@@ -2,8 +2,15 @@
 
 Returns everything the stage writes; decides nothing about files, tracking or exit codes
 beyond the verdict of its two gates (rejected share, leakage). Preference pairs (``data.pairs``)
-take the same path as prompts: ingested with the same row checks, their rejected rows quarantined
-with file, line and reason, their prompts leak-checked with the train prompts.
+and benchmarks take the same path as prompts: ingested with the same row checks, their rejected
+rows quarantined with file, line and reason, their rejected share judged by the same gate; the
+pairs' prompts are leak-checked with the train prompts.
+
+A file source must resolve (symlinks followed) inside the project directory, so that a link or
+``../`` cannot put a host file's lines into the quarantine (which is logged), unless the source
+says ``allow_outside_project: true``. A ``package:<dist>/<file>`` path is exempt: it names a file
+of an installed distribution by the distribution's own file list, an explicit choice that cannot
+be a stray link, and the environment it lives in is usually outside the checkout.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from grpoflow.config import DataConfig, SourceConfig
 from grpoflow.data import synthetic, synthetic_code
 from grpoflow.data.ingest import Ingested, RawRow, ingest, ingest_pairs, read_hub, read_raw
 from grpoflow.data.leakage import Leak, leakage
+from grpoflow.data.pii import PiiScan
 from grpoflow.data.records import PairRecord, Record, Rejected
 from grpoflow.data.split import split_records
 from grpoflow.data.text import normalize_text
@@ -67,7 +75,9 @@ class Prepared:
     failures: list[str] = field(default_factory=list)  # gate verdicts; empty means pass
     pairs: list[PairRecord] = field(default_factory=list)  # written to PAIRS_FILE
     pair_rows: dict[str, int] = field(default_factory=dict)  # rows read per data.pairs source
+    benchmark_rows: dict[str, int] = field(default_factory=dict)  # rows read per benchmark
     resolved_files: dict[str, str] = field(default_factory=dict)  # package:<dist>/<file> -> the file read
+    pii: PiiScan = field(default_factory=PiiScan)  # the personal-data scan of every admitted row (data.pii)
 
     def summary(self) -> dict:
         """The stage's metrics: row counts, quarantine reasons, licences, leakage, verdict."""
@@ -83,6 +93,7 @@ class Prepared:
             "benchmarks": {name: len(rows) for name, rows in self.benchmarks.items()},
             "pairs": {"kept": len(self.pairs), "sources": self.pair_rows},
             "resolved_files": self.resolved_files,
+            "pii": self.pii.summary(),
             "quarantine_reasons": dict(sorted(reasons.items())),
             "licenses": dict(sorted(licenses.items())),
             "leakage": {
@@ -96,20 +107,49 @@ class Prepared:
         }
 
 
+class OutsideProjectError(FileNotFoundError, ValueError):
+    """A source's file resolves outside the project directory and the source does not allow it.
+
+    For the project such a file is not there: whoever looks for missing inputs (the flow, before
+    any stage) lists it with them, and the prepare stage exits as on any bad input.
+    """
+
+
 def source_path(src: SourceConfig, root: Path) -> Path:
     """A file source's file: its path (relative to ``root``) or ``package:<dist>/<file>`` resolved to
-    the file inside the installed package; a missing package or file is a clear FileNotFoundError."""
+    the file inside the installed package; a missing package or file is a clear FileNotFoundError.
+
+    A plain path is returned resolved (symlinks followed), and must lie inside ``root`` unless the
+    source has ``allow_outside_project``: :class:`OutsideProjectError` otherwise. The resolved path
+    is what gets read, so a link the check followed is not followed again (the checkout is trusted
+    not to change under a running stage).
+    """
     try:
         path = resolve_file(str(src.path))
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"data source {src.label!r} (path {src.path}): {exc}") from None
-    return path if path.is_absolute() else root / path
+    if str(src.path).startswith(PACKAGE_PREFIX):
+        return path
+    resolved = (path if path.is_absolute() else root / path).resolve()
+    if not src.allow_outside_project and not resolved.is_relative_to(root.resolve()):
+        raise OutsideProjectError(
+            f"data source {src.label!r} (path {src.path}): resolves to {resolved}, outside the project "
+            f"directory {root.resolve()}; move the file into the project, or set allow_outside_project: true "
+            "on this source"
+        )
+    return resolved
 
 
 def _raw_rows(src: SourceConfig, cfg: DataConfig, root: Path) -> tuple[Iterator[RawRow], str]:
     """A file or hub source's rows, streamed (a rejected row is kept only cut down), and its name."""
     if src.kind == "file":
-        rows = read_raw(source_path(src, root), max_row_bytes=cfg.max_row_bytes)
+        rows = read_raw(
+            source_path(src, root),
+            max_row_bytes=cfg.max_row_bytes,
+            max_file_bytes=cfg.max_file_bytes,
+            max_file_lines=cfg.max_file_lines,
+            max_rows=src.limit,
+        )
         return islice(rows, src.limit), str(src.path)
     rows = read_hub(src.hub_name, src.subset, src.split)  # type: ignore[arg-type]
     return islice(rows, src.limit), f"hub:{src.hub_name}/{src.subset or ''}:{src.split}"
@@ -177,13 +217,14 @@ def deduplicate(
     return kept, rejected
 
 
-def _check_rejected_share(src: SourceConfig, read: int, rejected: int, limit: float) -> str | None:
+def _check_rejected_share(what: str, read: int, rejected: int, limit: float) -> str | None:
+    """The gate's verdict on one source (``what`` names it and its file): None if it passes."""
     share = rejected / read if read else 1.0
     if read == 0:
-        return f"source {src.label!r}: no rows read (empty file or limit 0)"
+        return f"{what}: no rows read (empty file or limit 0)"
     if share > limit:
         return (
-            f"source {src.label!r}: {rejected} of {read} rows ({share:.1%}) were quarantined, above "
+            f"{what}: {rejected} of {read} rows ({share:.1%}) were quarantined, above "
             f"data.max_rejected_fraction={limit:.1%}; see quarantine.jsonl for each row's file, line and reason"
         )
     return None
@@ -196,11 +237,16 @@ def _admit(
     read: int,
     counts: dict[str, int],
     limit: float,
+    role: str = "source",
 ) -> None:
-    """Quarantine a source's rejected rows, count the rows it read, and judge its rejected share."""
+    """Quarantine a source's rejected rows, count the rows it read, and judge its rejected share
+    (``role`` says what the source is, in the verdict: a source, a benchmark, a pairs source).
+    Rows with personal data are quarantined or redacted first (``data.pii``, grpoflow/data/pii.py)."""
+    prepared.pii.screen(got)
     prepared.quarantine.extend(got.rejected)
     counts[src.label] = read
-    verdict = _check_rejected_share(src, read, len(got.rejected), limit)
+    what = f"{role} {src.label!r} ({got.source_file})" if got.source_file else f"{role} {src.label!r}"
+    verdict = _check_rejected_share(what, read, len(got.rejected), limit)
     if verdict:
         prepared.failures.append(verdict)
 
@@ -268,7 +314,7 @@ def prepare(seed: int, cfg: DataConfig, root: str | Path = ".") -> Prepared:
     root = Path(root)
     pooled: list[Record] = []
     origin: dict[str, tuple[str, int | None]] = {}
-    prepared = Prepared(splits={}, resolved_files=_resolved_files(cfg, root))
+    prepared = Prepared(splits={}, resolved_files=_resolved_files(cfg, root), pii=PiiScan(cfg.pii))
     for src in cfg.sources:
         got, read = load_source(src, seed, cfg, root)
         _admit(prepared, src, got, read, prepared.source_rows, cfg.max_rejected_fraction)
@@ -278,12 +324,12 @@ def prepare(seed: int, cfg: DataConfig, root: str | Path = ".") -> Prepared:
     prepared.quarantine.extend(dupes)
     prepared.splits = split_records(records, cfg.split)
     for bench in cfg.benchmarks:
-        got, _ = load_source(bench, seed, cfg, root)
+        got, read = load_source(bench, seed, cfg, root)
+        _admit(prepared, bench, got, read, prepared.benchmark_rows, cfg.max_rejected_fraction, "benchmark")
         prepared.benchmarks[bench.label] = got.records
-        prepared.quarantine.extend(got.rejected)
     for src in cfg.pairs:
         pairs, read = load_pairs(src, cfg, root)
-        _admit(prepared, src, pairs, read, prepared.pair_rows, cfg.max_rejected_fraction)
+        _admit(prepared, src, pairs, read, prepared.pair_rows, cfg.max_rejected_fraction, "data.pairs source")
         prepared.pairs.extend(pairs.records)
     _apply_leakage_gate(prepared, cfg)
     return prepared

@@ -23,7 +23,9 @@ def test_each_arm_trains_the_set_with_its_overrides_and_dapo_spelled_out():
 def test_a_bad_arm_is_refused_naming_it():
     with pytest.raises(ConfigError, match="did you mean 'rloo'"):
         validate_params({"ablation": {"arms": ["grpo", "rlo"]}})
-    params = validate_params({"ablation": {"arms": ["bad"], "custom_arms": {"bad": {"overrides": {"rl.nope": 1}}}}})
+    with pytest.raises(ConfigError, match="arm 'bad'.*rl.nope"):  # at load (grpoflow.rules), not when the arm starts
+        validate_params({"ablation": {"arms": ["bad"], "custom_arms": {"bad": {"overrides": {"rl.nope": 1}}}}})
+    params = validate_params({"ablation": {"custom_arms": {"bad": {"overrides": {"rl.nope": 1}}}}})  # not trained
     with pytest.raises(ConfigError, match="arm 'bad'"):
         arm_params(params, "bad")
 

@@ -344,3 +344,64 @@ def test_two_gloo_processes_resume_the_step_rank_0_chose(tmp_path):
     assert "loaded" not in outs[0] and "loaded" not in outs[1]  # no rank resumes while another cannot
     assert all("rank 1: DeepSpeed could not load" in o["error"] for o in outs)
     assert [o["shared"] for o in outs] == [[4, 4.0], [4, 4.0]]
+
+
+# ---------------------------------------------------------------- DeepSpeed's own files, with a real engine
+
+
+def real_engine(zero_stage: int, weight: float):
+    """A one-layer DeepSpeed engine on CPU after one optimizer step (ZeRO >= 1 writes optimizer files)."""
+    from grpoflow.config import validate_params
+    from grpoflow.engine import build_engine
+
+    model = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(weight)
+    cfg = validate_params({}).rl.engine.model_copy(update={"micro_batch_size": 1, "zero_stage": zero_stage})
+    engine = build_engine(model, cfg, batch_size=1)
+    engine.backward(engine(torch.ones(1, 2)).sum())
+    engine.step()
+    return engine
+
+
+def rewrite_manifest(directory: Path, step: int, rel: str) -> None:
+    """Record ``rel``'s new checksum: the manifest stays consistent, only the content is hostile."""
+    data = json.loads(manifest_of(directory, step).read_text())
+    data["files"][rel] = sha256_file(directory / rel)
+    manifest_of(directory, step).write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("zero_stage", [0, 1])
+def test_a_real_deepspeed_checkpoint_resumes_with_every_file_read_weights_only(tmp_path, monkeypatch, zero_stage):
+    saved = real_engine(zero_stage, 0.5)
+    checkpoint.save(saved, tmp_path, LoopState(step=1, beta=0.1), F)
+    calls: list[object] = []
+    real_load = torch.load
+
+    def recording_load(*args, **kwargs):
+        calls.append(kwargs.get("weights_only"))
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", recording_load)
+    fresh = real_engine(zero_stage, -3.0)
+    resumed, skipped = checkpoint.load(fresh, tmp_path, F)
+    assert resumed is not None and resumed.state.step == 1 and skipped == []
+    assert torch.equal(fresh.module.weight, saved.module.weight)
+    assert len(calls) >= 2 and all(flag is True for flag in calls)  # model states and RNG, optimizer at ZeRO 1
+    assert not isinstance(fresh.checkpoint_engine, checkpoint.WeightsOnlyLoads)  # put back after the load
+
+
+def test_a_planted_model_states_pickle_with_a_valid_manifest_is_refused_and_never_runs(tmp_path, monkeypatch):
+    marker = tmp_path / "ran"
+    monkeypatch.setenv("GRPOFLOW_TEST_MARKER", str(marker))
+    ckpt = tmp_path / "ckpt"
+    saved = real_engine(0, 0.5)
+    checkpoint.save(saved, ckpt, LoopState(step=1, beta=0.1), F)
+    rel = "step_000001/mp_rank_00_model_states.pt"
+    states = torch.load(ckpt / rel, weights_only=True)
+    torch.save({**states, "planted": RunsCode()}, ckpt / rel)
+    rewrite_manifest(ckpt, 1, rel)
+    assert checkpoint.verify(ckpt, 1) is None  # every check of the files passes
+    with pytest.raises(checkpoint.CheckpointError, match="passed its checks but cannot be resumed"):
+        checkpoint.load(real_engine(0, -3.0), ckpt, F)
+    assert not marker.exists()

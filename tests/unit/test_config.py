@@ -140,8 +140,8 @@ def test_reward_entries_name_a_verifier_or_the_reward_model():
 
     from grpoflow.config import ConfigError, validate_params
 
-    rm = validate_params({"rewards": [{"name": "rm"}, {"name": "rm", "path": "x/rm"}]}).rewards
-    assert [r.model_path for r in rm] == ["models/reward_model", "x/rm"]
+    rm = [validate_params({"rewards": [{"name": "rm", **path}]}).rewards[0] for path in ({}, {"path": "x/rm"})]
+    assert [r.model_path for r in rm] == ["models/reward_model", "x/rm"]  # two rm components: grpoflow.rules refuses
     with pytest.raises(ConfigError, match="path is for a reward model"):
         validate_params({"rewards": [{"name": "math", "path": "models/reward_model"}]})
     with pytest.raises(ConfigError, match="rm takes no options"):
@@ -150,3 +150,50 @@ def test_reward_entries_name_a_verifier_or_the_reward_model():
         validate_params({"rewards": [{"name": "rmm"}]})
     with pytest.raises(ConfigError, match="normalize"):
         validate_params({"rewards": [{"name": "rm", "normalize": "batch"}]})
+
+
+# ---------------------------------------------------------------- hostile params files (issue 23, items 6 and 7)
+
+
+def test_a_params_file_of_nested_aliases_is_refused_at_once_naming_file_and_line(tmp_path):
+    bomb = tmp_path / "bomb.yaml"
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"{n}: &{n} [{','.join(['*' + p] * 9)}]" for p, n in zip("abcdef", "bcdefg")]
+    bomb.write_text("\n".join(lines + ["experiment: {seed: *g}"]))  # 9**7 strings, expanded
+    with pytest.raises(ConfigError) as refused:
+        load_params(bomb)
+    assert str(refused.value).startswith(f"{bomb}, line 1: YAML anchor &a is not allowed")
+    assert len(str(refused.value)) < 300
+
+
+def test_a_params_file_name_a_shell_would_run_is_refused_by_load_params(tmp_path):
+    hostile = tmp_path / "x$(id>pwned).yaml"
+    hostile.write_text("experiment: {seed: 1}\n")
+    with pytest.raises(ConfigError, match=r"may contain only letters, digits and \. _ / -"):
+        load_params(hostile)
+
+
+def test_a_bad_value_is_echoed_short_in_the_error():
+    with pytest.raises(ConfigError) as refused:
+        validate_params({"experiment": {"seed": ["x" * 100] * 100_000}})
+    message = str(refused.value)
+    assert "experiment.seed: Input should be a valid integer (got [" in message and len(message) < 600
+
+
+@pytest.mark.parametrize(
+    "package, message",
+    [
+        ("--index-url=https://evil.example/simple", "pip options are not allowed"),
+        ("-e .", "pip options are not allowed"),
+        ("git+https://example.com/x.git", "not a PEP 508 requirement"),
+        ("*.whl", "not a PEP 508 requirement"),
+        ("gguf", "needs an exact or bounded version"),
+    ],
+)
+def test_model_packages_are_pinned_requirements_only(package, message):
+    with pytest.raises(ConfigError, match=rf"model: .*packages\[1\]: .*{message}"):
+        validate_params({"model": {"packages": ["gguf==0.19.0", package]}})
+
+
+def test_model_packages_are_kept_in_normal_form():
+    assert validate_params({"model": {"packages": ["gguf == 0.19.0"]}}).model.packages == ["gguf==0.19.0"]

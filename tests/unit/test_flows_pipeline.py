@@ -234,7 +234,8 @@ def test_a_stage_cli_stops_on_ctrl_c_with_one_line(monkeypatch, capsys):
     def body(args, params):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sys, "argv", ["grpo", "--params", str(ROOT / "params" / "default.yaml")])
+    monkeypatch.chdir(ROOT)  # a stage CLI takes the params file relative to the checkout, as dvc.yaml passes it
+    monkeypatch.setattr(sys, "argv", ["grpo", "--params", "params/default.yaml"])
     with pytest.raises(SystemExit) as stop:
         run_stage_cli(stage_parser("grpo", "test"), body)
     assert stop.value.code == EXIT_INTERRUPTED == 130
@@ -263,3 +264,86 @@ def test_only_dvcs_git_advice_is_dropped_from_a_stage_log():
         "Running stage 'grpo':", "grpo step 1/2: reward 0.5", "git add is what the stage printed itself",
         "Updating lock file 'dvc.lock'", "git add after the block is shown again"]
 
+
+
+# ---------------------------------------------------------------- hostile inputs (issue 23, items 6, 8 and 11)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("params/x$(id>pwned).yaml", "may contain only letters"),
+    ("params/x`id`.yaml", "may contain only letters"),
+    ("params/my set.yaml", "may contain only letters"),
+    ("params/default.yaml;id", "may contain only letters"),
+    ("../params/default.yaml", "may not contain '..'"),
+    ("params/../params/default.yaml", "may not contain '..'"),
+    ("/etc/passwd", "relative to the checkout"),
+])
+def test_the_flow_refuses_a_params_file_name_a_shell_would_misread_or_outside_the_checkout(project, capsys, name,
+                                                                                           message):
+    if "$(" in name or "`" in name or " " in name or ";" in name:
+        (project / name).write_text((project / "params" / "default.yaml").read_text())  # it exists: still refused
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        _check_params_file(name)
+    (project / ".grpoflow").mkdir()
+    workspace.JOURNAL.write_text("{}")  # another run holds the workspace: the name is still refused at once
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        precheck(name)
+    workspace.JOURNAL.unlink()
+    assert main(["--params", name]) == 2
+    assert message in capsys.readouterr().err
+    assert not (project / "pwned").exists()
+
+
+def test_a_set_value_with_yaml_aliases_is_refused():
+    with pytest.raises(ConfigError, match=r"override 'rl.steps=&a \[1, \*a\]': not a YAML value \(line 1: YAML anchor"):
+        parse_overrides(["rl.steps=&a [1, *a]"])
+
+
+def test_the_mlflow_link_and_its_description_never_show_the_tracking_servers_credentials(monkeypatch):
+    from flows.pipeline import _mlflow_link, _mlflow_ui
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://user:secret@mlflow.example.org/?token=t0ken")
+    assert _mlflow_link("3", "abc") == "https://mlflow.example.org/#/experiments/3/runs/abc?workflowType=machine_learning"
+    assert "secret" not in " ".join(_mlflow_ui()) and "t0ken" not in " ".join(_mlflow_ui())
+
+
+def test_a_stage_that_prints_its_tracking_uri_logs_it_without_credentials(project, monkeypatch):
+    import logging
+
+    from flows import pipeline
+
+    said: list[str] = []
+    logger = logging.getLogger("test-stage-output")
+    monkeypatch.setattr(logger, "info", said.append)
+    monkeypatch.setattr(pipeline, "get_run_logger", lambda: logger)
+    line = "View run grpo at: https://user:secret@mlflow.example.org/#/experiments/1/runs/2"
+    log = pipeline._stream([sys.executable, "-c", f"print({line!r})"], {})
+    assert log.code == 0 and said == log.tail == ["View run grpo at: https://mlflow.example.org/#/experiments/1/runs/2"]
+
+
+@pytest.mark.parametrize("name", ["params/x$(id>pwned).yaml", "/work/params/default.yaml", "../x/params.yaml"])
+def test_a_stage_cli_refuses_a_params_file_name_before_it_reads_anything(monkeypatch, capsys, name):
+    from tasks.cli import EXIT_BAD_INPUT, run_stage_cli, stage_parser
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", ["grpo", "--params", name])
+    with pytest.raises(SystemExit) as stop:
+        run_stage_cli(stage_parser("grpo", "test"), lambda args, params: pytest.fail("the body ran"))
+    assert stop.value.code == EXIT_BAD_INPUT
+    assert capsys.readouterr().err.startswith("error: params file")
+
+
+@pytest.mark.parametrize("name", ["params/x$(id>pwned).yaml", "../default.yaml"])
+def test_a_deployment_run_with_a_hostile_params_file_fails_before_anything_runs(project, name):
+    """A deployment's params_file parameter reaches the flow functions themselves (prefect.yaml, the UI)."""
+    from flows.ablation import ablation
+    from flows.pipeline import pipeline
+
+    if "$(" in name:
+        (project / name).write_text("experiment: {seed: 0}\n")  # it exists: refused by its name alone
+    refused = "may contain only letters|may not contain '..'"
+    with pytest.raises(ConfigError, match=refused):
+        pipeline.fn(params_file=name)
+    with pytest.raises(ConfigError, match=refused):
+        ablation.fn(params_file=name, arms=["grpo"], seeds=[0])
+    assert not (project / ".grpoflow").exists()  # no lock taken, no edit made

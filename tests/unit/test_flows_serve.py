@@ -155,3 +155,17 @@ def test_sqlalchemy_is_pinned_below_the_release_that_breaks_prefects_scheduler()
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(re.fullmatch(r"sqlalchemy==2\.0\.\d+", d.split(";")[0].strip().lower()) for d in deps)
     assert sqlalchemy.__version__.startswith("2.0.")  # 2.1 fails Prefect 3.7's bulk insert of scheduled runs
+
+
+def test_the_committed_deployments_name_safe_params_files_and_a_hostile_one_is_refused(tmp_path, monkeypatch, capsys):
+    from flows.serve import deployment_params_problems, main
+
+    assert deployment_params_problems(ROOT / "prefect.yaml") == []
+    hostile = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    hostile["deployments"][0]["parameters"]["params_file"] = "params/x$(id>pwned).yaml"
+    (tmp_path / "prefect.yaml").write_text(yaml.safe_dump(hostile))
+    (problem,) = deployment_params_problems(tmp_path / "prefect.yaml")
+    assert "deployment 'scheduled'" in problem and "may contain only letters" in problem
+    monkeypatch.chdir(ROOT)
+    assert main(["--params", "../params/default.yaml", "--no-worker"]) == 2
+    assert "may not contain '..'" in capsys.readouterr().err

@@ -55,7 +55,7 @@ def test_rejected_share_gate_names_the_source(tmp_path):
     rows = [{"question": f"q{i}?", "answer": f"#### {i}"} for i in range(8)] + [{"question": "q?"}] * 2
     bad.write_text("\n".join(json.dumps(r) for r in rows))
     source = {"kind": "file", "path": str(bad), "license": "MIT"}
-    result = prepare(0, data_cfg(sources=[source], max_rejected_fraction=0.1))
+    result = prepare(0, data_cfg(sources=[source], max_rejected_fraction=0.1), tmp_path)
     assert any("'bad'" in f and "2 of 10" in f for f in result.failures)
     missing = [(q.source_file, q.line) for q in result.quarantine if q.reason.startswith("missing_field")]
     assert missing == [(str(bad), 9), (str(bad), 10)]
@@ -64,7 +64,7 @@ def test_rejected_share_gate_names_the_source(tmp_path):
 def test_all_invalid_and_empty_sources_fail(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    result = prepare(0, data_cfg(sources=[{"kind": "file", "path": str(empty), "license": "MIT"}]))
+    result = prepare(0, data_cfg(sources=[{"kind": "file", "path": str(empty), "license": "MIT"}]), tmp_path)
     assert any("no rows read" in f for f in result.failures)
 
 
@@ -73,14 +73,15 @@ def test_duplicates_across_sources_are_quarantined_naming_the_first(tmp_path):
     a.write_text(json.dumps({"question": "How many apples, Tom?", "answer": "#### 3"}) + "\n")
     b.write_text(json.dumps({"question": "how many APPLES tom", "answer": "#### 3"}) + "\n")
     src = [{"kind": "file", "path": str(p), "license": "MIT"} for p in (a, b)]
-    result = prepare(0, data_cfg(sources=src, max_rejected_fraction=1.0))
+    result = prepare(0, data_cfg(sources=src, max_rejected_fraction=1.0), tmp_path)
     dupes = [q for q in result.quarantine if q.reason.startswith("duplicate_prompt")]
     assert len(dupes) == 1 and "a-1" in dupes[0].reason and dupes[0].source_file == str(b) and dupes[0].line == 1
 
 
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.jsonl"):
-        prepare(0, data_cfg(sources=[{"kind": "file", "path": str(tmp_path / "nope.jsonl"), "license": "MIT"}]))
+        missing = {"kind": "file", "path": str(tmp_path / "nope.jsonl"), "license": "MIT"}
+        prepare(0, data_cfg(sources=[missing]), tmp_path)
 
 
 def test_default_synthetic_data_passes_both_gates():
@@ -146,7 +147,7 @@ def test_hostile_rows_end_in_a_strict_json_quarantine(tmp_path):
     ]
     src.write_bytes(b"\n".join(good + hostile) + b"\n")
     source = {"kind": "file", "path": str(src), "license": "MIT"}
-    result = prepare(0, data_cfg(sources=[source], max_rejected_fraction=1.0, max_prompt_chars=60))
+    result = prepare(0, data_cfg(sources=[source], max_rejected_fraction=1.0, max_prompt_chars=60), tmp_path)
     assert result.summary()["quarantine_reasons"] == {
         "control_character": 1, "invalid_json": 1, "invalid_utf8": 1, "number_too_large": 1,
         "prompt_too_long": 1, "too_deeply_nested": 1, "wrong_type": 1,
@@ -167,7 +168,7 @@ def test_a_json_file_holding_a_number_is_bad_input_naming_the_file(tmp_path):
     bad = tmp_path / "rows.json"
     bad.write_text("42")
     with pytest.raises(ValueError, match=f"{bad}: .*found a number"):  # tasks.prepare exits 2 on this
-        prepare(0, data_cfg(sources=[{"kind": "file", "path": str(bad), "license": "MIT"}]))
+        prepare(0, data_cfg(sources=[{"kind": "file", "path": str(bad), "license": "MIT"}]), tmp_path)
 
 
 def test_report_table_survives_ids_with_pipes_and_backticks():
@@ -224,7 +225,8 @@ def test_synthetic_code_tasks_are_split_as_code_rows_and_pass_both_gates():
 def pairs_file(tmp_path, rows):
     f = tmp_path / "prefs.jsonl"
     f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return {"kind": "file", "path": str(f), "format": "pairs", "license": "MIT"}, f
+    # outside the checkout, as the tests' files are, and said so explicitly
+    return {"kind": "file", "path": str(f), "format": "pairs", "license": "MIT", "allow_outside_project": True}, f
 
 
 def test_pairs_are_ingested_and_their_bad_rows_quarantined_with_file_and_line(tmp_path):
@@ -255,7 +257,7 @@ def leaking_pairs_cfg(tmp_path, **leakage):
         {"prompt": "Name a prime number greater than ten.", "chosen": "11", "rejected": "12"},
     ]
     source, _ = pairs_file(tmp_path, pairs)
-    benchmark = {"kind": "file", "path": str(bench), "license": "MIT", "name": "planes"}
+    benchmark = {"kind": "file", "path": str(bench), "license": "MIT", "name": "planes", "allow_outside_project": True}
     return data_cfg(benchmarks=[benchmark], pairs=[source], leakage=RELAXED | leakage)
 
 

@@ -50,7 +50,7 @@ def test_ppo_without_kl_loads_no_reference_and_trains_whatever_grpo_beta_says(wo
     # the shared trainer raise "beta > 0 needs a reference model".
     params = validate_params({**TINY, "ppo": {**TINY["ppo"], "kl_coef": 0.0}})
     run = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
-    assert run.trainer.ref is None and params.grpo.beta == 0.04
+    assert run.trainer.ref is None and run.reference is None and params.grpo.beta == 0.04
     steps = []
     run.trainer.train(on_step=lambda step, m: steps.append(m))
     assert len(steps) == 1 and steps[0][KL_COEF] == 0.0 and steps[0]["kl"] == 0.0
@@ -61,7 +61,7 @@ def test_ppo_logs_its_own_kl_coefficient(workspace):
     run = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
     steps = []
     run.trainer.train(on_step=lambda step, m: steps.append(m))
-    assert run.trainer.ref is not None and steps[0][KL_COEF] == pytest.approx(0.07)
+    assert run.reference is run.trainer.ref is not None and steps[0][KL_COEF] == pytest.approx(0.07)
 
 
 def test_the_fingerprint_changes_with_what_shapes_training_only(workspace):

@@ -4,6 +4,7 @@ cover what its command imports, and each CLI's defaults are the declared paths."
 from __future__ import annotations
 
 import importlib
+import shlex
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import yaml
 
 from grpoflow.config import describe_schema
 from grpoflow.provenance import module_files
-from tasks.stages import STAGES, collapse, dvc_spec, stage
+from tasks.stages import STAGES, ablation_stages, collapse, dvc_spec, stage
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = yaml.safe_load((REPO / "dvc.yaml").read_text())
@@ -107,3 +108,32 @@ def test_ablation_arms_read_the_reward_model_only_where_the_set_trains_one():
         params = validate_params({"rewards": rewards, "ablation": {"arms": ["grpo"], "seeds": [0]}})
         arm = next(s for s in stages_for(params) if s.name == "arm_grpo_s0")
         assert ("models/reward_model" in arm.paths("dep")) is wanted
+
+
+# ---------------------------------------------------------------- the params file in shell commands (issue 23, item 8)
+
+
+@pytest.mark.parametrize("declared", [*STAGES, *ablation_stages(["grpo"], [0])], ids=lambda s: s.name)
+def test_every_command_quotes_the_params_file_dvc_puts_in_it(declared):
+    """DVC replaces ${params_file} inside the command, then runs it through a shell: the name must
+    arrive as one word, even one the entry points would refuse."""
+    hostile = "params/x$(touch pwned) `id`; rm -rf ~.yaml"
+    words = shlex.split(declared.command().replace("${params_file}", hostile))
+    assert words[:5] == ["python", "-m", declared.module, "--params", hostile]
+    assert words[5:] == shlex.split(declared.command())[5:]  # every other word as declared
+    assert shlex.split(declared.command()).count("${params_file}") == 1
+
+
+def test_the_committed_dvc_yaml_quotes_the_params_file_in_every_command():
+    for name, entry in COMMITTED["stages"].items():
+        assert "--params '${params_file}'" in entry["cmd"], name
+
+
+def test_stages_write_refuses_a_params_file_a_shell_would_run(tmp_path, monkeypatch, capsys):
+    from tasks.stages import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dvc.yaml").write_text("untouched")
+    assert main(["--write", "--params", "params/x$(id>pwned).yaml"]) == 2
+    assert "may contain only letters" in capsys.readouterr().err
+    assert (tmp_path / "dvc.yaml").read_text() == "untouched" and not (tmp_path / "pwned").exists()

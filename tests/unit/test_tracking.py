@@ -70,3 +70,11 @@ def test_the_sets_experiment_opens_on_mlflows_model_training_view(client):
 
     experiment_id = tracking.use_experiment(validate_params({}))
     assert client.get_experiment(experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_the_shown_tracking_uri_has_no_credentials_while_mlflow_gets_the_whole_one(monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://user:secret@mlflow.example.org:8443/?token=abc")
+    assert tracking.shown_tracking_uri() == "https://mlflow.example.org:8443/"
+    assert tracking.tracking_uri() == "https://user:secret@mlflow.example.org:8443/?token=abc"  # MLflow connects so
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert tracking.shown_tracking_uri() == tracking.tracking_uri()  # the local SQLite store: nothing to hide

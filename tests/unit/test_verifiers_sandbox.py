@@ -361,7 +361,10 @@ def test_world_writable_dirs_are_looked_up_for_each_sandbox(monkeypatch, tmp_pat
 
 
 @needs_isolation
-def test_every_world_writable_dir_is_a_private_tmpfs():
+def test_every_world_writable_dir_is_a_private_tmpfs(monkeypatch):
+    # Without the jail (a machine that refuses pivot_root), as here; in the jail no host directory is there at all
+    # (test_sandbox_jail).
+    monkeypatch.setattr(sandbox, "jail_available", lambda: False)
     dirs = sandbox_runtime.existing_writable_dirs()
     code = ("fs = {}\nfor line in open('/proc/self/mountinfo'):\n"
             "    fs[line.split()[4]] = line.split(' - ')[1].split()[0]")
@@ -411,3 +414,57 @@ def test_deep_or_huge_values_are_refused():
 def test_malformed_trees_are_refused(tree):
     with pytest.raises(NotPlain):
         decode(tree)
+
+
+# Each raises from the candidate's f; a test that calls f must fail, whatever Python machinery sits in between.
+CONTROL_FLOW_CASES = {
+    "StopIteration": "raise StopIteration",
+    "StopAsyncIteration": "raise StopAsyncIteration",
+    "GeneratorExit": "raise GeneratorExit",
+    "KeyboardInterrupt": "raise KeyboardInterrupt",
+    "SystemExit": "raise SystemExit(0)",
+    "own_subclass": "class Stop(StopIteration):\n        pass\n    raise Stop",
+}
+
+
+@needs_isolation
+@pytest.mark.parametrize("kind", sorted(CONTROL_FLOW_CASES))
+def test_an_exception_of_the_candidate_fails_the_test_that_called_it(kind):
+    code = f"def f(x):\n    {CONTROL_FLOW_CASES[kind]}"
+    tests = ["assert all(map(lambda x: f(x) == x * x, [1, 2, 3]))",  # StopIteration would end map() quietly
+             "assert not any(filter(lambda x: f(x) != x * x, [1, 2]))",
+             "assert list(zip([1], map(f, [1]))) == []",
+             "import asyncio\nclass It:\n    def __aiter__(self):\n        return self\n"
+             "    async def __anext__(self):\n        return f(1)\n"
+             "async def main():\n    async for _ in It():\n        return 'looped'\n    return 'ended'\n"
+             "assert asyncio.run(main()) == 'ended'"]  # StopAsyncIteration would end the async for quietly
+    assert run_tests(code, tests).passed == [False] * len(tests)
+
+
+def test_the_iteration_protocol_s_signals_do_not_cross_the_boundary_as_themselves():
+    for name in ("StopIteration", "StopAsyncIteration", "GeneratorExit", "SystemExit", "KeyboardInterrupt"):
+        assert type(sandbox_runtime._candidate_exception(name, "m")) is sandbox_runtime.CandidateError
+    assert type(sandbox_runtime._candidate_exception("ValueError", "m")) is ValueError  # tests may expect those
+
+
+@needs_isolation
+def test_an_expected_builtin_exception_still_passes():
+    code = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x"
+    tests = ["try:\n    f(-1)\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError",
+             "assert f(2) == 2"]
+    assert run_tests(code, tests).passed == [True, True]
+
+
+@needs_isolation
+def test_the_trusted_setup_replaces_the_completion_s_names_for_the_tests_only():
+    code = "def helper(x):\n    return 0\ndef f(x):\n    return helper(x)"
+    setup = "import math\ndef helper(x):\n    return math.floor(x) + 1"
+    tests = ["assert helper(1.5) == 2", "assert f(1.5) == 0", "assert math.pi > 3"]
+    assert run_tests(code, tests, setup=setup).passed == [True, True, True]
+    assert run_tests(code, tests).passed == [False, True, False]
+    failing = run_tests(code, tests, setup="raise RuntimeError('x')")
+    assert failing.passed == [False] * 3 and any("setup failed: RuntimeError" in n for n in failing.notes)
+    batch = run_batch([(code, tests, setup), (code, tests)], workers=2)
+    assert [r.passed for r in batch] == [[True, True, True], [False, True, False]]
+    with pytest.raises(ValueError, match="row 0: field 'setup' must be a str"):
+        run_batch([(code, tests, 3)])  # type: ignore[list-item]

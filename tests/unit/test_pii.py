@@ -1,0 +1,175 @@
+"""The personal-data scan of prepare (grpoflow/data/pii.py): each type found, each mode applied,
+the default synthetic data clean, the counts recorded beside the data hash."""
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+from grpoflow.config import ConfigError, PiiConfig, load_params, validate_params
+from grpoflow.data import pii
+from grpoflow.data.ingest import Ingested
+from grpoflow.data.prepare import prepare
+from grpoflow.data.records import PairRecord, Record
+
+EVERY = list(PiiConfig().entities)
+ROOT = Path(__file__).resolve().parents[2]
+
+# Each type in a sentence, with the exact text that must be found (test values: documentation
+# addresses and numbers, Stripe's and AWS's published example keys, a card number that passes Luhn).
+FOUND = [
+    ("email", "Write to jane.doe@example.com for the answer.", "jane.doe@example.com"),
+    ("phone", "Call Tom on +1 (212) 555-0123 after six.", "+1 (212) 555-0123"),
+    ("phone", "Ring the office on 020 7946 0958 today.", "020 7946 0958"),
+    ("card", "She paid with card 4111 1111 1111 1111 twice.", "4111 1111 1111 1111"),
+    ("iban", "Send it to DE89 3704 0044 0532 0130 00 by Friday.", "DE89 3704 0044 0532 0130 00"),
+    ("ip", "The server at 203.0.113.17 answered.", "203.0.113.17"),
+    ("ip", "The host 2001:db8:85a3::8a2e:370:7334 is up.", "2001:db8:85a3::8a2e:370:7334"),
+    ("api_key", "key = 'AKIAIOSFODNN7EXAMPLE'", "AKIAIOSFODNN7EXAMPLE"),
+    ("api_key", "token ghp_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ here", "ghp_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"),
+]
+# Look-alikes in maths and code rows that are no one's data (each was a match before its filter).
+CLEAN = [
+    "Tom has 5 apples and buys 3 more. How many apples does he have?\n5+3=8\n#### 8",
+    "    evens = l[::2]\n    odds = l[1::2]\n    l[::3] = sorted(l[::3])",  # slices, not IPv6 addresses
+    "assert abs(candidate(123.456) - 0.456) < 1e-6",  # a decimal, not a phone number
+    "valid_date('06-04-2020') == True and candidate('04122003') == False",  # dates
+    "def f(x):\n    return x * 1234567 + 0.5",
+    "synthetic_code-0-1640",
+]
+
+
+def record(i: int, prompt: str, **extra) -> Record:
+    return Record(f"r{i}", prompt, "8", "5+3=8\n#### 8", "src", "MIT", **extra)
+
+
+@pytest.mark.parametrize("entity, text, expected", FOUND)
+def test_each_type_is_found_where_it_is(entity, text, expected):
+    matches = pii.find(text, EVERY)
+    assert [(m.entity, text[m.start : m.end]) for m in matches] == [(entity, expected)]
+    assert pii.redact(text, matches) == text.replace(expected, f"<{entity}>")
+
+
+@pytest.mark.parametrize("text", CLEAN)
+def test_numbers_dates_and_slices_are_not_personal_data(text):
+    assert pii.find(text, EVERY) == []
+
+
+def test_only_the_configured_types_are_looked_for():
+    text = "Mail jane.doe@example.com or call +1 (212) 555-0123."
+    assert [m.entity for m in pii.find(text, ["phone"])] == ["phone"]
+    assert pii.find(text, []) == []
+
+
+def test_redact_merges_overlapping_matches():
+    text = "abcdefghij"
+    matches = [pii.Match("email", 2, 6, 1.0), pii.Match("phone", 4, 8, 0.4), pii.Match("ip", 9, 10, 0.6)]
+    assert pii.redact(text, matches) == "ab<email>i<ip>"
+    assert pii.redact(text, []) == text
+
+
+def _ingested(rows: list) -> Ingested:
+    return Ingested(list(rows), [], {r.id: ("rows.jsonl", i + 1) for i, r in enumerate(rows)}, source_file="rows.jsonl")
+
+
+def test_quarantine_moves_the_row_out_redacted_with_its_file_and_line():
+    rows = [record(0, "How many apples?"), record(1, "Mail jane.doe@example.com: how many apples?")]
+    got, scan = _ingested(rows), pii.PiiScan(PiiConfig(mode="quarantine"))
+    scan.screen(got)
+    assert [r.id for r in got.records] == ["r0"]
+    (q,) = got.rejected
+    assert (q.source_file, q.line) == ("rows.jsonl", 2) and q.reason.startswith("personal_data: email in prompt")
+    assert "jane.doe" not in json.dumps(q.to_dict()) and q.row["prompt"] == "Mail <email>: how many apples?"
+    summary = scan.summary()
+    assert (summary["rows_scanned"], summary["rows_with_pii"], summary["matches"]["email"]) == (2, 1, 1)
+    assert summary["matches"]["phone"] == 0 and set(summary["matches"]) == set(EVERY)
+
+
+def test_redact_keeps_the_row_with_every_field_redacted():
+    tests = ("assert f('a@example.org') == 1", "assert f('b') == 0")
+    rows = [record(0, "Call +1 (212) 555-0123", tests=tests, task="code")]
+    got, scan = _ingested(rows), pii.PiiScan(PiiConfig(mode="redact"))
+    scan.screen(got)
+    (kept,) = got.records
+    assert got.rejected == [] and kept.prompt == "Call <phone>"
+    assert kept.tests == ("assert f('<email>') == 1", "assert f('b') == 0")
+    assert scan.summary()["rows_by_type"] == {"email": 1, "phone": 1, "card": 0, "iban": 0, "ip": 0, "api_key": 0}
+
+
+def test_pass_keeps_the_row_as_it_is_and_counts_it():
+    pair = PairRecord("p0", "Who?", "Ask jane.doe@example.com", "Nobody", "src", "MIT")
+    got, scan = _ingested([pair]), pii.PiiScan(PiiConfig(mode="pass"))
+    scan.screen(got)
+    assert got.records == [pair] and got.rejected == []
+    assert scan.summary()["matches"]["email"] == 1 and scan.summary()["rows_with_pii"] == 1
+
+
+def test_no_types_means_no_scan():
+    got, scan = _ingested([record(0, "jane.doe@example.com")]), pii.PiiScan(PiiConfig(entities=[]))
+    scan.screen(got)
+    assert len(got.records) == 1 and scan.summary()["rows_scanned"] == 0
+
+
+def test_the_mode_and_types_are_validated():
+    assert validate_params({}).data.pii == PiiConfig(mode="quarantine", entities=EVERY)
+    with pytest.raises(ConfigError, match="data.pii.mode"):
+        validate_params({"data": {"pii": {"mode": "drop"}}})
+    with pytest.raises(ConfigError, match="data.pii.entities"):
+        validate_params({"data": {"pii": {"entities": ["ssn"]}}})
+
+
+def test_the_default_synthetic_data_scans_clean():
+    params = load_params(ROOT / "params" / "default.yaml")
+    summary = prepare(params.experiment.seed, params.data).summary()
+    assert summary["pii"]["rows_scanned"] >= params.data.synthetic.num_examples * 0.9  # less the duplicates
+    assert summary["pii"]["rows_with_pii"] == 0 and summary["passed"]
+
+
+def test_the_default_code_tasks_scan_clean():
+    cfg = validate_params({"data": {"sources": [{"kind": "synthetic_code"}]}}).data
+    assert prepare(0, cfg).summary()["pii"]["rows_with_pii"] == 0
+
+
+def _source_file(tmp_path: Path) -> None:
+    rows = [
+        {"question": f"Tom has {i} apples and buys 3 more. How many now?", "answer": f"#### {i + 3}"} for i in range(30)
+    ]
+    rows.append({"question": "Tom (tom@example.com) has 2 apples and buys 3. How many?", "answer": "#### 5"})
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_prepare_quarantines_and_the_stage_records_the_counts_with_the_data_hash(tmp_path, monkeypatch):
+    import contextlib
+
+    from tasks import prepare as stage
+    from tasks import tracking
+
+    _source_file(tmp_path)
+    params = validate_params(
+        {
+            "data": {
+                "sources": [{"kind": "file", "path": "rows.jsonl", "license": "MIT"}],
+                "split": {"train": 0.6, "val": 0.2, "test": 0.2},
+            }
+        }
+    )
+    result = prepare(0, params.data, root=tmp_path)
+    assert [q.reason.split(":")[0] for q in result.quarantine] == ["personal_data"]
+    assert result.quarantine[0].line == 31 and result.summary()["quarantine_reasons"] == {"personal_data": 1}
+    assert not any("tom@example.com" in r.prompt for rows in result.splits.values() for r in rows)
+
+    tags: dict = {}
+    fake = types.SimpleNamespace(
+        set_tag=lambda k, v: tags.update({k: v}), set_tags=tags.update, log_artifact=lambda *a, **k: None
+    )
+    monkeypatch.setitem(__import__("sys").modules, "mlflow", fake)
+    monkeypatch.setattr(tracking, "stage_run", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr(tracking, "log_summary", lambda *a, **k: None)
+    monkeypatch.setattr(stage, "prepare", lambda seed, data: prepare(seed, data, root=tmp_path))
+    args = types.SimpleNamespace(out=str(tmp_path / "out"), metrics=str(tmp_path / "prepare.json"), params="p.yaml")
+    stage.main(args, params)
+    metrics = json.loads((tmp_path / "prepare.json").read_text())
+    assert metrics["data_hash"] and metrics["pii"]["matches"]["email"] == 1 and metrics["pii"]["mode"] == "quarantine"
+    assert tags["data_hash"] == metrics["data_hash"] and tags["pii"] == "1 of 31 rows (quarantine)"
+    assert "tom@example.com" not in (tmp_path / "out" / "quarantine.jsonl").read_text()
