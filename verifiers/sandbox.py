@@ -100,6 +100,9 @@ from verifiers.sandbox_runtime import (
 log = logging.getLogger(__name__)
 
 RUNTIME = Path(__file__).with_name("sandbox_runtime.py")
+# The server starts with nothing of the caller's environment: no LD_PRELOAD or LD_LIBRARY_PATH can map a library
+# from the venv into it, and so into every jail plan (its library scout reads its own memory map).
+SERVER_ENV = {"PATH": "/usr/bin:/bin"}
 GRACE_SECONDS = 10.0  # beyond the wall limit, before the caller gives up on a supervisor that never answers
 SETUP_SECONDS = 30.0  # for a sandbox to be set up, before the caller gives up on its supervisor
 _PROBE = ("import decimal, fractions, statistics\ndef f():\n    return 1", ["import heapq, bisect\nassert f() == 1"])
@@ -201,7 +204,7 @@ def cgroups_available() -> bool:
 
 def _probe(what: str) -> bool:
     probe = subprocess.run(
-        [sys.executable, "-I", "-S", str(RUNTIME), what], capture_output=True, timeout=30, check=False
+        [sys.executable, "-I", "-S", str(RUNTIME), what], env=SERVER_ENV, capture_output=True, timeout=30, check=False
     )
     return probe.returncode == 0
 
@@ -220,7 +223,7 @@ class _Server:
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-                env={"PATH": "/usr/bin:/bin"},
+                env=SERVER_ENV,
                 cwd="/",
                 start_new_session=True,
             )

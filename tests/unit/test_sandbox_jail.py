@@ -183,6 +183,7 @@ def test_the_jail_plan_binds_no_host_directory_beyond_libraries_and_masks_instal
     # read-only; any site-packages under them masked; never the checkout or the venv.
     out = subprocess.run(
         [sandbox.sandbox_python(), "-I", "-S", str(sandbox.RUNTIME), "plan"],
+        env=sandbox.SERVER_ENV,  # the server's own environment: a suite's LD_PRELOAD (vLLM's) is not the sandbox's
         capture_output=True,
         text=True,
         timeout=60,
