@@ -111,7 +111,8 @@ def _api_key_finder() -> Finder:
     from detect_secrets.plugins.base import RegexBasedDetector
     from detect_secrets.plugins.ip_public import IPPublicDetector
 
-    classes: list[type] = [cls for _, cls in sorted(get_mapping_from_secret_type_to_class().items())]
+    by_type: dict[str, type] = get_mapping_from_secret_type_to_class()
+    classes = [by_type[name] for name in sorted(by_type)]
     # The regex-based plugins are the token formats (the entropy and keyword ones are not); IP
     # addresses are Presidio's, all of them, not only detect-secrets' public ones.
     plugins = [cls() for cls in classes if issubclass(cls, RegexBasedDetector) and cls is not IPPublicDetector]
