@@ -110,6 +110,14 @@ def _evaluation(evaluation: dict | None) -> str:
     return H.table(rows)
 
 
+def _phases(trains: dict[str, dict]) -> str:
+    """Each training stage's step split: per phase, the mean seconds per step and its share of
+    the step's wall time (:data:`grpoflow.metric_names.PHASE_SPLIT`)."""
+    rows = [{"stage": name, "phase": phase, "mean s": split["mean_s"], "share %": round(100 * split["share"], 1)}
+            for name, m in trains.items() for phase, split in (m.get(M.PHASE_SPLIT) or {}).items()]
+    return H.table(rows) if rows else '<p class="muted">No step timing in this run.</p>'
+
+
 def _reward_model(here: set[str]) -> str:
     """The reward_model stage's held-out pairwise accuracy, pairs and margin plot, where it ran."""
     rm = stage("reward_model")
@@ -153,6 +161,7 @@ def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
         "<h2>Stages</h2>", _stage_table(rows),
         "<h2>Gates</h2>", _gates(rows),
         "<h2>Learning curves</h2>", _curves(histories),
+        "<h2>Where the step time goes</h2>", _phases(trains),
         "<h2>Reward model</h2>", _reward_model(here),
         "<h2>Evaluation</h2>", _evaluation(evaluation),
         "<h2>GRPO vs PPO</h2>", versus,

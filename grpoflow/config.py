@@ -462,6 +462,11 @@ class EngineConfig(_Section):
     bf16: Literal["auto", True, False] = Field(
         "auto", description="bfloat16 training: auto = on CUDA with bf16 support only."
     )
+    shared_prefix: bool = Field(
+        True,
+        description="RL training passes encode each group's prompt once for its G completions (same results; "
+        "false: a prompt-and-completion row per sample, only to compare); read from rl.engine.",
+    )
 
 
 class SFTConfig(_Section):

@@ -52,7 +52,13 @@ class GRPOTrainer(PolicyTrainer):
         for _ in range(cfg.num_iterations):
             for sl in micro_slices(len(b.ids), micro, *engines):
                 logp, ent = completion_logprobs(
-                    eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True, entropy_grad=cfg.entropy_coef > 0
+                    eng,
+                    b.ids[sl],
+                    b.attn[sl],
+                    b.start,
+                    with_entropy=True,
+                    entropy_grad=cfg.entropy_coef > 0,
+                    shared_prefix=cfg.engine.shared_prefix,
                 )
                 old = old_logp[sl] if old_logp is not None else logp.detach()
                 weights, mask = self._corrected(old, b, sl, seen)

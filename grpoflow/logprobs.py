@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from grpoflow import shared_prefix as sp
+
 _CHUNK_BYTES = 64 * 2**20  # fp32 logits handled at once when reducing over the vocabulary
 
 
@@ -23,18 +25,72 @@ def completion_logprobs(
     *,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    shared_prefix: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs ``(N, T_c)`` of tokens ``input_ids[:, completion_start:]`` given everything before.
 
     ``input_ids`` is ``[left-padded prompts | right-padded completions]``; position ids follow the
     attention mask so left padding does not shift positions. ``with_entropy`` also returns the
     per-token entropies ``(N, T_c)``, with gradient when ``entropy_grad`` (an entropy bonus).
+    ``shared_prefix``: consecutive rows with the same prompt encode it once
+    (:mod:`grpoflow.shared_prefix`); the results are the same.
     """
-    n, t_c = input_ids.shape[0], input_ids.shape[1] - completion_start
+    targets = input_ids[:, completion_start:]
+    if shared_prefix and sp.shares(input_ids, attention_mask, completion_start) and sp.usable(model):
+        logits, packed = _shared_logits(model, input_ids, attention_mask, completion_start)
+        return _reduce_packed(logits, packed.rows, targets, with_entropy, entropy_grad)
+    logits, _ = _row_logits(model, input_ids, attention_mask, completion_start)
+    return _reduce(logits, targets, with_entropy, entropy_grad)
+
+
+def _row_logits(model, input_ids, attention_mask, completion_start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(N, T_c, V)`` logits predicting the completion tokens, one ``[prompt | completion]`` row each."""
+    t_c = input_ids.shape[1] - completion_start
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, logits_to_keep=t_c + 1)
-    logits = out.logits[:, -(t_c + 1) : -1]  # the logit at t predicts token t + 1
-    targets = input_ids[:, completion_start:]
+    return out.logits[:, -(t_c + 1) : -1], input_ids[:, completion_start:]  # the logit at t predicts t + 1
+
+
+def _shared_logits(model, input_ids, attention_mask, completion_start: int) -> tuple[torch.Tensor, sp.Packed]:
+    """``(K, W, V)`` logits of the packed groups (each prompt encoded once) from the prompt's last
+    position on, and the packing; ``packed.rows`` picks each row's :func:`_row_logits` from them."""
+    packed = sp.pack(input_ids, attention_mask, completion_start)
+    out = model(
+        input_ids=packed.input_ids,
+        attention_mask=sp.mask_for(model, packed.mask),
+        position_ids=packed.position_ids,
+        logits_to_keep=packed.input_ids.shape[1] - packed.keep_from,
+        use_cache=False,
+    )
+    return out.logits, packed
+
+
+def _reduce_packed(
+    logits: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor, with_entropy: bool, entropy_grad: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`_reduce` on packed ``(K, W, V)`` logits, where row ``r``'s token ``t`` is predicted by
+    flat position ``rows[r, t]``: logsumexp and entropy once per packed position (the prompt's last
+    one serves all G first tokens), then indexed; the chosen logits are picked as scalars, so no
+    ``(N, T_c, V)`` copy of the logits is made."""
+    k, w, v = logits.shape
+    per_row = max(1, _CHUNK_BYTES // max(1, w * v * 4))
+    lse, entropy = [], []
+    for lo in range(0, k, per_row):
+        chunk = logits[lo : lo + per_row].float()
+        lse.append(torch.logsumexp(chunk, dim=-1))
+        if with_entropy:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                entropy.append(lse[-1] - (torch.softmax(chunk, dim=-1) * chunk).sum(-1))
+    chosen = logits.reshape(-1)[rows * v + targets].float()
+    logp = chosen - torch.cat(lse).reshape(-1)[rows]
+    return logp, (torch.cat(entropy).reshape(-1)[rows] if with_entropy else None)
+
+
+def _reduce(
+    logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool, entropy_grad: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of ``targets`` and entropies from ``(N, T_c, V)`` logits, over row chunks."""
+    n, t_c = targets.shape
     rows = max(1, _CHUNK_BYTES // max(1, t_c * logits.shape[-1] * 4))
     logp, entropy = [], []
     for lo in range(0, n, rows):

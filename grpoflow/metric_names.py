@@ -30,6 +30,32 @@ STEP_SECONDS = "step_seconds"
 ROLLOUT_SECONDS = "rollout_seconds"
 UPDATE_SECONDS = "update_seconds"
 PEAK_MEMORY_MB = "peak_memory_mb"
+# Where a loop iteration's wall time goes (grpoflow.rl.PhaseTimer): exclusive seconds per phase;
+# "other" is the wall minus the named ones (metrics, health, the reference refresh), so they sum to
+# PHASE_WALL: the step, its evaluation and its checkpoint (STEP_SECONDS is the step alone).
+PHASE_PREFIX = "phase/"
+PHASE_ROLLOUT = "phase/rollout_s"
+PHASE_REWARD = "phase/reward_s"
+PHASE_REF_LOGPROBS = "phase/ref_logprobs_s"
+# The policy's before its update: num_iterations > 1, KL in the reward, PPO.
+PHASE_OLD_LOGPROBS = "phase/old_logprobs_s"
+PHASE_UPDATE = "phase/update_s"  # the update's own passes, less the two log-prob phases inside it
+PHASE_WEIGHT_SYNC = "phase/weight_sync_s"
+PHASE_EVALUATE = "phase/evaluate_s"
+PHASE_CHECKPOINT = "phase/checkpoint_s"
+PHASE_OTHER = "phase/other_s"
+PHASE_WALL = "phase/wall_s"
+TIMED_PHASES = (
+    PHASE_ROLLOUT,
+    PHASE_REWARD,
+    PHASE_REF_LOGPROBS,
+    PHASE_OLD_LOGPROBS,
+    PHASE_UPDATE,
+    PHASE_WEIGHT_SYNC,
+    PHASE_EVALUATE,
+    PHASE_CHECKPOINT,
+)
+PHASES = (*TIMED_PHASES, PHASE_OTHER)  # these sum to PHASE_WALL
 NUM_GENERATIONS = "num_generations"
 MAX_COMPLETION_LENGTH = "max_completion_length"
 MICRO_BATCH_SIZE = "micro_batch_size"
@@ -69,6 +95,8 @@ HISTORY_FIELDS = [
     VAL_ACCURACY,
     VALUE_LOSS,
     EXPLAINED_VARIANCE,
+    *PHASES,
+    PHASE_WALL,
 ]
 
 # A training stage's summary (metrics/<algorithm>.json).
@@ -78,6 +106,13 @@ REWARD_MEAN_LAST10 = "reward_mean_last10"
 SECONDS_PER_STEP = "seconds_per_step"
 KL_FINAL = "kl_final"
 STEPS = "steps"
+PHASE_SPLIT = "phases"  # per phase: mean seconds per step and share of the mean wall
+
+
+def phase_label(key: str) -> str:
+    """A phase's name as the run page shows it: ``phase/ref_logprobs_s`` -> ``ref_logprobs``."""
+    return key.removeprefix(PHASE_PREFIX).removesuffix("_s")
+
 
 # MLflow's run page draws one section of charts per name prefix (before the first "/"), in the
 # sorted order of the names: evaluation and the learning signal sort first, then cost, the
@@ -91,7 +126,16 @@ SCHEDULE = "schedule/"
 SUMMARY = "summary/"
 _GROUPS = {
     EVAL: (VAL_ACCURACY,),
-    PERF: (ROLLOUT_TOKENS_PER_S, UPDATE_TOKENS_PER_S, STEP_SECONDS, ROLLOUT_SECONDS, UPDATE_SECONDS, PEAK_MEMORY_MB),
+    PERF: (
+        ROLLOUT_TOKENS_PER_S,
+        UPDATE_TOKENS_PER_S,
+        STEP_SECONDS,
+        ROLLOUT_SECONDS,
+        UPDATE_SECONDS,
+        PEAK_MEMORY_MB,
+        *PHASES,
+        PHASE_WALL,
+    ),
     ROLLOUT: (
         COMPLETION_LENGTH_MEAN,
         COMPLETION_LENGTH_MAX,

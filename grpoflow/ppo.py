@@ -11,6 +11,7 @@ from transformers import AutoModel
 
 from grpoflow import metric_names as M
 from grpoflow import rules
+from grpoflow import shared_prefix as sp
 from grpoflow.advantages import gae, masked_whiten
 from grpoflow.algorithm import Algorithm
 from grpoflow.config import Params, PPOConfig
@@ -44,8 +45,13 @@ class ValueModel(torch.nn.Module):
         return self.head(hidden).squeeze(-1)
 
 
-def completion_values(critic, ids, attn, start: int) -> torch.Tensor:
-    """``V(s_t)`` for each completion token t: the value at the position that predicts it."""
+def completion_values(critic, ids, attn, start: int, shared_prefix: bool = True) -> torch.Tensor:
+    """``V(s_t)`` for each completion token t: the value at the position that predicts it.
+    ``shared_prefix``: each group's prompt encoded once (:mod:`grpoflow.shared_prefix`), same values."""
+    if shared_prefix and sp.shares(ids, attn, start) and sp.usable(critic):
+        packed = sp.pack(ids, attn, start)
+        values = critic(packed.input_ids, sp.mask_for(critic, packed.mask), packed.position_ids)
+        return sp.gather_rows(values[:, packed.keep_from :], packed).float()
     position_ids = (attn.long().cumsum(-1) - 1).clamp(min=0)
     return critic(ids, attn, position_ids)[:, start - 1 : -1].float()
 
@@ -80,7 +86,9 @@ class PPOTrainer(PolicyTrainer):
         micro = self.critic.train_micro_batch_size_per_gpu()
         return torch.cat(
             [
-                completion_values(self.critic, b.ids[i : i + micro], b.attn[i : i + micro], b.start)
+                completion_values(
+                    self.critic, b.ids[i : i + micro], b.attn[i : i + micro], b.start, self.cfg.engine.shared_prefix
+                )
                 for i in range(0, len(b.ids), micro)
             ]
         )
@@ -107,7 +115,13 @@ class PPOTrainer(PolicyTrainer):
         for _ in range(cfg.num_iterations):
             for sl in micro_slices(len(b.ids), micro, *engines):
                 logp, ent = completion_logprobs(
-                    eng, b.ids[sl], b.attn[sl], b.start, with_entropy=True, entropy_grad=cfg.entropy_coef > 0
+                    eng,
+                    b.ids[sl],
+                    b.attn[sl],
+                    b.start,
+                    with_entropy=True,
+                    entropy_grad=cfg.entropy_coef > 0,
+                    shared_prefix=cfg.engine.shared_prefix,
                 )
                 weights, mask = self._corrected(old_logp[sl], b, sl, seen)
                 loss, m = grpo_loss(
@@ -126,7 +140,7 @@ class PPOTrainer(PolicyTrainer):
                     self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
                 eng.backward(loss)
                 optimizer_step(eng)
-                values = completion_values(critic, b.ids[sl], b.attn[sl], b.start)
+                values = completion_values(critic, b.ids[sl], b.attn[sl], b.start, cfg.engine.shared_prefix)
                 clipped = old_values[sl] + (values - old_values[sl]).clamp(-ppo.cliprange_value, ppo.cliprange_value)
                 vf = 0.5 * torch.maximum((values - returns[sl]) ** 2, (clipped - returns[sl]) ** 2)
                 value_loss = (vf * b.mask[sl]).sum() / b.mask[sl].sum().clamp(min=1)

@@ -11,6 +11,7 @@ import random
 import resource
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from math import gcd
 
@@ -138,6 +139,42 @@ def _all_mean(values: dict[str, float], world: int, device: torch.device | str =
     return {k: float(v) / world for k, v in zip(keys, t)}
 
 
+class PhaseTimer:
+    """Wall seconds per named phase of a step, exclusive: a phase timed inside another (the
+    reference log-probs inside the update) is subtracted from the outer one, so the phases never
+    count a second twice and, with "other", sum to the step's wall time.
+
+    On CUDA each phase ends with a synchronize, else it would measure kernel launches, not work.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._inner: list[float] = []  # per open phase: seconds its nested phases took
+
+    @contextmanager
+    def phase(self, key: str) -> Iterator[None]:
+        """Time the block as phase ``key`` (accumulated when a step runs it more than once)."""
+        start = time.perf_counter()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+            spent = time.perf_counter() - start
+            nested = self._inner.pop()
+            self.seconds[key] = self.seconds.get(key, 0.0) + spent - nested
+            if self._inner:
+                self._inner[-1] += spent
+
+    def split(self, wall: float) -> dict[str, float]:
+        """Every phase's seconds (0 for one that did not run), and "other": ``wall`` minus them."""
+        out = {key: self.seconds.get(key, 0.0) for key in M.TIMED_PHASES}
+        out[M.PHASE_OTHER] = max(0.0, wall - sum(out.values()))
+        out[M.PHASE_WALL] = wall
+        return out
+
+
 @dataclass
 class Batch:
     """One step's rollouts as model inputs, with their rewards."""
@@ -211,6 +248,7 @@ class PolicyTrainer:
         self.seed, self.rank, self.world = seed, rank, world
         self.health = health or HealthMonitor()
         self.state = LoopState(beta=kl_coef)
+        self.timer = PhaseTimer()  # the current step's phases (rank 0's are the ones logged)
 
     # -- one step ---------------------------------------------------------------------------
     def _rollouts(self, step: int, g: int, draw: int = 0) -> tuple[Rollouts, list[dict]]:
@@ -233,8 +271,10 @@ class PolicyTrainer:
 
     def _scored(self, step: int, g: int, draw: int = 0) -> Scored:
         """Rollouts (an out-of-memory error on any process raised on all) and their rewards."""
-        ro, rows = self._rollouts_on_every_rank(step, g, draw)
-        total, parts = self.reward(ro.texts, rows)
+        with self.timer.phase(M.PHASE_ROLLOUT):
+            ro, rows = self._rollouts_on_every_rank(step, g, draw)
+        with self.timer.phase(M.PHASE_REWARD):
+            total, parts = self.reward(ro.texts, rows)
         return Scored(ro, rows, total, parts)
 
     def _informative(self, step: int, g: int, first: Scored) -> tuple[Scored, dict[str, float]]:
@@ -278,12 +318,18 @@ class PolicyTrainer:
 
     @torch.no_grad()
     def _frozen_logprobs(self, model, ids, attn, start) -> torch.Tensor:
+        """Per-token log-probs without gradients: of the reference, or of the policy before its
+        update (the old/sampler log-probs), each timed as its own phase of the step."""
         micro = self.engine.train_micro_batch_size_per_gpu()
-        parts = [
-            completion_logprobs(model, ids[i : i + micro], attn[i : i + micro], start)[0]
-            for i in range(0, len(ids), micro)
-        ]
-        return torch.cat(parts)
+        key = M.PHASE_REF_LOGPROBS if model is self.ref else M.PHASE_OLD_LOGPROBS
+        with self.timer.phase(key):
+            parts = [
+                completion_logprobs(
+                    model, ids[i : i + micro], attn[i : i + micro], start, shared_prefix=self.cfg.engine.shared_prefix
+                )[0]
+                for i in range(0, len(ids), micro)
+            ]
+            return torch.cat(parts)
 
     def _corrected(self, old: torch.Tensor, b: Batch, sl: slice, seen: dict[str, list[float]]):
         """``(token weights or None, loss mask)`` of micro-batch ``sl`` under ``rl.rollout_correction``,
@@ -372,6 +418,7 @@ class PolicyTrainer:
         cfg, eng = self.cfg, self.engine
         g = self.generations(step)
         t0 = time.perf_counter()
+        self.timer = PhaseTimer()
         scored, sampling_metrics = self._scored(step, g), dict[str, float]()
         if cfg.dynamic_sampling.enabled:
             scored, sampling_metrics = self._informative(step, g, scored)
@@ -379,18 +426,22 @@ class PolicyTrainer:
         t_rollout = time.perf_counter() - t0
         if cfg.overlong_buffer and self.max_completion_length > 1:  # logged as a reward component
             buffer = min(cfg.overlong_buffer, self.max_completion_length - 1)  # a back-off may shorten the cap
-            parts["overlong"] = overlong_penalty(
-                ro.completion_mask.sum(1), self.max_completion_length, buffer, cfg.overlong_penalty
-            )
-            total = total + parts["overlong"]
+            with self.timer.phase(M.PHASE_REWARD):
+                parts["overlong"] = overlong_penalty(
+                    ro.completion_mask.sum(1), self.max_completion_length, buffer, cfg.overlong_penalty
+                )
+                total = total + parts["overlong"]
         ids, attn, mask, start = self._inputs(ro)
         t1 = time.perf_counter()
         self._set_batch(len(ids))  # G may change with the schedule or a back-off
-        local = self.update(step, Batch(ids, attn, mask, start, total, g, ro.sampler_logprobs))
+        # The update's own log-prob passes (reference, old policy) are timed apart, inside it.
+        with self.timer.phase(M.PHASE_UPDATE):
+            local = self.update(step, Batch(ids, attn, mask, start, total, g, ro.sampler_logprobs))
         if cfg.num_iterations == 1:  # one optimizer step per batch: the ratio is 1, nothing can be clipped
             local.pop(M.CLIP_RATIO, None)
         t_update = time.perf_counter() - t1
-        self.rollout.sync_weights(eng.module)
+        with self.timer.phase(M.PHASE_WEIGHT_SYNC):
+            self.rollout.sync_weights(eng.module)
         grouped = total.view(-1, g)
         lengths = ro.completion_mask.sum(1).float()
         local.update(
@@ -440,27 +491,34 @@ class PolicyTrainer:
     ) -> LoopState:
         """Run from ``self.state.step`` to ``cfg.steps``; ``on_checkpoint`` every ``checkpoint_every``."""
         while self.state.step < self.cfg.steps:
-            step = self.state.step
+            step, t0 = self.state.step, time.perf_counter()
             try:
                 metrics = self.step(step)
             except torch.OutOfMemoryError as exc:
                 self._back_off(step, exc)
                 continue  # the same step again, smaller
             if evaluate and ((step + 1) % self.cfg.eval_every == 0 or step + 1 == self.cfg.steps):
-                metrics.update(evaluate(step))
+                with self.timer.phase(M.PHASE_EVALUATE):
+                    metrics.update(evaluate(step))
             if self.ref is not None and reference_refresh_due(self.cfg, step):
                 refresh_reference(self.ref, self.engine, self.cfg.ref_sync_alpha)
             new = self.health.observe(step, metrics)
             metrics[M.HEALTH_SYMPTOMS] = len(self.health.symptoms)
+            # This process's split (rank 0's is logged): ranks wait for each other in the update's
+            # collectives, so their walls agree and a slow rank shows up as update time on the rest.
+            # The checkpoint comes after on_step; its caller times it (tasks/rl_stage.py).
+            metrics.update(self.timer.split(time.perf_counter() - t0))
             self.state.step = step + 1
             if on_step:
                 on_step(step, {**metrics, "new_symptoms": [s.to_dict() for s in new]})
-            if on_checkpoint and (
-                self.state.step % self.cfg.checkpoint_every == 0 or self.state.step == self.cfg.steps
-            ):
+            if on_checkpoint and self.checkpoint_due(self.state.step):
                 self.state.rng = _rng_state()
                 on_checkpoint(self.state.step, self.state)
         return self.state
+
+    def checkpoint_due(self, done: int) -> bool:
+        """Whether the loop checkpoints after ``done`` steps: every ``checkpoint_every``, and at the end."""
+        return done % self.cfg.checkpoint_every == 0 or done == self.cfg.steps
 
     def restore(self, state: LoopState) -> None:
         """Continue from a checkpoint's loop state (step, KL coefficient, RNG, back-off)."""

@@ -35,10 +35,20 @@ class History:
         self.path = path
         self.rows = list(rows)
 
-    def add(self, step: int, metrics: dict) -> None:
-        """Append step ``step``'s metrics and rewrite the file."""
+    def add(self, step: int, metrics: dict, write: bool = True) -> None:
+        """Append step ``step``'s metrics and (unless ``write`` is false) rewrite the file."""
         self.rows.append({k: metrics.get(k, "") for k in M.HISTORY_FIELDS} | {M.STEP: step})
-        self.write()
+        if write:
+            self.write()
+
+    def add_checkpoint_time(self, seconds: float) -> dict:
+        """Book the checkpoint written after the last row into that row's split (its wall grows by
+        as much); the row."""
+        row = self.rows[-1]
+        row[M.PHASE_CHECKPOINT] = seconds
+        if row.get(M.PHASE_WALL, "") != "":
+            row[M.PHASE_WALL] = float(row[M.PHASE_WALL]) + seconds
+        return row
 
     def write(self) -> None:
         """Write every row, atomically."""
@@ -48,6 +58,46 @@ class History:
             writer = csv.DictWriter(fh, fieldnames=M.HISTORY_FIELDS)
             writer.writeheader()
             writer.writerows(self.rows)
+
+
+class StepRecorder:
+    """Each step's row in the history and its metrics in MLflow (``log``). A step followed by a
+    checkpoint (``due(steps done)``) is written once the checkpoint's time is in its split; its
+    row is in the history before, so that the checkpoint carries it."""
+
+    def __init__(self, history: History, log: Callable[[int, dict], None], due: Callable[[int], bool]):
+        self.history, self.log, self.due = history, log, due
+        self._pending: tuple[int, dict] | None = None
+
+    def step(self, step: int, metrics: dict) -> None:
+        """Record step ``step`` (0-based); written now unless a checkpoint follows it."""
+        due = self.due(step + 1)
+        self.history.add(step, metrics, write=not due)
+        if due:
+            self._pending = (step, metrics)
+        else:
+            self.log(step, metrics)
+
+    def checkpoint(self, save: Callable[[], None]) -> None:
+        """Run ``save``, book its seconds into the step before it, then write and log that step."""
+        t0 = time.perf_counter()
+        save()
+        if self._pending is not None:
+            (step, metrics), self._pending = self._pending, None
+            row = self.history.add_checkpoint_time(time.perf_counter() - t0)
+            self.history.write()
+            self.log(step, metrics | {k: row[k] for k in (M.PHASE_CHECKPOINT, M.PHASE_WALL)})
+
+
+def phase_split(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per phase, its mean seconds per step and its share of the mean wall, over the rows that
+    have a split (rows of a run from before it had none)."""
+    timed = [r for r in rows if r.get(M.PHASE_WALL, "") != ""]
+    if not timed:
+        return {}
+    mean = {k: sum(float(r[k] or 0.0) for r in timed) / len(timed) for k in (*M.PHASES, M.PHASE_WALL)}
+    wall = max(mean[M.PHASE_WALL], 1e-12)
+    return {M.phase_label(k): {"mean_s": mean[k], "share": mean[k] / wall} for k in M.PHASES}
 
 
 def summary(rows: list[dict], val_start: float | None, health: list[str], run) -> dict:
@@ -65,6 +115,7 @@ def summary(rows: list[dict], val_start: float | None, health: list[str], run) -
         M.KL_FINAL: float(rows[-1][M.KL]) if rows and rows[-1][M.KL] != "" else None,
         M.STEPS: len(rows),
         M.HEALTH_SYMPTOMS: health,
+        M.PHASE_SPLIT: phase_split(rows),
         "world_size": run.world,
         "algorithm": run.algorithm.name,
         "train_seed": run.seed,
@@ -156,6 +207,7 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm, *, stage
         if val_start is None and lead:
             val_start = rl_run.evaluate(-1)[M.VAL_ACCURACY]
         steps_log = tracking.StepLogger()
+        recorder = StepRecorder(history, steps_log.log, rl_run.trainer.checkpoint_due) if lead else None
         console = StepConsole(name, total, done=rl_run.trainer.state.step) if lead else None
 
         def on_step(step: int, m: dict) -> None:
@@ -164,13 +216,19 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm, *, stage
             for s in m.pop("new_symptoms"):
                 console.say(f"{name}: HEALTH step {s['step']}: {s['name']}: {s['evidence']} -> {s['remedy']}")
                 events.emit(events.HEALTH, name, **s)
-            history.add(step, m)
-            steps_log.log(step, m)
+            recorder.step(step, m)
             console.step(_console_line(name, step, total, m), {k: m[k] for k in (M.REWARD_MEAN, M.KL, M.VAL_ACCURACY) if k in m})
             events.emit(events.PROGRESS, name, step=step + 1, total=total)
 
         def on_checkpoint(step: int, state: LoopState) -> None:
-            rl_run.save(ckpt_dir, state, {M.VAL_ACCURACY_START: val_start, "history_rows": history.rows if lead else []})
+            def save() -> None:
+                rows = history.rows if lead else []
+                rl_run.save(ckpt_dir, state, {M.VAL_ACCURACY_START: val_start, "history_rows": rows})
+
+            if recorder is not None:  # the first process: it writes the history
+                recorder.checkpoint(save)
+            else:
+                save()
 
         try:
             rl_run.trainer.train(on_step=on_step, on_checkpoint=on_checkpoint, evaluate=rl_run.evaluate)

@@ -1,4 +1,3 @@
-
 import pytest
 import torch
 
@@ -19,3 +18,76 @@ def test_explained_variance():
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
     assert explained_variance(returns.clone(), returns, mask) == pytest.approx(1.0)
     assert explained_variance(torch.full_like(returns, 2.0), returns, mask) == pytest.approx(0.0)
+
+
+# -- shared-prefix groups: PPO's policy and critic passes equal the unshared ones ---------------
+from transformers import AutoModel, LlamaConfig, Qwen2Config  # noqa: E402
+
+from grpoflow.logprobs import completion_logprobs  # noqa: E402
+from grpoflow.losses import grpo_loss  # noqa: E402
+from grpoflow.ppo import ValueModel, completion_values  # noqa: E402
+from tests.unit.test_shared_prefix import batch, rel, small_llama, tiny_default  # noqa: E402
+
+
+def _critic(arch: str) -> ValueModel:
+    torch.manual_seed(0)
+    kind, cfg = {
+        "qwen2": (Qwen2Config, {"num_key_value_heads": 4}),
+        "llama": (LlamaConfig, {"num_key_value_heads": 2}),
+    }[arch]
+    trunk = AutoModel.from_config(
+        kind(vocab_size=96, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96, **cfg)
+    )
+    critic = ValueModel(trunk, 64)
+    torch.nn.init.normal_(critic.head.weight, std=0.5)  # a zero head would make every gradient but its own zero
+    return critic
+
+
+def _value_pass(critic, ids, attn, start, shared, returns, slices):
+    critic.zero_grad(set_to_none=True)
+    out, losses = [], []
+    for sl in slices:
+        v = completion_values(critic, ids[sl], attn[sl], start, shared)
+        mask = attn[sl, start:].float()
+        loss = (0.5 * (v - returns[sl]) ** 2 * mask).sum() / mask.sum()
+        loss.backward()
+        out.append(v.detach())
+        losses.append(float(loss.detach()))
+    return torch.cat(out), losses, {n: p.grad.clone() for n, p in critic.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_shared_prefix_critic_values_and_gradients_equal_rows(arch):
+    critic = _critic(arch).train()
+    critic.trunk.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ids, attn, start = batch([6, 11, 3], g=4, c_lens=[5, 1, 7, 3])
+    returns = torch.randn(ids.shape[0], ids.shape[1] - start)
+    slices = [slice(0, 6), slice(6, 12)]  # the second group split across micro-batches
+    base, shared = (_value_pass(critic, ids, attn, start, s, returns, slices) for s in (False, True))
+    assert rel(shared[0], base[0]) < 1e-5
+    assert shared[1] == pytest.approx(base[1], rel=1e-5)
+    assert base[2].keys() == shared[2].keys() and len(base[2]) > 4
+    for name, grad in base[2].items():
+        assert rel(shared[2][name], grad) < 1e-5, name
+
+
+@pytest.mark.parametrize("make", [tiny_default, small_llama])
+def test_shared_prefix_ppo_policy_loss_and_gradients_equal_rows(make):
+    model = make().train()
+    ids, attn, start = batch([7, 4], g=4, c_lens=[4, 6, 2])
+    mask = attn[:, start:].float()
+    adv = torch.randn(mask.shape)  # PPO: token-level (GAE) advantages
+    with torch.no_grad():
+        old = completion_logprobs(model, ids, attn, start, shared_prefix=False)[0] + 0.05 * torch.randn(mask.shape)
+
+    def policy_pass(shared):
+        model.zero_grad(set_to_none=True)
+        logp, ent = completion_logprobs(model, ids, attn, start, with_entropy=True, shared_prefix=shared)
+        loss, _ = grpo_loss(logp, old, adv, mask, clip_eps=0.2, aggregation="bnpo", entropy=ent)
+        loss.backward()
+        return float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    (loss_a, grads_a), (loss_b, grads_b) = policy_pass(False), policy_pass(True)
+    assert loss_b == pytest.approx(loss_a, rel=1e-5)
+    for name, grad in grads_a.items():
+        assert rel(grads_b[name], grad) < 1e-5, name

@@ -37,7 +37,8 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     history = Path(stage("grpo").option("history").path)
     history.parent.mkdir(parents=True)
     history.write_text("step,reward_mean,kl,val_accuracy\n0,0.2,0.0,0.3\n1,0.4,0.01,0.5\n")
-    Path(stage("grpo").option("metrics").path).write_text(json.dumps({"seconds_per_step": 2.0}))
+    split = {"rollout": {"mean_s": 1.5, "share": 0.75}, "update": {"mean_s": 0.5, "share": 0.25}}
+    Path(stage("grpo").option("metrics").path).write_text(json.dumps({"seconds_per_step": 2.0, "phases": split}))
     Path(stage("evaluate").option("metrics").path).write_text(json.dumps(EVALUATION))
     rows = [StageResult("prepare", False, 0.5, {"passed": True, "failures": []}),
             StageResult("validate_verifiers", True, 3.0, {"passed": False, "failures": ["math.val: recall 0.9 < 0.99"]}),
@@ -53,6 +54,10 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     # A benchmark gets its own row (a code set: no maj@k); no reward model ran.
     assert "<td>humaneval</td>" in page and '<td class="num">0.0625</td>' in page
     assert "No reward model in this run." in page
+    # Where the step time goes: per training stage, each phase's mean seconds and share.
+    assert "Where the step time goes" in page
+    assert '<td>grpo</td><td>rollout</td><td class="num">1.5</td><td class="num">75</td>' in page
+    assert '<td>update</td><td class="num">0.5</td><td class="num">25</td>' in page
 
 
 def test_the_page_shows_the_reward_model_where_it_ran(tmp_path, monkeypatch):
@@ -64,6 +69,7 @@ def test_the_page_shows_the_reward_model_where_it_ran(tmp_path, monkeypatch):
         "margins": {"margin_mean": 1.5, "p50": 0.8, "pairs": 573}}))
     run_report.write([StageResult("reward_model", True, 300.0, {})], "grpoflow-pipeline-test")
     page = run_report.REPORT.read_text()
+    assert "No step timing in this run." in page  # no training stage
     assert '<td class="num">0.976</td>' in page and '<td class="num">2985</td>' in page
 
 

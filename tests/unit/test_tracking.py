@@ -78,3 +78,20 @@ def test_the_shown_tracking_uri_has_no_credentials_while_mlflow_gets_the_whole_o
     assert tracking.tracking_uri() == "https://user:secret@mlflow.example.org:8443/?token=abc"  # MLflow connects so
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     assert tracking.shown_tracking_uri() == tracking.tracking_uri()  # the local SQLite store: nothing to hide
+
+
+def test_the_step_split_is_charted_under_perf_and_its_summary_flattened(client):
+    from grpoflow import metric_names as M
+
+    split = {M.PHASE_ROLLOUT: 0.5, M.PHASE_UPDATE: 1.0, M.PHASE_CHECKPOINT: 0.25, M.PHASE_OTHER: 0.25}
+    split[M.PHASE_WALL] = 2.0
+    with mlflow.start_run() as run:
+        steps = tracking.StepLogger()
+        steps.log(0, split)
+        steps.finish()
+        tracking.log_summary({M.PHASE_SPLIT: {"update": {"mean_s": 1.0, "share": 0.5}}})
+    rid = run.info.run_id
+    assert _history(client, rid, "perf/phase/rollout_s") == [(0, 0.5)]
+    assert _history(client, rid, "perf/phase/checkpoint_s") == [(0, 0.25)]
+    assert _history(client, rid, "perf/phase/wall_s") == [(0, 2.0)]
+    assert _history(client, rid, "summary/phases.update.share") == [(0, 0.5)]

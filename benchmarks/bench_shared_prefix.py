@@ -1,0 +1,103 @@
+"""One update pass (forward + backward of the per-token log-probs and entropies, fp32), one
+``[prompt | completion]`` row per sample against shared-prefix groups (grpoflow.shared_prefix,
+Prefix Grouper, arXiv 2506.05433), alternating in the same process, best of a few runs each.
+
+Cases: the tiny default (Qwen2, 128 wide, 4 layers, 8 prompts x G 8, prompts of 20-36 tokens,
+completions of up to 24) and a small Llama of SmolLM2-135M's width, heads and vocabulary with
+fewer layers (8 prompts x G 8, prompts of 96 tokens, completions of up to 48), with LoRA.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+REPEATS = 3
+
+
+def _batch(prompts: int, g: int, p_lens: list[int], c_len: int, vocab: int, seed: int = 0):
+    """Left-padded prompts, G right-padded completions of lengths between c_len / 2 and c_len."""
+    gen = torch.Generator().manual_seed(seed)
+    p = max(p_lens)
+    ids, attn = [], []
+    for i in range(prompts):
+        pl = p_lens[i % len(p_lens)]
+        prompt = torch.randint(2, vocab, (pl,), generator=gen)
+        for _ in range(g):
+            cl = int(torch.randint(c_len // 2, c_len + 1, (1,), generator=gen))
+            comp = torch.randint(2, vocab, (cl,), generator=gen)
+            pad_l, pad_r = torch.ones(p - pl, dtype=torch.long), torch.ones(c_len - cl, dtype=torch.long)
+            ids.append(torch.cat([pad_l, prompt, comp, pad_r]))
+            attn.append(torch.cat([torch.zeros(p - pl), torch.ones(pl + cl), torch.zeros(c_len - cl)]).long())
+    return torch.stack(ids), torch.stack(attn), p
+
+
+def _pass(model, ids, attn, start: int, shared: bool) -> float:
+    """Seconds of one forward + backward."""
+    from grpoflow.logprobs import completion_logprobs
+
+    model.zero_grad(set_to_none=True)
+    t0 = time.perf_counter()
+    logp, ent = completion_logprobs(model, ids, attn, start, with_entropy=True, shared_prefix=shared)
+    mask = attn[:, start:].float()
+    ((logp * mask).sum() / mask.sum()).backward()
+    return time.perf_counter() - t0
+
+
+def _compare(model, ids, attn, start: int) -> dict:
+    """Best-of-``REPEATS`` seconds of each way, alternating (after one warm-up of each)."""
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for shared in (False, True):
+        _pass(model, ids, attn, start, shared)
+    for _ in range(REPEATS):
+        for shared in (False, True):
+            times[shared].append(_pass(model, ids, attn, start, shared))
+    rows, shared_s = min(times[False]), min(times[True])
+    k = len(ids) // 8
+    return {
+        "rows_s": round(rows, 3),
+        "shared_s": round(shared_s, 3),
+        "shared_over_rows": round(shared_s / rows, 3),
+        "tokens_rows": int(ids.numel()),
+        "tokens_shared": int(k * (start + 8 * (ids.shape[1] - start - 1))),
+    }
+
+
+def _tiny() -> dict:
+    from grpoflow.config import ModelConfig
+    from grpoflow.modeling import build_tiny_model
+
+    tok = type("Tok", (), {"__len__": lambda self: 384, "eos_token_id": 0, "pad_token_id": 1})()
+    model = build_tiny_model(ModelConfig(), tok, seed=0).train()
+    ids, attn, start = _batch(8, 8, [20, 26, 31, 36], 24, 384)
+    return {"setup": "tiny default, 8 x G 8, prompt 20-36, completion <= 24", **_compare(model, ids, attn, start)}
+
+
+def _llama(layers: int = 4) -> dict:
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from grpoflow.config import LoraConfig
+    from grpoflow.lora import add_adapters
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=layers,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        tie_word_embeddings=True,
+    )
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    lora = LoraConfig(rank=16, alpha=32, dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    model = add_adapters(model, lora).train()
+    ids, attn, start = _batch(8, 8, [96], 48, 49152)
+    setup = f"SmolLM2-width Llama, {layers} layers, LoRA, 8 x G 8, prompt 96, completion <= 48"
+    return {"setup": setup, **_compare(model, ids, attn, start)}
+
+
+def run() -> dict:
+    """Both cases' seconds per pass and the shared-over-rows ratio."""
+    return {"tiny": _tiny(), "llama": _llama()}

@@ -1,0 +1,158 @@
+"""Shared-prefix groups: each group's prompt is encoded once per pass, not once per completion.
+
+Prefix Grouper (Liu et al. 2025, arXiv 2506.05433): GRPO's G completions of a prompt share it, and
+attention is causal, so the prompt's keys and values are the same for all G. We pack a group into
+one sequence ``[prompt | completion_1 | ... | completion_g]`` with an attention mask under which
+a prompt token sees the prompt causally and a completion token sees the prompt and its own
+completion causally, never another completion. Position ids are each token's position in its own
+``[prompt | completion]`` row, so every token's computation is the one of the unshared row; the
+per-token outputs are the same (up to float summation order), and the prompt positions receive
+the G completions' gradients summed, once.
+
+A custom 4-D mask (not a key/value cache) keeps Hugging Face's gradient checkpointing and peft's
+LoRA working unchanged. A completion's last token predicts nothing we keep, so it is not fed in,
+and the prompt's last position predicts every completion's first token.
+
+Groups are found from the inputs: consecutive rows whose prompt tokens and mask are equal. A
+micro-batch that splits a group encodes its prompt once per micro-batch holding part of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+log = logging.getLogger(__name__)
+
+ARCHITECTURES = frozenset({"qwen2", "llama"})  # verified equal to the unshared path in tests
+_ATTENTION = frozenset({"sdpa", "eager"})  # implementations that take an arbitrary 4-D mask
+_logged: set[str] = set()
+
+
+@dataclass
+class Packed:
+    """One micro-batch as packed group sequences, and where each row's outputs are in them."""
+
+    input_ids: torch.Tensor  # (K, L) one row per group
+    mask: torch.Tensor  # (K, 1, L, L) bool: query i may attend to key j
+    position_ids: torch.Tensor  # (K, L)
+    keep_from: int  # P - 1: outputs from this column on are the ones kept
+    rows: torch.Tensor  # (N, C) long: index into the kept outputs flattened to (K * (L - P + 1))
+
+
+def hf_config(model) -> object | None:
+    """The Hugging Face config under DeepSpeed, peft, reference and critic wrappers (None if none)."""
+    seen = 0
+    while model is not None and seen < 8:
+        config = getattr(model, "config", None)
+        if config is not None and hasattr(config, "model_type"):
+            return config
+        model = next((getattr(model, a) for a in ("module", "model", "trunk") if hasattr(model, a)), None)
+        seen += 1
+    return None
+
+
+def unsupported(model) -> str | None:
+    """Why ``model`` cannot take packed groups, or None when it can."""
+    config = hf_config(model)
+    if config is None:
+        return "no Hugging Face config found"
+    kind = getattr(config, "model_type", None)
+    if kind not in ARCHITECTURES:
+        return f"architecture {kind!r} is not verified (only {sorted(ARCHITECTURES)})"
+    attention = getattr(config, "_attn_implementation", None) or "sdpa"
+    if attention not in _ATTENTION:
+        return f"attention implementation {attention!r} takes no custom 4-D mask"
+    if getattr(config, "use_sliding_window", False) or any(
+        t != "full_attention" for t in (getattr(config, "layer_types", None) or [])
+    ):
+        return "sliding-window layers"
+    return None
+
+
+def usable(model) -> bool:
+    """Whether ``model`` takes packed groups; logs the reason once per reason when it does not."""
+    reason = unsupported(model)
+    if reason is not None and reason not in _logged:
+        _logged.add(reason)
+        log.warning("shared_prefix: falling back to one [prompt | completion] row per sample: %s", reason)
+    return reason is None
+
+
+def groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(group of each row (N,), first row of each group (K,))``: runs of consecutive equal prompts."""
+    same = (prompt_ids[1:] == prompt_ids[:-1]).all(1) & (prompt_mask[1:] == prompt_mask[:-1]).all(1)
+    starts = torch.cat([torch.ones(1, dtype=torch.bool, device=same.device), ~same])
+    return starts.long().cumsum(0) - 1, starts.nonzero().squeeze(1)
+
+
+def shares(input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int) -> bool:
+    """Whether any two rows share a prompt (else packing saves nothing)."""
+    _, first = groups(input_ids[:, :start], attention_mask[:, :start])
+    return len(first) < len(input_ids)
+
+
+def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int) -> Packed:
+    """``[left-padded prompt | right-padded completion]`` rows as packed group sequences."""
+    n, p, c = input_ids.shape[0], start, input_ids.shape[1] - start
+    fed = c - 1  # completion tokens fed in: the last one predicts nothing we keep
+    group, first = groups(input_ids[:, :p], attention_mask[:, :p])
+    k, slot = len(first), torch.arange(n, device=input_ids.device) - first[group]
+    width = p + (int(slot.max()) + 1) * fed
+    dev = input_ids.device
+    ids = input_ids.new_zeros(k, width)
+    valid = torch.zeros(k, width, dtype=torch.bool, device=dev)
+    segment = torch.full((k, width), -2, dtype=torch.long, device=dev)  # -1 prompt, s slot s, -2 filler
+    positions = torch.zeros(k, width, dtype=torch.long, device=dev)
+    # The unshared row's position ids: padding does not shift positions.
+    row_positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    ids[:, :p], valid[:, :p] = input_ids[first, :p], attention_mask[first, :p].bool()
+    segment[:, :p], positions[:, :p] = -1, row_positions[first, :p]
+    if fed > 0:
+        cols = p + slot.unsqueeze(1) * fed + torch.arange(fed, device=dev)  # (N, fed)
+        at = (group.unsqueeze(1).expand(-1, fed), cols)
+        ids[at] = input_ids[:, p : p + fed]
+        valid[at] = attention_mask[:, p : p + fed].bool()
+        segment[at] = slot.unsqueeze(1).expand(-1, fed)
+        positions[at] = row_positions[:, p : p + fed]
+    return Packed(ids, _visibility(valid, segment), positions, p - 1, _row_index(group, slot, width - p + 1, c))
+
+
+def _visibility(valid: torch.Tensor, segment: torch.Tensor) -> torch.Tensor:
+    """``(K, 1, L, L)``: a valid key at or before the query, in the prompt or the query's own slot."""
+    width = valid.shape[1]
+    causal = torch.ones(width, width, dtype=torch.bool, device=valid.device).tril()
+    own = (segment.unsqueeze(2) == segment.unsqueeze(1)) | (segment == -1).unsqueeze(1)
+    seen = causal & own & valid.unsqueeze(1)
+    # A query that sees nothing (left padding) sees itself: finite outputs that no kept token reads.
+    lonely = ~seen.any(-1)
+    seen |= torch.eye(width, dtype=torch.bool, device=valid.device) & lonely.unsqueeze(-1)
+    return seen.unsqueeze(1)
+
+
+def _row_index(group: torch.Tensor, slot: torch.Tensor, kept: int, c: int) -> torch.Tensor:
+    """``(N, C)`` indices into kept outputs flattened over (group, column): a row's first token is
+    predicted by the prompt's last position (column 0), token t > 0 by its slot's token t - 1."""
+    fed = c - 1
+    t = torch.arange(c, device=group.device)
+    col = torch.where(t == 0, 0, 1 + slot.unsqueeze(1) * fed + (t - 1).clamp(min=0))
+    return group.unsqueeze(1) * kept + col
+
+
+def mask_for(model, mask: torch.Tensor) -> torch.Tensor:
+    """The bool mask as the attention implementation wants it: eager adds a float mask."""
+    config = hf_config(model)
+    if getattr(config, "_attn_implementation", "sdpa") != "eager":
+        return mask
+    dtype = getattr(config, "dtype", None)
+    dtype = dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else torch.float32
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+
+
+def gather_rows(kept: torch.Tensor, packed: Packed) -> torch.Tensor:
+    """``(N, C, ...)`` per-row outputs from the packed ones kept, ``(K, L - P + 1, ...)`` (columns
+    from ``packed.keep_from`` on); the backward pass sums a shared position's gradients."""
+    flat = kept.reshape(-1, *kept.shape[2:])
+    return flat.index_select(0, packed.rows.reshape(-1)).view(*packed.rows.shape, *kept.shape[2:])
