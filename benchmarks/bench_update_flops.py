@@ -12,7 +12,8 @@ activations and to the weights), so full fine-tuning costs
 
 with N_body the non-embedding parameters (the embedding is a lookup, no matmul; biases and norm
 weights, a rounding error here, are counted with them), T_seq every
-token the passes compute (padding included: it is computed), N_head = vocab x hidden the lm_head
+token the passes compute (padding included: it is computed; with shared-prefix groups a group's prompt
+counts once, :func:`computed_tokens`), N_head = vocab x hidden the lm_head
 matmul and T_head the positions it is applied to (the completions only, grpoflow.logprobs).
 Attention's own score and value products (2 * n_layer * n_ctx * d_model per token forward, Kaplan
 et al.'s second term) are left out: at these lengths they are a few percent of it. Gradient
@@ -30,6 +31,7 @@ import torch
 
 from benchmarks.timing import best_of
 from grpoflow import metric_names as M
+from grpoflow import shared_prefix as sp
 
 SIZES = (256, 512, 1024)
 STEPS, WARMUP = 6, 2
@@ -54,6 +56,23 @@ def matmul_parameters(model: torch.nn.Module) -> tuple[int, int]:
     return body, head.numel()
 
 
+def computed_tokens(batch, micro: int, shared_prefix: bool, model) -> tuple[int, int]:
+    """``(T_seq, T_head)`` of one update pass, as it is computed: micro-batch by micro-batch, each
+    packed into one row per group where shared-prefix groups apply (grpoflow.shared_prefix: the
+    prompt once, the lm_head from the prompt's last position on), else one padded row per sample."""
+    seq = head = 0
+    for i in range(0, len(batch.ids), micro):
+        ids, attn = batch.ids[i : i + micro], batch.attn[i : i + micro]
+        if shared_prefix and sp.shares(ids, attn, batch.start) and sp.usable(model):
+            packed = sp.pack(ids, attn, batch.start)
+            rows, length = packed.input_ids.shape
+            seq, head = seq + rows * length, head + rows * (length - packed.keep_from)
+        else:
+            n, length = ids.shape
+            seq, head = seq + n * length, head + n * (length - batch.start)
+    return seq, head
+
+
 def _grpo_run() -> tuple[list[dict], list[tuple[int, int]], tuple[int, int], int]:
     """A short GRPO training on the tiny default (grpo_step_timing's set-up, 8 prompts x G=8,
     16 tokens): each step's metrics, each update's (computed tokens, completion positions),
@@ -74,8 +93,9 @@ def _grpo_run() -> tuple[list[dict], list[tuple[int, int]], tuple[int, int], int
     update = run.trainer.update
 
     def counted(step, b):
-        n, length = b.ids.shape
-        shapes.append((n * length, n * (length - b.start)))
+        shapes.append(
+            computed_tokens(b, run.trainer.micro_batch_size, params.rl.engine.shared_prefix, run.engine.module)
+        )
         return update(step, b)
 
     run.trainer.update = counted  # type: ignore[method-assign]

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from benchmarks.bench_update_flops import matmul_parameters, update_flops
+from benchmarks.bench_update_flops import computed_tokens, matmul_parameters, update_flops
 
 
 def test_the_flop_estimate_is_6_n_per_token_for_body_and_head():
@@ -43,3 +43,21 @@ def test_matmul_parameters_leave_the_embedding_out_and_count_the_head_once(tied)
     )
     torch.manual_seed(0)
     assert matmul_parameters(Qwen2ForCausalLM(config)) == (688, 160)
+
+
+def test_computed_tokens_count_a_shared_prompt_once_and_padding_where_it_is_computed():
+    from types import SimpleNamespace
+
+    from tests.unit.test_shared_prefix import tiny_default
+
+    # 2 groups x G 2, prompt 3 tokens, completions of 2 (the last one's second token is padding).
+    ids = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 10, 11], [12, 13, 13, 8, 9], [12, 13, 13, 10, 1]])
+    attn = torch.tensor([[1] * 5, [1] * 5, [1] * 5, [1, 1, 1, 1, 0]])
+    batch, model = SimpleNamespace(ids=ids, attn=attn, start=3), tiny_default()
+    # One padded row per sample: 4 x 5 tokens; the head at the 4 x 2 completion positions.
+    assert computed_tokens(batch, micro=4, shared_prefix=False, model=model) == (20, 8)
+    # One row per group: the prompt (3) + each completion but its last token (2 x 1) = 5 tokens, the head
+    # from the prompt's last position on (3 positions): 2 x 5 and 2 x 3.
+    assert computed_tokens(batch, micro=4, shared_prefix=True, model=model) == (10, 6)
+    # Micro-batches of 2 hold one group each: the same count, packed per micro-batch.
+    assert computed_tokens(batch, micro=2, shared_prefix=True, model=model) == (10, 6)
