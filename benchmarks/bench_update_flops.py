@@ -63,8 +63,8 @@ def computed_tokens(batch, micro: int, shared_prefix: bool, model) -> tuple[int,
     seq = head = 0
     for i in range(0, len(batch.ids), micro):
         ids, attn = batch.ids[i : i + micro], batch.attn[i : i + micro]
-        if shared_prefix and sp.shares(ids, attn, batch.start) and sp.usable(model):
-            packed = sp.pack(ids, attn, batch.start)
+        packed = sp.packed_for(model, ids, attn, batch.start) if shared_prefix else None
+        if packed is not None:
             rows, length = packed.input_ids.shape
             seq, head = seq + rows * length, head + rows * (length - packed.keep_from)
         else:

@@ -18,7 +18,6 @@ from grpoflow.advantages import ESTIMATORS
 from grpoflow.algorithm import Algorithm
 from grpoflow.config import GRPOConfig, Params
 from grpoflow.engine import optimizer_step
-from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import grpo_loss, kl_penalised_rewards
 from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
 
@@ -51,15 +50,7 @@ class GRPOTrainer(PolicyTrainer):
         eng.train()
         for _ in range(cfg.num_iterations):
             for sl in micro_slices(len(b.ids), micro, *engines):
-                logp, ent = completion_logprobs(
-                    eng,
-                    b.ids[sl],
-                    b.attn[sl],
-                    b.start,
-                    with_entropy=True,
-                    entropy_grad=cfg.entropy_coef > 0,
-                    shared_prefix=cfg.engine.shared_prefix,
-                )
+                logp, ent = self._policy_logprobs(eng, b, sl)
                 old = old_logp[sl] if old_logp is not None else logp.detach()
                 weights, mask = self._corrected(old, b, sl, seen)
                 loss, m = grpo_loss(

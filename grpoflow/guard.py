@@ -42,10 +42,7 @@ _ECHO = _echo_repr()
 
 def short_repr(value: Any, limit: int = ECHO_LIMIT) -> str:
     """``repr(value)`` of at most about ``limit`` characters, the cut marked with its size."""
-    text = _ECHO.repr(value)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+    return clip(_ECHO.repr(value), limit)
 
 
 def clip(text: str, limit: int = 4 * ECHO_LIMIT) -> str:

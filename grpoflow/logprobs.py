@@ -36,8 +36,9 @@ def completion_logprobs(
     (:mod:`grpoflow.shared_prefix`); the results are the same.
     """
     targets = input_ids[:, completion_start:]
-    if shared_prefix and sp.shares(input_ids, attention_mask, completion_start) and sp.usable(model):
-        logits, packed = _shared_logits(model, input_ids, attention_mask, completion_start)
+    packed = sp.packed_for(model, input_ids, attention_mask, completion_start) if shared_prefix else None
+    if packed is not None:
+        logits = _shared_logits(model, packed)
         return _reduce_packed(logits, packed.rows, targets, with_entropy, entropy_grad)
     logits, _ = _row_logits(model, input_ids, attention_mask, completion_start)
     return _reduce(logits, targets, with_entropy, entropy_grad)
@@ -51,10 +52,9 @@ def _row_logits(model, input_ids, attention_mask, completion_start: int) -> tupl
     return out.logits[:, -(t_c + 1) : -1], input_ids[:, completion_start:]  # the logit at t predicts t + 1
 
 
-def _shared_logits(model, input_ids, attention_mask, completion_start: int) -> tuple[torch.Tensor, sp.Packed]:
+def _shared_logits(model, packed: sp.Packed) -> torch.Tensor:
     """``(K, W, V)`` logits of the packed groups (each prompt encoded once) from the prompt's last
-    position on, and the packing; ``packed.rows`` picks each row's :func:`_row_logits` from them."""
-    packed = sp.pack(input_ids, attention_mask, completion_start)
+    position on; ``packed.rows`` picks each row's :func:`_row_logits` from them."""
     out = model(
         input_ids=packed.input_ids,
         attention_mask=sp.mask_for(model, packed.mask),
@@ -62,7 +62,7 @@ def _shared_logits(model, input_ids, attention_mask, completion_start: int) -> t
         logits_to_keep=packed.input_ids.shape[1] - packed.keep_from,
         use_cache=False,
     )
-    return out.logits, packed
+    return out.logits
 
 
 def _reduce_packed(

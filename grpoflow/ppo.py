@@ -16,7 +16,6 @@ from grpoflow.advantages import gae, masked_whiten
 from grpoflow.algorithm import Algorithm
 from grpoflow.config import Params, PPOConfig
 from grpoflow.engine import build_engine, optimizer_step
-from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import grpo_loss, kl_k3
 from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
 
@@ -48,8 +47,8 @@ class ValueModel(torch.nn.Module):
 def completion_values(critic, ids, attn, start: int, shared_prefix: bool = True) -> torch.Tensor:
     """``V(s_t)`` for each completion token t: the value at the position that predicts it.
     ``shared_prefix``: each group's prompt encoded once (:mod:`grpoflow.shared_prefix`), same values."""
-    if shared_prefix and sp.shares(ids, attn, start) and sp.usable(critic):
-        packed = sp.pack(ids, attn, start)
+    packed = sp.packed_for(critic, ids, attn, start) if shared_prefix else None
+    if packed is not None:
         values = critic(packed.input_ids, sp.mask_for(critic, packed.mask), packed.position_ids)
         return sp.gather_rows(values[:, packed.keep_from :], packed).float()
     position_ids = (attn.long().cumsum(-1) - 1).clamp(min=0)
@@ -114,15 +113,7 @@ class PPOTrainer(PolicyTrainer):
         critic.train()
         for _ in range(cfg.num_iterations):
             for sl in micro_slices(len(b.ids), micro, *engines):
-                logp, ent = completion_logprobs(
-                    eng,
-                    b.ids[sl],
-                    b.attn[sl],
-                    b.start,
-                    with_entropy=True,
-                    entropy_grad=cfg.entropy_coef > 0,
-                    shared_prefix=cfg.engine.shared_prefix,
-                )
+                logp, ent = self._policy_logprobs(eng, b, sl)
                 weights, mask = self._corrected(old_logp[sl], b, sl, seen)
                 loss, m = grpo_loss(
                     logp,

@@ -331,6 +331,20 @@ class PolicyTrainer:
             ]
             return torch.cat(parts)
 
+    def _policy_logprobs(self, eng, b: Batch, sl: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """The update's ``(log-probs, entropies)`` of micro-batch ``sl`` under the policy, with
+        gradient (the entropies with it only under an entropy bonus)."""
+        cfg = self.cfg
+        return completion_logprobs(
+            eng,
+            b.ids[sl],
+            b.attn[sl],
+            b.start,
+            with_entropy=True,
+            entropy_grad=cfg.entropy_coef > 0,
+            shared_prefix=cfg.engine.shared_prefix,
+        )
+
     def _corrected(self, old: torch.Tensor, b: Batch, sl: slice, seen: dict[str, list[float]]):
         """``(token weights or None, loss mask)`` of micro-batch ``sl`` under ``rl.rollout_correction``,
         recording the mismatch in ``seen`` (:func:`grpoflow.losses.rollout_correction`)."""

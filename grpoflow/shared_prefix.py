@@ -88,17 +88,26 @@ def groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.T
     return starts.long().cumsum(0) - 1, starts.nonzero().squeeze(1)
 
 
-def shares(input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int) -> bool:
-    """Whether any two rows share a prompt (else packing saves nothing)."""
-    _, first = groups(input_ids[:, :start], attention_mask[:, :start])
-    return len(first) < len(input_ids)
+def packed_for(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int) -> Packed | None:
+    """:func:`pack` when two rows share a prompt and ``model`` is :func:`usable`, else None; the
+    groups are found once, here, and handed to :func:`pack`."""
+    found = groups(input_ids[:, :start], attention_mask[:, :start])
+    if len(found[1]) == len(input_ids) or not usable(model):
+        return None
+    return pack(input_ids, attention_mask, start, found)
 
 
-def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int) -> Packed:
-    """``[left-padded prompt | right-padded completion]`` rows as packed group sequences."""
+def pack(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    start: int,
+    found: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> Packed:
+    """``[left-padded prompt | right-padded completion]`` rows as packed group sequences
+    (``found``: their :func:`groups`, when already known)."""
     n, p, c = input_ids.shape[0], start, input_ids.shape[1] - start
     fed = c - 1  # completion tokens fed in: the last one predicts nothing we keep
-    group, first = groups(input_ids[:, :p], attention_mask[:, :p])
+    group, first = found if found is not None else groups(input_ids[:, :p], attention_mask[:, :p])
     k, slot = len(first), torch.arange(n, device=input_ids.device) - first[group]
     width = p + (int(slot.max()) + 1) * fed
     dev = input_ids.device

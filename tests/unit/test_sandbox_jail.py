@@ -201,26 +201,57 @@ def test_the_jail_plan_binds_no_host_directory_beyond_libraries_and_masks_instal
                     assert os.path.join(d, *sub, name) in plan["masks"]
 
 
-def test_a_machine_that_refuses_the_jail_says_so_once(monkeypatch, caplog):
+def _ask_twice_on_a_machine_that_refuses(monkeypatch, caplog, probe, available):
+    """``available`` (a cached probe) asked twice where only ``probe`` fails: both times no."""
     monkeypatch.setattr(sandbox, "isolation_available", lambda: True)
-    monkeypatch.setattr(sandbox, "_probe", lambda what: what != "probe-jail")
-    sandbox.jail_available.cache_clear()
+    monkeypatch.setattr(sandbox, "_probe", lambda what: what != probe)
+    available.cache_clear()
     try:
         with caplog.at_level(logging.WARNING, logger="verifiers.sandbox"):
-            assert not sandbox.jail_available() and not sandbox.jail_available()
+            assert not available() and not available()
     finally:
-        sandbox.jail_available.cache_clear()
+        available.cache_clear()
+
+
+def test_a_machine_that_refuses_the_jail_says_so_once(monkeypatch, caplog):
+    _ask_twice_on_a_machine_that_refuses(monkeypatch, caplog, "probe-jail", sandbox.jail_available)
     assert [r.message for r in caplog.records if "read-only root" in r.message] == [caplog.records[0].message]
 
 
 # ------------------------------------------------------------------------------------------------ cgroups
 
-FORK_AND_TOUCH = (
-    "import os\npids = []\nfor _ in range({n}):\n    pid = os.fork()\n    if pid == 0:\n        try:\n"
-    "            block = b'x' * ({mb} * 1024 * 1024)\n            os._exit(0)\n        except MemoryError:\n"
-    "            os._exit(3)\n    pids.append(pid)\n"
-    "statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]\n"
-)
+# Each child holds its block until every child has touched its own (or died trying): without that barrier a
+# loaded machine can run them one after another, each freeing its block before the next allocates.
+FORK_AND_TOUCH = """\
+import os
+ready_r, ready_w = os.pipe()
+go_r, go_w = os.pipe()
+pids = []
+for _ in range({n}):
+    pid = os.fork()
+    if pid == 0:
+        os.close(ready_r)
+        os.close(go_w)
+        try:
+            block = b'x' * ({mb} * 1024 * 1024)
+        except MemoryError:
+            os._exit(3)
+        os.write(ready_w, b'.')
+        os.close(ready_w)  # so that the parent sees end-of-file once every child has written or died
+        os.read(go_r, 1)  # until the parent closes go_w
+        os._exit(0)
+    pids.append(pid)
+os.close(ready_w)
+os.close(go_r)
+arrived = b''
+while len(arrived) < {n}:
+    got = os.read(ready_r, {n})
+    if not got:  # every child has written or died
+        break
+    arrived += got
+os.close(go_w)
+statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+"""
 
 
 @needs_cgroups
@@ -272,14 +303,7 @@ def test_the_cgroups_are_removed_when_their_session_ends():
 
 
 def test_a_machine_without_cgroups_says_so_once_and_names_the_remaining_bound(monkeypatch, caplog):
-    monkeypatch.setattr(sandbox, "isolation_available", lambda: True)
-    monkeypatch.setattr(sandbox, "_probe", lambda what: what != "probe-cgroup")
-    sandbox.cgroups_available.cache_clear()
-    try:
-        with caplog.at_level(logging.WARNING, logger="verifiers.sandbox"):
-            assert not sandbox.cgroups_available() and not sandbox.cgroups_available()
-    finally:
-        sandbox.cgroups_available.cache_clear()
+    _ask_twice_on_a_machine_that_refuses(monkeypatch, caplog, "probe-cgroup", sandbox.cgroups_available)
     messages = [r.getMessage() for r in caplog.records if "cgroup" in r.getMessage()]
     assert len(messages) == 1 and "memory_mb x max_processes" in messages[0] and "512 MB x 32" in messages[0]
 

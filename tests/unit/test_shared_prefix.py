@@ -164,7 +164,8 @@ def test_group_of_one_and_completions_of_one_token():
     assert_same(model, ids, attn, start)  # nothing shared: the unshared path itself
     with torch.no_grad():  # packing groups of one, forced, is exact too
         rows, _ = lp._row_logits(model, ids, attn, start)
-        logits, packed = lp._shared_logits(model, ids, attn, start)
+        packed = sp.pack(ids, attn, start)
+        logits = lp._shared_logits(model, packed)
     assert rel(sp.gather_rows(logits, packed), rows) < RTOL
     ids, attn, start = batch([6, 9, 3], g=3, c_lens=[1])
     assert_same(model, ids, attn, start)
