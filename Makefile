@@ -54,10 +54,12 @@ serve: setup
 experiments: setup
 	$(PY) -m flows.experiments
 
-# The core's habits: ruff (lint and format check) and mypy on grpoflow/ and verifiers/.
+# One habit for all the code: ruff (lint and format check) on every Python directory, tests
+# included, and mypy on the code that runs (the files pyproject's [tool.mypy] names).
+LINT_DIRS = grpoflow verifiers tasks flows benchmarks tests
 lint: setup
-	$(VENV)/bin/ruff check grpoflow verifiers
-	$(VENV)/bin/ruff format --check grpoflow verifiers
+	$(VENV)/bin/ruff check $(LINT_DIRS)
+	$(VENV)/bin/ruff format --check $(LINT_DIRS)
 	$(VENV)/bin/mypy
 
 test: setup

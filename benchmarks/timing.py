@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def best_of(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:

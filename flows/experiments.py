@@ -83,6 +83,11 @@ def _metrics(rev: dict) -> dict[str, dict]:
     return {path: (v or {}).get("data") or {} for path, v in ((rev.get("data") or {}).get("metrics") or {}).items()}
 
 
+def _stage_metrics(files: dict[str, dict], name: str) -> dict | None:
+    """The metrics one revision recorded for the stage ``name`` (None when it has none)."""
+    return files.get(declared(name).option("metrics").path)
+
+
 def experiment_rows(shown: list) -> list[dict]:
     """``dvc exp show --json`` as one row per experiment, newest first: what it ran (params file,
     overrides) and its headline (:func:`flows.run_report.headline`: test pass@1 per model, seconds
@@ -92,8 +97,8 @@ def experiment_rows(shown: list) -> list[dict]:
         for exp in baseline.get("experiments") or []:
             for rev in exp.get("revs") or []:
                 files = _metrics(rev)
-                of = lambda name: files.get(declared(name).option("metrics").path)  # noqa: E731
-                head = headline(of("evaluate"), of("compare"), trainings(files.get))
+                head = headline(_stage_metrics(files, "evaluate"), _stage_metrics(files, "compare"),
+                                trainings(files.get))
                 run = files.get(RUN_RECORD, {})
                 rows.append({
                     "experiment": rev.get("name") or exp.get("name") or rev["rev"][:7],

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from grpoflow import metric_names as M
 from tasks import html_report as H

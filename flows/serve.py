@@ -25,8 +25,8 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from grpoflow.config import ConfigError, load_params
 from grpoflow.guard import InputError, check_params_file

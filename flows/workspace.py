@@ -31,9 +31,9 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from grpoflow.io import atomic_write
 

@@ -9,7 +9,6 @@ import argparse
 import json
 from pathlib import Path
 
-
 from grpoflow.compare import memory_breakdown, summarize, winner
 from grpoflow.config import Params
 from grpoflow.io import atomic_write, write_json
@@ -22,8 +21,9 @@ ALGORITHMS = ("grpo", "ppo")
 
 def _memory_sentence(memory: dict) -> str:
     return (f"GRPO / PPO = {memory['grpo_over_ppo']:.3f}; PPO needs {memory['difference_mb']:.1f} MiB more, of "
-            f"which the critic's model state (weights {memory['critic_weights_mb']:.1f} + gradients {memory['critic_gradients_mb']:.1f} "
-            f"+ AdamW moments {memory['critic_optimizer_mb']:.1f} MiB) explains {memory['critic_model_state_mb']:.1f}; the rest "
+            f"which the critic's model state (weights {memory['critic_weights_mb']:.1f} "
+            f"+ gradients {memory['critic_gradients_mb']:.1f} + AdamW moments {memory['critic_optimizer_mb']:.1f} MiB) "
+            f"explains {memory['critic_model_state_mb']:.1f}; the rest "
             f"({memory['other_mb']:.1f} MiB) is what the critic costs beyond its state: its activations in forward and "
             f"backward, its second DeepSpeed engine's buffers, and allocator slack (peak RSS on CPU).")
 

@@ -89,7 +89,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
                 mlflow.log_params({"algorithm": name, "model_path": path})
                 tracking.log_summary(results[name])
         ref_loss = results["sft"]["heldout_loss"]
-        for name, r in results.items():
+        for r in results.values():
             r["heldout_loss_increase"] = r["heldout_loss"] - ref_loss
             r["forgetting_flagged"] = r["heldout_loss_increase"] > params.evaluate.max_loss_increase
         metrics = {"models": results, "k": params.evaluate.k, "n_samples": params.evaluate.n_samples}
@@ -99,9 +99,9 @@ def main(args: argparse.Namespace, params: Params) -> None:
     k = params.evaluate.k
     for name, r in results.items():
         flag = "  FORGETTING FLAGGED" if r["forgetting_flagged"] else ""
-        sets = "; ".join(f"{set_name} " + " ".join(f"{m} {v:.3f}" for m, v in scores.items() if "@" in m)
-                         for set_name, scores in r.items() if isinstance(scores, dict) and f"pass@{k}" in scores)
-        print(f"evaluate {name}: {sets}; held-out loss {r['heldout_loss']:.3f} ({r['heldout_loss_increase']:+.3f}){flag}")
+        scored = "; ".join(f"{set_name} " + " ".join(f"{m} {v:.3f}" for m, v in scores.items() if "@" in m)
+                           for set_name, scores in r.items() if isinstance(scores, dict) and f"pass@{k}" in scores)
+        print(f"evaluate {name}: {scored}; held-out loss {r['heldout_loss']:.3f} ({r['heldout_loss_increase']:+.3f}){flag}")
 
 
 if __name__ == "__main__":

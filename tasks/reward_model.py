@@ -23,6 +23,7 @@ from pathlib import Path
 from grpoflow.config import Params
 from tasks.cli import EXIT_BAD_INPUT, run_stage_cli, stage_parser
 
+
 def file_pairs(data: Path) -> list:
     """The prepared ``data.pairs`` rows as pairs (none when the set names no pairs source)."""
     from grpoflow.data.prepare import PAIRS_FILE

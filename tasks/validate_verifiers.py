@@ -20,7 +20,6 @@ import random
 import sys
 from pathlib import Path
 
-
 import verifiers
 from grpoflow.config import RM_DEFAULT_PATH, RM_REWARD, Params
 from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
@@ -81,11 +80,12 @@ def reward_model_gate(params: Params, rows: list[dict], rm_metrics: Path) -> dic
         return {**result, "error": "no val row has a gold solution to perturb"}
     scorer = reward_model_scorer(params, reward)
     try:
-        gold = scorer([r["solution"] for r, _ in cases], [r for r, _ in cases])
-        wrong = scorer([w for _, w in cases], [r for r, _ in cases])
+        gold_scores = scorer([r["solution"] for r, _ in cases], [r for r, _ in cases])
+        wrong_scores = scorer([w for _, w in cases], [r for r, _ in cases])
     except (ValueError, FileNotFoundError) as exc:
         return {**result, "error": str(exc)}
-    return {**result, "win_rate": sum(g > w for g, w in zip(gold, wrong)) / len(cases), "cases": len(cases)}
+    wins = sum(g > w for g, w in zip(gold_scores, wrong_scores))
+    return {**result, "win_rate": wins / len(cases), "cases": len(cases)}
 
 
 def rm_failures(rm: dict, params: Params) -> list[str]:
@@ -108,7 +108,8 @@ def gate(results: dict[str, dict], params: Params) -> list[str]:
     failures = []
     for key, r in results.items():
         if r["reference_errors"]:
-            failures.append(f"{key}: {len(r['reference_errors'])} reference answers cannot be parsed, e.g. {r['reference_errors'][0]}")
+            failures.append(f"{key}: {len(r['reference_errors'])} reference answers cannot be parsed, "
+                            f"e.g. {r['reference_errors'][0]}")
         if r["precision"] < g.min_precision:
             failures.append(f"{key}: precision {r['precision']:.4f} < verifier_gate.min_precision {g.min_precision}")
         if r["recall"] < g.min_recall:

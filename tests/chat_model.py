@@ -11,7 +11,8 @@ from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 # The ChatML form SmolLM2 and Qwen2.5 use.
 CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 TEXTS = [f"Tom has {a} apples and gets {b} more. How many?\n{a}+{b}={a + b}\n#### {a + b}" for a in range(9) for b in range(9)]

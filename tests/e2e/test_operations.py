@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -35,7 +35,7 @@ def served(smoke, run_env, tmp_path):
     assert run([PY, "-m", "dvc", "remote", "add", "storage", str(remote)], project, run_env).returncode == 0
     # prefect.yaml's cron, moved 12 hours away from now: the worker must not start a scheduled run mid-test.
     prefect_yaml = project / "prefect.yaml"
-    cron = f'cron: "0 {(datetime.now(timezone.utc).hour + 12) % 24} * * *"'
+    cron = f'cron: "0 {(datetime.now(UTC).hour + 12) % 24} * * *"'
     assert prefect_yaml.read_text().count('cron: "0 2 * * *"') == 1
     prefect_yaml.write_text(prefect_yaml.read_text().replace('cron: "0 2 * * *"', cron))
     subprocess.run(["git", "-c", "user.email=ci@grpoflow.local", "-c", "user.name=ci", "commit", "-qam", "remote"], cwd=project, check=True)
@@ -178,7 +178,7 @@ runs = await c.read_flow_runs(
     deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["scheduled"])),
     flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=["SCHEDULED"]))))
 return [r.expected_start_time.isoformat() for r in runs]""")
-    assert scheduled and all(datetime.fromisoformat(t) > datetime.now(timezone.utc) for t in scheduled), scheduled
+    assert scheduled and all(datetime.fromisoformat(t) > datetime.now(UTC) for t in scheduled), scheduled
     console = serve_log.read_text()
     assert "InvalidRequestError" not in console and "bulk DML" not in console, console[-3000:]
 

@@ -1,5 +1,6 @@
 from pathlib import Path
 
+import pydantic
 import pytest
 import yaml
 
@@ -76,7 +77,7 @@ def test_missing_and_malformed_files(tmp_path):
 
 
 def test_params_are_immutable():
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
         Params().experiment.seed = 3  # type: ignore[misc]
 
 

@@ -46,4 +46,4 @@ def test_write_jsonl_can_refuse_nan_and_writes_utf8(tmp_path):
         write_jsonl(target, [{"x": float("nan")}], allow_nan=False)
     assert not target.exists()
     write_jsonl(target, [{"x": "café"}], allow_nan=False)
-    assert target.read_bytes() == '{"x": "café"}\n'.encode("utf-8")
+    assert target.read_bytes() == '{"x": "café"}\n'.encode()

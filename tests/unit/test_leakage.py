@@ -4,30 +4,34 @@ from hypothesis import strategies as st
 from grpoflow.data.leakage import find_leaks, leakage
 
 REF = [
-    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did she sell?",
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did she sell?",
     "A robe takes 2 bolts of blue fiber and half that much white fiber. How many bolts in total does it take?",
 ]
 
 
 def test_exact_after_normalisation():
-    train = ["NATALIA sold clips to 48 of her friends in April,   and then she sold half as many clips in May! How many clips did she sell",
+    train = ["NATALIA sold clips to 48 of her friends in April,   and then she sold half as many clips in May! "
+             "How many clips did she sell",
              "Something unrelated about trains and distances."]
     leaks = leakage(train, REF)
-    assert [(l.train_index, l.reference_index, l.kind) for l in leaks] == [(0, 0, "exact")]
+    assert [(leak.train_index, leak.reference_index, leak.kind) for leak in leaks] == [(0, 0, "exact")]
 
 
 def test_ngram_overlap_any_and_thresholded():
-    train = ["Before anything else: a robe takes 2 bolts of blue fiber and half that much white fiber, then we dye it red and sell it at the market for profit."]
-    assert [l.kind for l in leakage(train, REF, ngram_min_overlap=0.0, near_threshold=None)] == ["ngram"]
+    train = ["Before anything else: a robe takes 2 bolts of blue fiber and half that much white fiber, "
+             "then we dye it red and sell it at the market for profit."]
+    assert [leak.kind for leak in leakage(train, REF, ngram_min_overlap=0.0, near_threshold=None)] == ["ngram"]
     assert leakage(train, REF, ngram_min_overlap=0.9, near_threshold=None) == []
     assert find_leaks(train, REF, ngram=8) == [0]  # the public API flags any shared 8-gram
     assert find_leaks(train, REF, ngram=30) == []  # no 30-word passage is shared
 
 
 def test_near_duplicate_with_a_few_words_changed():
-    train = ["Natalia sold clips to 48 of her friends in April and then she sold half as many clips in May. How many clips did she sell overall?"]
+    train = ["Natalia sold clips to 48 of her friends in April and then she sold half as many clips in May. "
+             "How many clips did she sell overall?"]
     leaks = leakage(train, REF, ngram=50)  # long n-grams: only the near-duplicate rule can fire
-    assert [(l.kind, l.reference_index) for l in leaks] == [("near", 0)]
+    assert [(leak.kind, leak.reference_index) for leak in leaks] == [("near", 0)]
     assert 0.8 <= leaks[0].score < 1.0
 
 
@@ -38,7 +42,7 @@ def test_unrelated_texts_do_not_leak():
 
 def test_strongest_kind_wins():
     leaks = leakage([REF[1]], REF, ngram_min_overlap=0.0)
-    assert [l.kind for l in leaks] == ["exact"]
+    assert [leak.kind for leak in leaks] == ["exact"]
 
 
 @settings(max_examples=50)
@@ -46,5 +50,5 @@ def test_strongest_kind_wins():
 def test_every_text_leaks_into_itself_and_indices_are_valid(texts):
     leaks = leakage(texts, texts, ngram=3)
     nonempty = [i for i, t in enumerate(texts) if t.split()]
-    assert sorted(l.train_index for l in leaks) == nonempty
-    assert all(0 <= l.reference_index < len(texts) for l in leaks)
+    assert sorted(leak.train_index for leak in leaks) == nonempty
+    assert all(0 <= leak.reference_index < len(texts) for leak in leaks)

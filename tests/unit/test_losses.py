@@ -108,7 +108,10 @@ def test_shape_errors_name_the_tensor():
 def batches(draw):
     n, t = draw(st.integers(1, 5)), draw(st.integers(1, 7))
     f = st.floats(-3, 0, allow_nan=False)
-    grid = lambda: torch.tensor(draw(st.lists(f, min_size=n * t, max_size=n * t)), dtype=torch.float64).view(n, t)
+
+    def grid():
+        return torch.tensor(draw(st.lists(f, min_size=n * t, max_size=n * t)), dtype=torch.float64).view(n, t)
+
     mask = torch.tensor(draw(st.lists(st.booleans(), min_size=n * t, max_size=n * t))).view(n, t)
     mask[:, 0] = True  # every completion has at least one token
     adv = torch.tensor(draw(st.lists(st.floats(-3, 3, allow_nan=False), min_size=n, max_size=n)), dtype=torch.float64)

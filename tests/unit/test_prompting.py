@@ -7,7 +7,7 @@ import torch
 
 from grpoflow.config import PromptConfig
 from grpoflow.modeling import load_pretrained, train_tokenizer
-from grpoflow.prompting import PLAIN_TEMPLATE, PromptError, Prompter, prompter_for
+from grpoflow.prompting import PLAIN_TEMPLATE, Prompter, PromptError, prompter_for
 from grpoflow.rollout import completion_mask
 from tests.chat_model import IM_END, build_chat_model
 
