@@ -17,7 +17,6 @@ from flows import workspace
 from flows.dag import pipeline_params_file, stage_order
 from flows.pipeline import (
     _check_params_file,
-    _stop_stage,
     kept_outputs,
     main,
     parse_overrides,
@@ -25,6 +24,7 @@ from flows.pipeline import (
     run_edits,
     workspace_for_run,
 )
+from flows.stage_run import _stop_stage
 from grpoflow.config import ConfigError, load_params
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -253,7 +253,7 @@ def test_a_chat_prompt_for_a_model_without_a_chat_template_fails_before_any_stag
 
 
 def test_only_dvcs_git_advice_is_dropped_from_a_stage_log():
-    from flows.pipeline import DvcAdvice
+    from flows.stage_run import DvcAdvice
 
     lines = ["Running stage 'grpo':", "grpo step 1/2: reward 0.5", "git add is what the stage printed itself",
              "Updating lock file 'dvc.lock'", "To track the changes with git, run:", "\tgit add dvc.lock models/.gitignore",
@@ -310,14 +310,14 @@ def test_the_mlflow_link_and_its_description_never_show_the_tracking_servers_cre
 def test_a_stage_that_prints_its_tracking_uri_logs_it_without_credentials(project, monkeypatch):
     import logging
 
-    from flows import pipeline
+    from flows import stage_run
 
     said: list[str] = []
     logger = logging.getLogger("test-stage-output")
     monkeypatch.setattr(logger, "info", said.append)
-    monkeypatch.setattr(pipeline, "get_run_logger", lambda: logger)
+    monkeypatch.setattr(stage_run, "get_run_logger", lambda: logger)
     line = "View run grpo at: https://user:secret@mlflow.example.org/#/experiments/1/runs/2"
-    log = pipeline._stream([sys.executable, "-c", f"print({line!r})"], {})
+    log = stage_run._stream([sys.executable, "-c", f"print({line!r})"], {})
     assert log.code == 0 and said == log.tail == ["View run grpo at: https://mlflow.example.org/#/experiments/1/runs/2"]
 
 

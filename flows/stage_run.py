@@ -1,0 +1,270 @@
+"""One pipeline stage run from the flow: ``dvc repro --single-item <stage>`` as a Prefect task.
+
+The stage command's output streams into the Prefect log (credentials redacted, DVC's git advice
+hidden), its events file (:mod:`tasks.events`) feeds a progress artifact and the failure
+diagnosis, an interrupted flow stops the command it started, and a failure a retry would repeat
+(:class:`StageVerdict`) is not retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
+
+import psutil
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
+from prefect.concurrency.sync import concurrency
+from prefect.runtime import task_run
+from prefect.states import Completed, State
+
+from flows import workspace
+from flows.dag import Stage
+from flows.run_report import StageResult
+from grpoflow.guard import redact_text
+from tasks import events
+from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT
+
+STAGE_GRACE_S = 10.0  # for a stage command to stop by itself, before each firmer signal
+EVENTS_DIR = workspace.STATE_DIR / "events"  # one file per stage command while it runs
+
+
+class StageFailed(RuntimeError):
+    pass
+
+
+class StageVerdict(StageFailed):
+    """A failure a retry would repeat: bad input, a gate's verdict, a diagnosed stop."""
+
+
+def _worth_retrying(task, task_run, state) -> bool:
+    """Prefect's retry condition: everything but a :class:`StageVerdict`."""
+    return not isinstance(state.data, StageVerdict)
+
+
+def _path_with_this_python() -> str:
+    """PATH with this interpreter's bin dir first: stage commands say ``python``, and must get
+    the environment the flow runs in, activated or not."""
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
+def _stage_reports(stage: Stage) -> list[Path]:
+    """The ``report.md`` files a stage writes into its output directories."""
+    return [Path(out) / "report.md" for out in stage.outs if (Path(out) / "report.md").is_file()]
+
+
+def _publish_reports(stage: Stage) -> str:
+    text = "\n\n".join(p.read_text() for p in _stage_reports(stage))
+    if text:
+        create_markdown_artifact(text, key=f"{stage.name.replace('_', '-')}-report", description=f"{stage.name} report")
+    return text
+
+
+def _read_metrics(stage: Stage) -> dict:
+    merged: dict = {}
+    for path in stage.metrics:
+        if Path(path).is_file():
+            merged.update(json.loads(Path(path).read_text()))
+    return merged
+
+
+class DvcAdvice:
+    """DVC's advice after each stage (git add dvc.lock, autostage, dvc push): the flow saves each run
+    as a DVC experiment instead, and the README says what to commit; repeated after every stage, it
+    buries the log. Only the lines of that block are hidden."""
+
+    START, END = "To track the changes with git, run:", "Use `dvc push` to send your updates to remote storage."
+    INSIDE = ("git add ", "To enable auto staging, run:", "dvc config core.autostage true")
+
+    def __init__(self) -> None:
+        self.inside = False
+
+    def hides(self, line: str) -> bool:
+        """Whether ``line`` (non-empty) belongs to the advice."""
+        text = line.strip()
+        if text in (self.START, self.END):
+            self.inside = text == self.START
+            return True
+        self.inside = self.inside and text.startswith(self.INSIDE)
+        return self.inside
+
+
+@dataclass
+class StageLog:
+    """What an operator needs from a stage: its output's tail, its exit code, whether its command
+    ran (DVC may skip it), and every health or stop event it reported."""
+
+    code: int = 0
+    stage_code: int | None = None  # the stage command's own exit code (DVC exits 1 whatever it was)
+    ran: bool = False
+    tail: list[str] = field(default_factory=list)
+    diagnosis: list[str] = field(default_factory=list)
+
+
+class _Progress:
+    """A Prefect progress artifact fed by the stage's progress events."""
+
+    def __init__(self, stage: str):
+        self.key, self.percent = f"{stage.replace('_', '-')}-progress", -1
+        self.artifact: uuid.UUID | None = None
+
+    def update(self, event: dict) -> None:
+        """Move the bar to ``step / total`` of a progress event (one update per whole percent)."""
+        percent = int(100 * int(event["step"]) / max(int(event["total"]), 1))
+        if percent == self.percent:
+            return
+        self.percent = percent
+        if self.artifact is None:
+            # Called from a flow's (sync) thread, where Prefect's sync_compatible returns the id, not a coroutine.
+            self.artifact = cast(uuid.UUID, create_progress_artifact(
+                percent, key=self.key, description=f"{event['stage']} training progress"))
+        else:
+            update_progress_artifact(self.artifact, percent)
+
+
+class _Events:
+    """The events file one stage command appends to (tasks/events.py), read as it grows."""
+
+    def __init__(self, log: StageLog, progress: _Progress | None):
+        EVENTS_DIR.mkdir(parents=True, exist_ok=True)
+        self.path = EVENTS_DIR / f"{uuid.uuid4().hex}.jsonl"
+        self.offset, self.log, self.progress = 0, log, progress
+
+    def poll(self) -> None:
+        """Handle the events written since the last poll."""
+        new, self.offset = events.read(self.path, self.offset)
+        for event in new:
+            kind = event["event"]
+            if kind == events.START:
+                self.log.ran = True
+            elif kind == events.EXIT:
+                self.log.stage_code = int(event["code"])
+            elif kind in (events.HEALTH, events.STOPPED):
+                self.log.diagnosis.append(events.describe(event))
+            elif kind == events.PROGRESS and self.progress:
+                self.progress.update(event)
+            elif kind == events.PREFLIGHT:
+                create_markdown_artifact(event["report"], key=f"{event['stage'].replace('_', '-')}-preflight",
+                                         description=f"{event['stage']} preflight: {event['verdict']}")
+
+    def close(self) -> None:
+        """Read what is left and remove the file."""
+        self.poll()
+        self.path.unlink(missing_ok=True)
+
+
+def _stream(cmd: list[str], env: dict[str, str], progress: _Progress | None = None) -> StageLog:
+    """Run ``cmd``, streaming its output into the Prefect log and its events into ``StageLog``."""
+    logger = get_run_logger()
+    log = StageLog()
+    advice = DvcAdvice()
+    stage_events = _Events(log, progress)
+    proc = subprocess.Popen(cmd, env={**os.environ, **env, "PATH": _path_with_this_python(),
+                                      events.EVENTS_ENV: str(stage_events.path.resolve())},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            line = redact_text(line.rstrip())  # MLflow prints its server's URI, credentials and all ("View run at")
+            if not line or advice.hides(line):
+                continue
+            logger.info(line)
+            log.tail = (log.tail + [line])[-40:]
+            stage_events.poll()
+    except BaseException:  # Ctrl-C, or Prefect cancelling the run: the stage must not outlive the flow
+        _stop_stage(proc, logger.info)
+        raise
+    finally:
+        log.code = proc.wait()
+        stage_events.close()
+    return log
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid`` and every process below it (DVC ignores SIGINT while its command runs)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(sig)
+
+
+def _stop_stage(proc: subprocess.Popen, log: Callable[[str], None], grace_s: float = STAGE_GRACE_S) -> None:
+    """Wait for an interrupted stage command to stop, logging what it says. A Ctrl-C in a terminal
+    reached it already (it is in the flow's process group); when only the flow was signalled, it
+    gets SIGINT (a clean stop), then SIGTERM, then SIGKILL, ``grace_s`` apart."""
+    def drain() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.strip():
+                log(redact_text(line.rstrip()))
+
+    # In this run's context: a thread without it would log through a Prefect client of its own.
+    reader = threading.Thread(target=contextvars.copy_context().run, args=(drain,), name="stage-output", daemon=True)
+    reader.start()
+    for sig in (None, signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        if sig is not None:
+            _signal_tree(proc.pid, sig)
+        try:
+            proc.wait(timeout=grace_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    reader.join(timeout=grace_s)
+
+
+def _stage_exit(log: StageLog) -> int:
+    """The stage command's own exit code, from its exit event (DVC exits 1 whatever it was)."""
+    return log.stage_code if log.stage_code not in (None, 0) else log.code
+
+
+def _fail(name: str, log: StageLog, reports: str = "", final: bool = True) -> None:
+    """Raise :class:`StageFailed` (:class:`StageVerdict` when a retry would repeat it); on the
+    last attempt, first publish what went wrong."""
+    verdict = _stage_exit(log) in (EXIT_BAD_INPUT, EXIT_VERDICT)
+    final = final or verdict
+    log_tail = "\n".join(log.tail)
+    if final:
+        diagnosis = "\n".join(f"- {line}" for line in log.diagnosis) or "No health symptoms were reported."
+        attempt = task_run.get_run_count() or 1
+        create_markdown_artifact(
+            f"## Stage `{name}` failed (exit {_stage_exit(log)}, attempt {attempt})\n\n"
+            f"### Health diagnosis\n\n{diagnosis}\n\n"
+            f"{reports}\n\n### Log tail\n\n```\n{log_tail}\n```",
+            key=f"failed-{name.replace('_', '-')}",
+            description=f"grpoflow stage {name} failed",
+        )
+    raise (StageVerdict if verdict else StageFailed)(f"stage {name!r} failed with exit code {_stage_exit(log)}:\n{log_tail}")
+
+
+@task(name="dvc-stage", task_run_name="{stage.name}", retry_condition_fn=_worth_retrying)
+def run_dvc_stage(stage: Stage, env: dict[str, str], gpu_limit: str | None = None, retries: int = 0) -> StageResult | State:
+    """``dvc repro --single-item`` one stage, streaming its output into the Prefect log; a GPU
+    stage first takes a slot of the ``gpu_limit`` global concurrency limit. A stage DVC skipped
+    ends in the state named ``Cached`` (a kind of Completed), so that the UI tells it apart."""
+    start = time.perf_counter()
+    cmd = [sys.executable, "-m", "dvc", "repro", "--single-item", stage.name]
+    slot = concurrency(gpu_limit, occupy=1) if gpu_limit else contextlib.nullcontext()
+    with slot:
+        log = _stream(cmd, env, progress=_Progress(stage.name))
+    if log.code != 0:
+        final = (task_run.get_run_count() or 1) > retries
+        _fail(stage.name, log, "\n\n".join(p.read_text() for p in _stage_reports(stage)), final=final)
+    _publish_reports(stage)
+    result = StageResult(stage.name, log.ran, round(time.perf_counter() - start, 2), _read_metrics(stage))
+    if not log.ran:
+        return Completed(name="Cached", message="skipped by DVC: inputs unchanged, outputs from its cache", data=result)
+    return result
