@@ -393,7 +393,7 @@ def test_an_unterminated_string_in_a_json_list_costs_linear_time(tmp_path):
                              lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(alphabet='k,"]'), kids, max_size=3),
                              max_leaves=8), min_size=1, max_size=5))
 def test_list_elements_are_split_where_json_says(items):
-    from grpoflow.data.ingest import _value_end
+    from grpoflow.data.json_list import _value_end
 
     text, pos = json.dumps(items), 1
     for item in items:

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpoflow.config import validate_params
-from grpoflow.data import ingest
+from grpoflow.data import readers
 from grpoflow.data.ingest import read_raw
 from grpoflow.data.prepare import prepare
 
@@ -114,7 +114,7 @@ def test_parquet_is_judged_by_its_footer_before_any_row_is_read(tmp_path):
 def test_parquet_rows_in_memory_count_too_when_the_footer_understates(tmp_path, monkeypatch):
     f = tmp_path / "d.parquet"
     pq.write_table(pa.table({"question": ["x" * 1000] * 10, "answer": ["#### 1"] * 10}), f)
-    monkeypatch.setattr(ingest, "_check_parquet_size", lambda caps, meta: None)  # a footer that lies
+    monkeypatch.setattr(readers, "_check_parquet_size", lambda caps, meta: None)  # a footer that lies
     with pytest.raises(ValueError, match=rf"{f}: \d+ bytes of rows in memory, above data.max_file_bytes=2048"):
         rows_of(f, max_file_bytes=2048)
     with pytest.raises(ValueError, match=rf"{f}: row 6 is past data.max_file_lines=5; raise it"):
