@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpoflow import checkpoint
+from grpoflow import checkpoint, checkpoint_layout
 from grpoflow.io import sha256_file
 from grpoflow.rl import LoopState
 
@@ -160,7 +160,7 @@ def test_manifest_entries_must_stay_inside_the_checkpoint(ckpt, monkeypatch, rel
     target = (ckpt / rel) if not rel.startswith("/") else Path(rel)
     add_entry(ckpt, 4, rel, target)
     hashed: list[Path] = []
-    monkeypatch.setattr(checkpoint, "sha256_file", lambda p: hashed.append(Path(p)) or sha256_file(p))
+    monkeypatch.setattr(checkpoint_layout, "sha256_file", lambda p: hashed.append(Path(p)) or sha256_file(p))
     step, skipped = resume(ckpt, F)
     assert step == 2 and reason in skipped[0] and repr(rel) in skipped[0]
     assert all(p.resolve() != outside.resolve() for p in hashed)
