@@ -272,17 +272,31 @@ def configure(env: dict[str, str], pool: str, pool_type: str, gpu_limit: str | N
     print(out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "deployments registered", flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     from tasks.cli import help_text
 
     parser = argparse.ArgumentParser(prog="python -m flows.serve", description=help_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--params", default="params/default.yaml", help="the parameter set whose orchestration section names the pool")
+    parser.add_argument("--params", default="params/default.yaml",
+                        help="the parameter set whose orchestration section names the pool")
     parser.add_argument("--port", type=int, default=4200)
     parser.add_argument("--pool-type", default="process", choices=["process", "kubernetes"])
-    parser.add_argument("--gpu-slots", type=int, default=1, help="slots of the gpu concurrency limit (GPUs, or nodes, to share)")
+    parser.add_argument("--gpu-slots", type=int, default=1,
+                        help="slots of the gpu concurrency limit (GPUs, or nodes, to share)")
     parser.add_argument("--no-worker", action="store_true", help="set up only; start workers elsewhere")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _served_env(api_url: str, work_pool: str) -> dict[str, str]:
+    """The server's and worker's environment: this API, no analytics, the pool and workspace the
+    deployments name, and this interpreter's bin dir first on PATH (flow runs say ``python``)."""
+    return {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "GRPOFLOW_WORK_POOL": work_pool, "GRPOFLOW_WORKSPACE": str(Path.cwd()),
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         orch = load_params(check_params_file(args.params)).orchestration
         if problems := deployment_params_problems():
@@ -291,9 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     api_url = f"http://127.0.0.1:{args.port}/api"
-    env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "GRPOFLOW_WORK_POOL": orch.work_pool, "GRPOFLOW_WORKSPACE": str(Path.cwd()),
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env = _served_env(api_url, orch.work_pool)
     STATE_DIR.mkdir(exist_ok=True)
     children: list[subprocess.Popen] = []
 

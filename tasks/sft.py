@@ -12,6 +12,7 @@ import argparse
 import csv
 import time
 from pathlib import Path
+from typing import Any
 
 from grpoflow.config import Params
 from tasks.cli import run_stage_cli, stage_parser
@@ -31,21 +32,46 @@ def initial_model(params: Params, train: list[dict], base_dir: Path):
     return build_tiny_model(params.model, tokenizer, seed=params.experiment.seed), tokenizer
 
 
+def fine_tune(params: Params, model, tokenizer, prompter, train: list[dict]) -> tuple[Any, list[dict]]:
+    """``model`` trained on the train split's worked solutions (``params.sft``), logging every
+    10th step, and the history of its steps (step, loss, lr)."""
+    from grpoflow import metric_names as M
+    from grpoflow.engine import build_engine
+    from grpoflow.sft import build_examples, train_sft
+    from tasks import events, tracking
+
+    cfg = params.sft
+    history: list[dict] = []
+    examples = build_examples(train, prompter, params.model.max_length)
+    engine = build_engine(model, cfg.engine, cfg.batch_size)
+    steps_log = tracking.StepLogger()
+
+    def on_step(step: int, m: dict) -> None:
+        total = m.pop("steps")
+        history.append({"step": step, **m})
+        if step % 10 == 0 or step + 1 == total:
+            steps_log.log(step, {M.LOSS: m["loss"], M.LR: m["lr"]})
+            print(f"sft step {step + 1}/{total}: loss {m['loss']:.4f}", flush=True)
+            events.emit(events.PROGRESS, "sft", step=step + 1, total=total)
+
+    train_sft(engine, examples, epochs=cfg.epochs, batch_size=cfg.batch_size, pad_id=tokenizer.pad_token_id,
+              seed=params.experiment.seed, on_step=on_step)
+    steps_log.finish()
+    return engine.module, history
+
+
 def main(args: argparse.Namespace, params: Params) -> None:
     # Here, not above: --help answers without loading torch, DeepSpeed or MLflow.
     import mlflow
     import torch
 
-    from grpoflow import metric_names as M
-    from grpoflow.engine import build_engine
     from grpoflow.evaluation import greedy_accuracy
     from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
     from grpoflow.modeling import count_parameters, save_pretrained
     from grpoflow.prompting import prompter_for
     from grpoflow.rewards import correctness_scorer
     from grpoflow.rollout import build_rollout
-    from grpoflow.sft import build_examples, train_sft
-    from tasks import events, tracking
+    from tasks import tracking
 
     torch.manual_seed(params.experiment.seed)
     data, out = Path(args.data), Path(args.out)
@@ -57,22 +83,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
         prompter = prompter_for(model, tokenizer, params.prompt)
         history: list[dict] = []
         if cfg.enabled:
-            examples = build_examples(train, prompter, params.model.max_length)
-            engine = build_engine(model, cfg.engine, cfg.batch_size)
-            steps_log = tracking.StepLogger()
-
-            def on_step(step: int, m: dict) -> None:
-                total = m.pop("steps")
-                history.append({"step": step, **m})
-                if step % 10 == 0 or step + 1 == total:
-                    steps_log.log(step, {M.LOSS: m["loss"], M.LR: m["lr"]})
-                    print(f"sft step {step + 1}/{total}: loss {m['loss']:.4f}", flush=True)
-                    events.emit(events.PROGRESS, "sft", step=step + 1, total=total)
-
-            train_sft(engine, examples, epochs=cfg.epochs, batch_size=cfg.batch_size, pad_id=tokenizer.pad_token_id,
-                      seed=params.experiment.seed, on_step=on_step)
-            model = engine.module
-            steps_log.finish()
+            model, history = fine_tune(params, model, tokenizer, prompter, train)
         save_pretrained(model, tokenizer, out)
         engine = build_rollout(params.rl.rollout_engine, model, tokenizer, out, seed=params.experiment.seed,
                                max_model_len=params.model.max_length, stop_ids=prompter.stop_ids)
