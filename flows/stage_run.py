@@ -128,8 +128,10 @@ class _Progress:
         self.percent = percent
         if self.artifact is None:
             # Called from a flow's (sync) thread, where Prefect's sync_compatible returns the id, not a coroutine.
-            self.artifact = cast(uuid.UUID, create_progress_artifact(
-                percent, key=self.key, description=f"{event['stage']} training progress"))
+            self.artifact = cast(
+                uuid.UUID,
+                create_progress_artifact(percent, key=self.key, description=f"{event['stage']} training progress"),
+            )
         else:
             update_progress_artifact(self.artifact, percent)
 
@@ -156,8 +158,11 @@ class _Events:
             elif kind == events.PROGRESS and self.progress:
                 self.progress.update(event)
             elif kind == events.PREFLIGHT:
-                create_markdown_artifact(event["report"], key=f"{event['stage'].replace('_', '-')}-preflight",
-                                         description=f"{event['stage']} preflight: {event['verdict']}")
+                create_markdown_artifact(
+                    event["report"],
+                    key=f"{event['stage'].replace('_', '-')}-preflight",
+                    description=f"{event['stage']} preflight: {event['verdict']}",
+                )
 
     def close(self) -> None:
         """Read what is left and remove the file."""
@@ -171,9 +176,18 @@ def _stream(cmd: list[str], env: dict[str, str], progress: _Progress | None = No
     log = StageLog()
     advice = DvcAdvice()
     stage_events = _Events(log, progress)
-    proc = subprocess.Popen(cmd, env={**os.environ, **env, "PATH": _path_with_this_python(),
-                                      events.EVENTS_ENV: str(stage_events.path.resolve())},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd,
+        env={
+            **os.environ,
+            **env,
+            "PATH": _path_with_this_python(),
+            events.EVENTS_ENV: str(stage_events.path.resolve()),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         for line in proc.stdout:  # type: ignore[union-attr]
             line = redact_text(line.rstrip())  # MLflow prints its server's URI, credentials and all ("View run at")
@@ -207,6 +221,7 @@ def _stop_stage(proc: subprocess.Popen, log: Callable[[str], None], grace_s: flo
     """Wait for an interrupted stage command to stop, logging what it says. A Ctrl-C in a terminal
     reached it already (it is in the flow's process group); when only the flow was signalled, it
     gets SIGINT (a clean stop), then SIGTERM, then SIGKILL, ``grace_s`` apart."""
+
     def drain() -> None:
         for line in proc.stdout:  # type: ignore[union-attr]
             if line.strip():
@@ -247,11 +262,15 @@ def _fail(name: str, log: StageLog, reports: str = "", final: bool = True) -> No
             key=f"failed-{name.replace('_', '-')}",
             description=f"grpoflow stage {name} failed",
         )
-    raise (StageVerdict if verdict else StageFailed)(f"stage {name!r} failed with exit code {_stage_exit(log)}:\n{log_tail}")
+    raise (StageVerdict if verdict else StageFailed)(
+        f"stage {name!r} failed with exit code {_stage_exit(log)}:\n{log_tail}"
+    )
 
 
 @task(name="dvc-stage", task_run_name="{stage.name}", retry_condition_fn=_worth_retrying)
-def run_dvc_stage(stage: Stage, env: dict[str, str], gpu_limit: str | None = None, retries: int = 0) -> StageResult | State:
+def run_dvc_stage(
+    stage: Stage, env: dict[str, str], gpu_limit: str | None = None, retries: int = 0
+) -> StageResult | State:
     """``dvc repro --single-item`` one stage, streaming its output into the Prefect log; a GPU
     stage first takes a slot of the ``gpu_limit`` global concurrency limit. A stage DVC skipped
     ends in the state named ``Cached`` (a kind of Completed), so that the UI tells it apart."""
