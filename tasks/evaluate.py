@@ -101,7 +101,8 @@ def main(args: argparse.Namespace, params: Params) -> None:
         flag = "  FORGETTING FLAGGED" if r["forgetting_flagged"] else ""
         scored = "; ".join(f"{set_name} " + " ".join(f"{m} {v:.3f}" for m, v in scores.items() if "@" in m)
                            for set_name, scores in r.items() if isinstance(scores, dict) and f"pass@{k}" in scores)
-        print(f"evaluate {name}: {scored}; held-out loss {r['heldout_loss']:.3f} ({r['heldout_loss_increase']:+.3f}){flag}")
+        loss = f"held-out loss {r['heldout_loss']:.3f} ({r['heldout_loss_increase']:+.3f})"
+        print(f"evaluate {name}: {scored}; {loss}{flag}")
 
 
 if __name__ == "__main__":
