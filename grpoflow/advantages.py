@@ -19,8 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
-# No module-level torch: the params schema validates estimator names against ESTIMATORS, and the
-# flow validates params without paying for torch's import. Tensor methods do all the work.
+from grpoflow.config.grpo import ADVANTAGE_ESTIMATORS
+
+# No module-level torch: callers that only build runs need not pay for torch's import. Tensor
+# methods do all the work. The params schema checks names against ADVANTAGE_ESTIMATORS.
 if TYPE_CHECKING:
     import torch
 
@@ -35,6 +37,8 @@ def estimator(name: str) -> Callable[[Estimator], Estimator]:
     """Register an advantage estimator under ``name`` (the value of ``grpo.advantage_estimator``)."""
 
     def add(fn: Estimator) -> Estimator:
+        if name not in ADVANTAGE_ESTIMATORS:  # the schema would refuse it at load
+            raise ValueError(f"advantage estimator {name!r}: add it to grpoflow.config.grpo.ADVANTAGE_ESTIMATORS")
         if name in ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
         ESTIMATORS[name] = fn

@@ -29,4 +29,4 @@ def test_the_configuration_reference_documents_every_key():
 
 def test_the_configuration_table_is_the_generated_one():
     assert schema_markdown(load_params(REPO / "params" / "default.yaml")) in CONFIGURATION, \
-        "regenerate it: python -m grpoflow.config"
+        "regenerate it: python -m grpoflow.config.docs"
