@@ -190,3 +190,12 @@ def test_every_estimator_is_a_setting_and_an_unknown_one_is_refused():
         assert validate_params({"grpo": {"advantage_estimator": name}}).grpo.advantage_estimator == name
     with pytest.raises(ConfigError, match="rloo"):
         validate_params({"grpo": {"advantage_estimator": "rlo"}})
+
+
+def test_the_schema_knows_every_registered_estimator_by_name():
+    from grpoflow.advantages import ESTIMATORS, estimator
+    from grpoflow.config import ADVANTAGE_ESTIMATORS
+
+    assert sorted(ESTIMATORS) == sorted(ADVANTAGE_ESTIMATORS)
+    with pytest.raises(ValueError, match="ADVANTAGE_ESTIMATORS"):
+        estimator("unlisted")(lambda rewards, group_size, cfg: rewards)
