@@ -16,10 +16,11 @@ Estimation", eq. 16) is the critic-based estimator that the PPO baseline uses.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from grpoflow.config.grpo import ADVANTAGE_ESTIMATORS
+from grpoflow.config.grpo import ADVANTAGE_ESTIMATORS, BatchNormOptions, GroupNormOptions, NoAdvantageOptions
 
 # No module-level torch: callers that only build runs need not pay for torch's import. Tensor
 # methods do all the work. The params schema checks names against ADVANTAGE_ESTIMATORS.
@@ -30,18 +31,29 @@ if TYPE_CHECKING:
 
 Scale = Literal["group", "batch", "none"]
 Estimator = Callable[["torch.Tensor", int, "GRPOConfig"], "torch.Tensor"]
+TypedEstimator = Callable[["torch.Tensor", int, Any], "torch.Tensor"]  # (rewards, G, its own options)
 ESTIMATORS: dict[str, Estimator] = {}
 
 
-def estimator(name: str) -> Callable[[Estimator], Estimator]:
-    """Register an advantage estimator under ``name`` (the value of ``grpo.advantage_estimator``)."""
+def estimator(name: str) -> Callable[[TypedEstimator], TypedEstimator]:
+    """Register an advantage estimator under ``name`` (the value of ``grpo.advantage_estimator``).
 
-    def add(fn: Estimator) -> Estimator:
+    The function takes ``(rewards, group_size, options)``, its options typed as
+    :data:`~grpoflow.config.grpo.ADVANTAGE_ESTIMATORS` says; ``ESTIMATORS[name]`` takes the
+    ``grpo`` section (or those options) and hands the function only its own options."""
+
+    def add(fn: TypedEstimator) -> TypedEstimator:
         if name not in ADVANTAGE_ESTIMATORS:  # the schema would refuse it at load
             raise ValueError(f"advantage estimator {name!r}: add it to grpoflow.config.grpo.ADVANTAGE_ESTIMATORS")
         if name in ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
-        ESTIMATORS[name] = fn
+        options = ADVANTAGE_ESTIMATORS[name]
+
+        @functools.wraps(fn)
+        def from_section(rewards: torch.Tensor, group_size: int, cfg: Any) -> torch.Tensor:
+            return fn(rewards, group_size, cfg if isinstance(cfg, options) else cfg.estimator_options(name))
+
+        ESTIMATORS[name] = from_section
         return fn
 
     return add
@@ -102,22 +114,20 @@ def _like_rewards(advantages: torch.Tensor, rewards: torch.Tensor) -> torch.Tens
 
 
 @estimator("grpo")
-def grpo_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> torch.Tensor:
+def grpo_estimator(rewards: torch.Tensor, group_size: int, options: GroupNormOptions) -> torch.Tensor:
     """GRPO's group-relative advantage, scaled as ``grpo.advantage_scale`` says."""
-    return group_advantages(
-        rewards, group_size, scale=cfg.advantage_scale, ddof=cfg.advantage_ddof, eps=cfg.advantage_eps
-    )
+    return group_advantages(rewards, group_size, scale=options.scale, ddof=options.ddof, eps=options.eps)
 
 
 @estimator("dr_grpo")
-def dr_grpo_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> torch.Tensor:
-    """Dr. GRPO's advantage: the group mean subtracted, no std (``grpo.advantage_scale`` unused)."""
+def dr_grpo_estimator(rewards: torch.Tensor, group_size: int, options: NoAdvantageOptions) -> torch.Tensor:
+    """Dr. GRPO's advantage: the group mean subtracted, no std (no options: ``grpo.advantage_*`` unused)."""
     return group_advantages(rewards, group_size, scale="none")
 
 
 @estimator("rloo")
-def rloo_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> torch.Tensor:
-    """RLOO's advantage: each reward minus the mean of the other G - 1 rewards of its group."""
+def rloo_estimator(rewards: torch.Tensor, group_size: int, options: NoAdvantageOptions) -> torch.Tensor:
+    """RLOO's advantage: each reward minus the mean of the other G - 1 rewards of its group (no options)."""
     _check_rewards(rewards, group_size)
     r = rewards.double().view(-1, group_size)
     others = (r.sum(dim=1, keepdim=True) - r) / (group_size - 1)
@@ -125,12 +135,12 @@ def rloo_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> t
 
 
 @estimator("reinforce_pp")
-def reinforce_pp_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> torch.Tensor:
+def reinforce_pp_estimator(rewards: torch.Tensor, group_size: int, options: BatchNormOptions) -> torch.Tensor:
     """REINFORCE++'s advantage: rewards normalised over the batch (``grpo.advantage_ddof``,
     ``grpo.advantage_eps``), no per-group baseline."""
     _check_rewards(rewards, group_size)
     r = rewards.double()
-    return _like_rewards((r - r.mean()) / (r.std(correction=cfg.advantage_ddof) + cfg.advantage_eps), rewards)
+    return _like_rewards((r - r.mean()) / (r.std(correction=options.ddof) + options.eps), rewards)
 
 
 def gae(

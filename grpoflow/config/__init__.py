@@ -26,7 +26,13 @@ from grpoflow.config.data import (
 )
 from grpoflow.config.docs import describe_schema, schema_markdown
 from grpoflow.config.evaluate import EvaluateConfig
-from grpoflow.config.grpo import ADVANTAGE_ESTIMATORS, GRPOConfig
+from grpoflow.config.grpo import (
+    ADVANTAGE_ESTIMATORS,
+    BatchNormOptions,
+    GroupNormOptions,
+    GRPOConfig,
+    NoAdvantageOptions,
+)
 from grpoflow.config.loader import arm_params, load_params, validate_params
 from grpoflow.config.model import LoraConfig, ModelConfig, PromptConfig
 from grpoflow.config.orchestration import (
@@ -67,6 +73,7 @@ __all__ = [
     "AblationConfig",
     "AdaptiveKLConfig",
     "ArmConfig",
+    "BatchNormOptions",
     "ConfigError",
     "DataConfig",
     "DynamicSamplingConfig",
@@ -75,10 +82,12 @@ __all__ = [
     "ExperimentConfig",
     "GRPOConfig",
     "GenerationScheduleStep",
+    "GroupNormOptions",
     "LeakageConfig",
     "Limits",
     "LoraConfig",
     "ModelConfig",
+    "NoAdvantageOptions",
     "OrchestrationConfig",
     "PPOConfig",
     "Params",

@@ -135,7 +135,7 @@ def schema_rows(model: type[BaseModel] = Params, prefix: str = "", dotted: bool 
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
         ann = field.annotation
-        if _is_model(ann):
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
             rows.extend(schema_rows(ann, f"{key}.", dotted))
             continue
         default = "required" if field.is_required() else _shown(field.get_default(call_default_factory=True))

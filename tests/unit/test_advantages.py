@@ -199,3 +199,18 @@ def test_the_schema_knows_every_registered_estimator_by_name():
     assert sorted(ESTIMATORS) == sorted(ADVANTAGE_ESTIMATORS)
     with pytest.raises(ValueError, match="ADVANTAGE_ESTIMATORS"):
         estimator("unlisted")(lambda rewards, group_size, cfg: rewards)
+
+
+def test_each_estimator_receives_only_its_own_typed_options_from_the_flat_keys():
+    from grpoflow.advantages import ESTIMATORS, grpo_estimator
+    from grpoflow.config import BatchNormOptions, GroupNormOptions, NoAdvantageOptions
+
+    cfg = _cfg(advantage_scale="batch", advantage_ddof=1, advantage_eps=0.5)
+    assert cfg.estimator_options("grpo") == GroupNormOptions(scale="batch", ddof=1, eps=0.5)
+    assert cfg.estimator_options("reinforce_pp") == BatchNormOptions(ddof=1, eps=0.5)
+    assert cfg.estimator_options("rloo") == cfg.estimator_options("dr_grpo") == NoAdvantageOptions()
+    rewards = torch.tensor([1.0, 0.0, 2.0, 2.0])
+    # The section and the estimator's own options give one result.
+    assert torch.equal(ESTIMATORS["grpo"](rewards, 2, cfg), grpo_estimator(rewards, 2, cfg.estimator_options("grpo")))
+    assert torch.equal(ESTIMATORS["grpo"](rewards, 2, cfg.estimator_options("grpo")),
+                       group_advantages(rewards, 2, scale="batch", ddof=1, eps=0.5))
