@@ -12,6 +12,10 @@ For the G completions ``r_1..r_G`` of one prompt (outcome rewards, one per compl
 
 GAE (Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage
 Estimation", eq. 16) is the critic-based estimator that the PPO baseline uses.
+
+Both kinds are registered by name (:data:`ESTIMATORS`, :data:`CRITIC_ESTIMATOR_FNS`), each with typed
+options of its own (:data:`grpoflow.config.grpo.ADVANTAGE_ESTIMATORS`,
+:data:`grpoflow.config.ppo.CRITIC_ESTIMATORS`), read from the flat keys of its section.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from grpoflow.config.grpo import ADVANTAGE_ESTIMATORS, BatchNormOptions, GroupNormOptions, NoAdvantageOptions
+from grpoflow.config.ppo import GaeOptions
 
 # No module-level torch: callers that only build runs need not pay for torch's import. Tensor
 # methods do all the work. The params schema checks names against ADVANTAGE_ESTIMATORS.
@@ -180,6 +185,23 @@ def gae(
         next_adv = adv_t
     returns = (advantages + values) * m
     return advantages, returns
+
+
+# Critic-based estimators by name: (rewards, values, mask, the ppo section or the estimator's options)
+# -> (advantages, returns), each handed only its own typed options (CRITIC_ESTIMATORS).
+CriticEstimator = Callable[["torch.Tensor", "torch.Tensor", "torch.Tensor", Any], "tuple[torch.Tensor, torch.Tensor]"]
+CRITIC_ESTIMATOR_FNS: dict[str, CriticEstimator] = {}
+
+
+def _gae_estimator(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, cfg: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`gae` with the ``ppo`` section's (or its own) :class:`~grpoflow.config.ppo.GaeOptions`."""
+    options = cfg if isinstance(cfg, GaeOptions) else cfg.estimator_options("gae")
+    return gae(rewards, values, mask, gamma=options.gamma, lam=options.lam)
+
+
+CRITIC_ESTIMATOR_FNS["gae"] = _gae_estimator  # a name of grpoflow.config.ppo.CRITIC_ESTIMATORS
 
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:

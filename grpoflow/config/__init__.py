@@ -44,7 +44,7 @@ from grpoflow.config.orchestration import (
     TrackingConfig,
 )
 from grpoflow.config.params import Params
-from grpoflow.config.ppo import PPOConfig
+from grpoflow.config.ppo import CRITIC_ESTIMATORS, GaeOptions, PPOConfig
 from grpoflow.config.rewards import RM_DEFAULT_PATH, RM_REWARD, RewardConfig, VerifierGateConfig
 from grpoflow.config.rl import (
     PRESETS,
@@ -66,6 +66,7 @@ from verifiers.limits import Limits
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "ARMS",
+    "CRITIC_ESTIMATORS",
     "PII_ENTITIES",
     "PRESETS",
     "RM_DEFAULT_PATH",
@@ -80,6 +81,7 @@ __all__ = [
     "EngineConfig",
     "EvaluateConfig",
     "ExperimentConfig",
+    "GaeOptions",
     "GRPOConfig",
     "GenerationScheduleStep",
     "GroupNormOptions",

@@ -1,11 +1,24 @@
-"""The PPO baseline's own section."""
+"""The PPO baseline's own section, and the critic-based advantage estimators with their typed options
+(GAE, read from the flat ``ppo.gamma`` and ``ppo.lam`` keys)."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from grpoflow.config.base import _Section
 from grpoflow.config.rl import EngineConfig
+
+
+class GaeOptions(_Section):
+    """Options of generalised advantage estimation (Schulman et al. 2016)."""
+
+    gamma: float = Field(1.0, gt=0, le=1, description="Discount (ppo.gamma).")
+    lam: float = Field(0.95, ge=0, le=1, description="Lambda (ppo.lam).")
+
+
+# Each critic-based estimator grpoflow.advantages registers, by name, with its typed options (see
+# ADVANTAGE_ESTIMATORS for the critic-free ones GRPO chooses from).
+CRITIC_ESTIMATORS: dict[str, type[BaseModel]] = {"gae": GaeOptions}
 
 
 class PPOConfig(_Section):
@@ -22,3 +35,8 @@ class PPOConfig(_Section):
         default_factory=lambda: EngineConfig(lr=1e-3, micro_batch_size=64),
         description="DeepSpeed settings for the critic.",
     )
+
+    def estimator_options(self, name: str = "gae") -> BaseModel:
+        """Critic-based estimator ``name``'s typed options, read from this section's keys of the same names."""
+        options = CRITIC_ESTIMATORS[name]
+        return options(**{f: getattr(self, f) for f in options.model_fields})
