@@ -12,15 +12,23 @@ For the G completions ``r_1..r_G`` of one prompt (outcome rewards, one per compl
 
 GAE (Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage
 Estimation", eq. 16) is the critic-based estimator that the PPO baseline uses.
+
+Both kinds are registered by name (:data:`ESTIMATORS`, :data:`CRITIC_ESTIMATOR_FNS`), each with typed
+options of its own (:data:`grpoflow.config.grpo.ADVANTAGE_ESTIMATORS`,
+:data:`grpoflow.config.ppo.CRITIC_ESTIMATORS`), read from the flat keys of its section.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-# No module-level torch: the params schema validates estimator names against ESTIMATORS, and the
-# flow validates params without paying for torch's import. Tensor methods do all the work.
+from grpoflow.config.grpo import ADVANTAGE_ESTIMATORS, BatchNormOptions, GroupNormOptions, NoAdvantageOptions
+from grpoflow.config.ppo import GaeOptions
+
+# No module-level torch: callers that only build runs need not pay for torch's import. Tensor
+# methods do all the work. The params schema checks names against ADVANTAGE_ESTIMATORS.
 if TYPE_CHECKING:
     import torch
 
@@ -28,16 +36,29 @@ if TYPE_CHECKING:
 
 Scale = Literal["group", "batch", "none"]
 Estimator = Callable[["torch.Tensor", int, "GRPOConfig"], "torch.Tensor"]
+TypedEstimator = Callable[["torch.Tensor", int, Any], "torch.Tensor"]  # (rewards, G, its own options)
 ESTIMATORS: dict[str, Estimator] = {}
 
 
-def estimator(name: str) -> Callable[[Estimator], Estimator]:
-    """Register an advantage estimator under ``name`` (the value of ``grpo.advantage_estimator``)."""
+def estimator(name: str) -> Callable[[TypedEstimator], TypedEstimator]:
+    """Register an advantage estimator under ``name`` (the value of ``grpo.advantage_estimator``).
 
-    def add(fn: Estimator) -> Estimator:
+    The function takes ``(rewards, group_size, options)``, its options typed as
+    :data:`~grpoflow.config.grpo.ADVANTAGE_ESTIMATORS` says; ``ESTIMATORS[name]`` takes the
+    ``grpo`` section (or those options) and hands the function only its own options."""
+
+    def add(fn: TypedEstimator) -> TypedEstimator:
+        if name not in ADVANTAGE_ESTIMATORS:  # the schema would refuse it at load
+            raise ValueError(f"advantage estimator {name!r}: add it to grpoflow.config.grpo.ADVANTAGE_ESTIMATORS")
         if name in ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
-        ESTIMATORS[name] = fn
+        options = ADVANTAGE_ESTIMATORS[name]
+
+        @functools.wraps(fn)
+        def from_section(rewards: torch.Tensor, group_size: int, cfg: Any) -> torch.Tensor:
+            return fn(rewards, group_size, cfg if isinstance(cfg, options) else cfg.estimator_options(name))
+
+        ESTIMATORS[name] = from_section
         return fn
 
     return add
@@ -98,22 +119,20 @@ def _like_rewards(advantages: torch.Tensor, rewards: torch.Tensor) -> torch.Tens
 
 
 @estimator("grpo")
-def grpo_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> torch.Tensor:
+def grpo_estimator(rewards: torch.Tensor, group_size: int, options: GroupNormOptions) -> torch.Tensor:
     """GRPO's group-relative advantage, scaled as ``grpo.advantage_scale`` says."""
-    return group_advantages(
-        rewards, group_size, scale=cfg.advantage_scale, ddof=cfg.advantage_ddof, eps=cfg.advantage_eps
-    )
+    return group_advantages(rewards, group_size, scale=options.scale, ddof=options.ddof, eps=options.eps)
 
 
 @estimator("dr_grpo")
-def dr_grpo_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> torch.Tensor:
-    """Dr. GRPO's advantage: the group mean subtracted, no std (``grpo.advantage_scale`` unused)."""
+def dr_grpo_estimator(rewards: torch.Tensor, group_size: int, options: NoAdvantageOptions) -> torch.Tensor:
+    """Dr. GRPO's advantage: the group mean subtracted, no std (no options: ``grpo.advantage_*`` unused)."""
     return group_advantages(rewards, group_size, scale="none")
 
 
 @estimator("rloo")
-def rloo_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> torch.Tensor:
-    """RLOO's advantage: each reward minus the mean of the other G - 1 rewards of its group."""
+def rloo_estimator(rewards: torch.Tensor, group_size: int, options: NoAdvantageOptions) -> torch.Tensor:
+    """RLOO's advantage: each reward minus the mean of the other G - 1 rewards of its group (no options)."""
     _check_rewards(rewards, group_size)
     r = rewards.double().view(-1, group_size)
     others = (r.sum(dim=1, keepdim=True) - r) / (group_size - 1)
@@ -121,12 +140,12 @@ def rloo_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> t
 
 
 @estimator("reinforce_pp")
-def reinforce_pp_estimator(rewards: torch.Tensor, group_size: int, cfg: GRPOConfig) -> torch.Tensor:
+def reinforce_pp_estimator(rewards: torch.Tensor, group_size: int, options: BatchNormOptions) -> torch.Tensor:
     """REINFORCE++'s advantage: rewards normalised over the batch (``grpo.advantage_ddof``,
     ``grpo.advantage_eps``), no per-group baseline."""
     _check_rewards(rewards, group_size)
     r = rewards.double()
-    return _like_rewards((r - r.mean()) / (r.std(correction=cfg.advantage_ddof) + cfg.advantage_eps), rewards)
+    return _like_rewards((r - r.mean()) / (r.std(correction=options.ddof) + options.eps), rewards)
 
 
 def gae(
@@ -166,6 +185,23 @@ def gae(
         next_adv = adv_t
     returns = (advantages + values) * m
     return advantages, returns
+
+
+# Critic-based estimators by name: (rewards, values, mask, the ppo section or the estimator's options)
+# -> (advantages, returns), each handed only its own typed options (CRITIC_ESTIMATORS).
+CriticEstimator = Callable[["torch.Tensor", "torch.Tensor", "torch.Tensor", Any], "tuple[torch.Tensor, torch.Tensor]"]
+CRITIC_ESTIMATOR_FNS: dict[str, CriticEstimator] = {}
+
+
+def _gae_estimator(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, cfg: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`gae` with the ``ppo`` section's (or its own) :class:`~grpoflow.config.ppo.GaeOptions`."""
+    options = cfg if isinstance(cfg, GaeOptions) else cfg.estimator_options("gae")
+    return gae(rewards, values, mask, gamma=options.gamma, lam=options.lam)
+
+
+CRITIC_ESTIMATOR_FNS["gae"] = _gae_estimator  # a name of grpoflow.config.ppo.CRITIC_ESTIMATORS
 
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:

@@ -24,6 +24,7 @@ import yaml
 
 from grpoflow.config import ARMS, RM_DEFAULT_PATH, RM_REWARD
 from grpoflow.provenance import PROJECT_PACKAGES, module_files
+from verifiers.catalog import BUILTIN
 
 Kind = Literal["dep", "out", "persist", "report", "metric", "history"]
 # dep: read; out: written and cached by DVC; persist: kept across runs, uncached (checkpoints);
@@ -32,6 +33,10 @@ Kind = Literal["dep", "out", "persist", "report", "metric", "history"]
 DVC_YAML = "dvc.yaml"
 ROOT = Path(__file__).resolve().parents[1]  # the checkout this code runs from: its import graph is the deps
 PARAMS_VAR = "${params_file}"
+# The modules that build verifiers by name (verifiers.create). The registry imports a built-in
+# verifier's module only when it is asked for, which the import graph cannot see: a stage that
+# imports one of these depends on every built-in verifier (verifiers.catalog) as well.
+BUILDS_VERIFIERS = ("grpoflow/rewards.py", "tasks/validate_verifiers.py")
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,10 @@ class Stage:
 
     def code(self) -> list[str]:
         """The project source the stage's module imports, a package directory where all of it is."""
-        return collapse(module_files(self.module, root=ROOT), root=ROOT)
+        files = module_files(self.module, root=ROOT)
+        if any(f in files for f in BUILDS_VERIFIERS):
+            files = sorted({*files, *module_files(*BUILTIN.values(), root=ROOT)})
+        return collapse(files, root=ROOT)
 
 
 def collapse(files: list[str], root: Path = Path(".")) -> list[str]:

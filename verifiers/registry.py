@@ -2,19 +2,24 @@
 (``tasks``), a batch call ``score(completions, rows) -> scores in [0, 1]`` where each row is the task row
 the completion answers (``reference_answer``, and ``tests`` for code), and the rule saying which scores
 mean "right" (``accepts``). Training, evaluation and the verifier gate reach verifiers only through
-:func:`create`, so a new verifier is one class in one module."""
+:func:`create`, so a new verifier is one class in one module, named in :mod:`verifiers.catalog`.
+A built-in verifier's module is imported when the verifier is first asked for: importing this
+module imports no verifier implementation."""
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from verifiers.catalog import BUILTIN
+from verifiers.limits import Limits
+
 if TYPE_CHECKING:
     from verifiers.check import Case
-    from verifiers.sandbox import Limits
 
 Row = Mapping[str, Any]
 ACCEPT_AT = 0.5  # the default score from which a completion counts as right
@@ -48,8 +53,6 @@ class Verifier(ABC):
     ):
         """``options``: this verifier's own settings (``rewards[].options``); ``sandbox``: the limits
         for executing code; ``workers``: processes a batch may use for CPU-heavy checks."""
-        from verifiers.sandbox import Limits
-
         self.options = (
             options if isinstance(options, self.Options) else self.Options.model_validate(dict(options or {}))
         )
@@ -91,6 +94,8 @@ def register(cls: type[Verifier]) -> type[Verifier]:
 
 
 def _class(name: str) -> type[Verifier]:
+    if name not in _REGISTRY and name in BUILTIN:
+        importlib.import_module(BUILTIN[name])  # its @register runs on import
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -113,5 +118,6 @@ def tasks_of(name: str) -> frozenset[str]:
 
 
 def names() -> list[str]:
-    """Every registered verifier's name."""
-    return sorted(_REGISTRY)
+    """Every verifier's name: the built-in ones (:mod:`verifiers.catalog`, loaded or not) and any
+    registered beside them."""
+    return sorted({*BUILTIN, *_REGISTRY})

@@ -190,3 +190,42 @@ def test_every_estimator_is_a_setting_and_an_unknown_one_is_refused():
         assert validate_params({"grpo": {"advantage_estimator": name}}).grpo.advantage_estimator == name
     with pytest.raises(ConfigError, match="rloo"):
         validate_params({"grpo": {"advantage_estimator": "rlo"}})
+
+
+def test_the_schema_knows_every_registered_estimator_by_name():
+    from grpoflow.advantages import ESTIMATORS, estimator
+    from grpoflow.config import ADVANTAGE_ESTIMATORS
+
+    assert sorted(ESTIMATORS) == sorted(ADVANTAGE_ESTIMATORS)
+    with pytest.raises(ValueError, match="ADVANTAGE_ESTIMATORS"):
+        estimator("unlisted")(lambda rewards, group_size, cfg: rewards)
+
+
+def test_each_estimator_receives_only_its_own_typed_options_from_the_flat_keys():
+    from grpoflow.advantages import ESTIMATORS, grpo_estimator
+    from grpoflow.config import BatchNormOptions, GroupNormOptions, NoAdvantageOptions
+
+    cfg = _cfg(advantage_scale="batch", advantage_ddof=1, advantage_eps=0.5)
+    assert cfg.estimator_options("grpo") == GroupNormOptions(scale="batch", ddof=1, eps=0.5)
+    assert cfg.estimator_options("reinforce_pp") == BatchNormOptions(ddof=1, eps=0.5)
+    assert cfg.estimator_options("rloo") == cfg.estimator_options("dr_grpo") == NoAdvantageOptions()
+    rewards = torch.tensor([1.0, 0.0, 2.0, 2.0])
+    # The section and the estimator's own options give one result.
+    assert torch.equal(ESTIMATORS["grpo"](rewards, 2, cfg), grpo_estimator(rewards, 2, cfg.estimator_options("grpo")))
+    assert torch.equal(ESTIMATORS["grpo"](rewards, 2, cfg.estimator_options("grpo")),
+                       group_advantages(rewards, 2, scale="batch", ddof=1, eps=0.5))
+
+
+def test_gae_is_a_registered_critic_estimator_with_its_own_options():
+    from grpoflow.advantages import CRITIC_ESTIMATOR_FNS
+    from grpoflow.config import validate_params
+    from grpoflow.config.ppo import CRITIC_ESTIMATORS, GaeOptions
+
+    assert sorted(CRITIC_ESTIMATOR_FNS) == sorted(CRITIC_ESTIMATORS) == ["gae"]
+    ppo = validate_params({"ppo": {"gamma": 0.5, "lam": 1.0}}).ppo
+    assert ppo.estimator_options() == GaeOptions(gamma=0.5, lam=1.0)
+    rewards, values, mask = torch.tensor([[0.0, 1.0]]), torch.zeros(1, 2), torch.ones(1, 2)
+    for cfg in (ppo, GaeOptions(gamma=0.5, lam=1.0)):
+        adv, ret = CRITIC_ESTIMATOR_FNS["gae"](rewards, values, mask, cfg)
+        expected = gae(rewards, values, mask, gamma=0.5, lam=1.0)
+        assert torch.equal(adv, expected[0]) and torch.equal(ret, expected[1])

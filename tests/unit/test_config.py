@@ -198,3 +198,31 @@ def test_model_packages_are_pinned_requirements_only(package, message):
 
 def test_model_packages_are_kept_in_normal_form():
     assert validate_params({"model": {"packages": ["gguf == 0.19.0"]}}).model.packages == ["gguf==0.19.0"]
+
+
+def test_the_schema_imports_no_maths_and_no_verifier_implementation():
+    import subprocess
+    import sys
+
+    from grpoflow.provenance import module_files
+
+    # The import graph (dvc.yaml's code deps of every stage): names only, no implementation.
+    graph = module_files("grpoflow.config")
+    assert [f for f in graph if f in ("grpoflow/advantages.py", "verifiers/math.py", "verifiers/code.py",
+                                      "verifiers/format.py", "verifiers/sandbox.py")] == []
+    # At run time a set loads without torch; a verifier's module is imported only to check its options.
+    code = ("import sys; from grpoflow.config import load_params; p = load_params('params/default.yaml'); "
+            "print([m for m in ('torch', 'grpoflow.advantages', 'verifiers.code', 'verifiers.sandbox') "
+            "if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]"
+
+
+def test_verifier_and_estimator_names_fail_at_load_with_a_hint():
+    with pytest.raises(ConfigError, match="unknown verifier 'maths' \\(did you mean 'math'\\?\\)"):
+        validate_params({"rewards": [{"name": "maths"}]})
+    with pytest.raises(ConfigError, match="fallback_lastnumber"):
+        validate_params({"rewards": [{"name": "math", "options": {"fallback_lastnumber": False}}]})
+    with pytest.raises(ConfigError, match="unknown advantage estimator 'rlo' \\(did you mean 'rloo'\\?\\)"):
+        validate_params({"grpo": {"advantage_estimator": "rlo"}})

@@ -137,3 +137,21 @@ def test_stages_write_refuses_a_params_file_a_shell_would_run(tmp_path, monkeypa
     assert main(["--write", "--params", "params/x$(id>pwned).yaml"]) == 2
     assert "may contain only letters" in capsys.readouterr().err
     assert (tmp_path / "dvc.yaml").read_text() == "untouched" and not (tmp_path / "pwned").exists()
+
+
+def test_only_the_stages_that_score_depend_on_the_verifiers_and_the_advantage_maths():
+    from tasks.stages import BUILDS_VERIFIERS
+
+    def deps(name):
+        code = stage(name).code()
+        return {f for f in ("verifiers/code.py", "verifiers/math.py", "grpoflow/advantages.py")
+                if f in code or any(f.startswith(d + "/") for d in code)}
+
+    assert deps("prepare") == deps("base_model") == set()
+    assert deps("validate_verifiers") == {"verifiers/code.py", "verifiers/math.py"}
+    assert deps("grpo") == {"verifiers/code.py", "verifiers/math.py", "grpoflow/advantages.py"}
+    # Every module that builds verifiers by name is declared, so its stages keep those deps.
+    root = Path(__file__).resolve().parents[2]
+    building = sorted(p.relative_to(root).as_posix() for d in ("grpoflow", "tasks", "flows")
+                      for p in (root / d).rglob("*.py") if "verifiers.create(" in p.read_text())
+    assert building == sorted(BUILDS_VERIFIERS)

@@ -1,0 +1,55 @@
+"""What every section shares: the frozen, closed pydantic base, the load error, the wording of an
+unknown name (with a did-you-mean), and the dotted-key helpers of raw params mappings."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ConfigError(ValueError):
+    """A params file that does not validate; the message names the file and each bad key."""
+
+
+def unknown_name(what: str, name: str, known: list[str]) -> str:
+    """'unknown <what> <name> (did you mean ...?); registered: [...]' for a name not in ``known``."""
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"unknown {what} {name!r}{hint}; registered: {known}"
+
+
+class _Section(BaseModel):
+    """A section of params: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``dotted`` (e.g. ``rl.steps``) in a raw params mapping, creating sections on the way."""
+    *parents, leaf = dotted.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {dotted!r}: '{part}' is not a section")
+    node[leaf] = value
+
+
+def has_dotted(raw: dict[str, Any], dotted: str) -> bool:
+    """Whether a raw params mapping spells out ``dotted`` (e.g. ``rl.steps``) itself."""
+    node: Any = raw
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def value_at(params: BaseModel, dotted: str) -> Any:
+    """The value of ``dotted`` (e.g. ``rl.engine.lr``) in a validated set."""
+    node: Any = params
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node

@@ -1,0 +1,187 @@
+"""The configuration reference, generated from the schema so the two never drift.
+
+Each field is a row with its type, what values it allows (ranges from ``ge``/``gt``/``le``/``lt``,
+list lengths, the choices of a ``Literal``), its default and its description. A field that holds
+sections (a list of them, a mapping of names to them, or one that may be null) gets a row of its
+own and then a row per field of the section: ``data.sources[].kind``, ``model.lora.rank``,
+``ablation.custom_arms.<name>.algorithm``."""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Any, Literal, Union, get_args, get_origin
+
+import annotated_types as at
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from grpoflow.config.base import value_at
+from grpoflow.config.params import Params
+
+_ABSENT = object()  # a demo value that does not exist (inside a list, or under a null section)
+
+
+def describe_schema(model: type[BaseModel] = Params, prefix: str = "") -> list[tuple[str, str, str]]:
+    """``(dotted key, default, description)`` for every field a set spells by a dotted key (the
+    sections of lists and mappings are not descended into): the keys of stage params and overrides."""
+    rows: list[tuple[str, str, str]] = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            rows.extend(describe_schema(ann, prefix=f"{key}."))
+        else:
+            rows.append((key, repr(field.get_default(call_default_factory=True)), field.description or ""))
+    return rows
+
+
+@dataclass(frozen=True)
+class SchemaRow:
+    """One row of the configuration reference."""
+
+    key: str  # dotted, with [] for an item of a list and .<name> for an entry of a mapping
+    type: str
+    allowed: str  # the range, length or choices the field accepts ('' when anything of its type)
+    default: str
+    description: str
+    dotted: str | None  # the key value_at reads in a validated set; None inside a list or mapping
+
+
+def _is_model(ann: Any) -> bool:
+    return isinstance(ann, type) and issubclass(ann, BaseModel)
+
+
+def _nested(ann: Any) -> tuple[type[BaseModel], str] | None:
+    """The section a field holds besides itself, and how its keys continue: ``[]`` for an item of a
+    list, ``.<name>`` for an entry of a mapping, ``''`` for a section that may be null."""
+    origin, args = get_origin(ann), get_args(ann)
+    if origin is list and args and _is_model(args[0]):
+        return args[0], "[]"
+    if origin is dict and len(args) == 2 and _is_model(args[1]):
+        return args[1], ".<name>"
+    if origin in (Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1 and _is_model(inner[0]):
+            return inner[0], ""
+    return None
+
+
+def _type_text(ann: Any) -> str:
+    """A short spelling of an annotation: ``int``, ``list[str]``, ``str | None``, ``SourceConfig``."""
+    origin, args = get_origin(ann), get_args(ann)
+    if origin is Literal:
+        return " | ".join(sorted({type(a).__name__ for a in args}))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_text(a) for a in args)
+    if origin in (list, tuple, dict):
+        return f"{origin.__name__}[{', '.join(_type_text(a) for a in args)}]"
+    if ann is type(None):
+        return "None"
+    if ann is Any:
+        return "any"
+    return getattr(ann, "__name__", str(ann))
+
+
+def _choices(ann: Any) -> list[Any]:
+    """The values of the first ``Literal`` inside an annotation (its items' choices for a list)."""
+    if get_origin(ann) is Literal:
+        return list(get_args(ann))
+    for arg in get_args(ann):
+        if found := _choices(arg):
+            return found
+    return []
+
+
+_BOUNDS = ((at.Ge, "ge", ">="), (at.Gt, "gt", ">"), (at.Le, "le", "<="), (at.Lt, "lt", "<"))
+
+
+def _allowed_text(field: FieldInfo) -> str:
+    """The field's range, list length and choices, e.g. ``>= 0, <= 1`` or ``one of 'fail', 'drop'``."""
+    parts = []
+    for meta in field.metadata:
+        for kind, attr, sign in _BOUNDS:
+            if isinstance(meta, kind):
+                parts.append(f"{sign} {getattr(meta, attr)}")
+        if isinstance(meta, at.MinLen):
+            parts.append(f"at least {meta.min_length} item{'s' if meta.min_length != 1 else ''}")
+        if isinstance(meta, at.MaxLen):
+            parts.append(f"at most {meta.max_length} items")
+    choices = _choices(field.annotation)
+    if choices:
+        each = "each " if get_origin(field.annotation) is list else ""
+        parts.append(f"{each}one of {', '.join(repr(c) for c in choices)}")
+    return ", ".join(parts)
+
+
+def _shown(value: Any) -> str:
+    """A value as the reference shows it; a section by the keys it sets beyond its defaults."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, BaseModel):
+            return v.model_dump(mode="json", exclude_defaults=True)
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    return repr(plain(value))
+
+
+def schema_rows(model: type[BaseModel] = Params, prefix: str = "", dotted: bool = True) -> list[SchemaRow]:
+    """Every row of the configuration reference, nested sections expanded."""
+    rows: list[SchemaRow] = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            rows.extend(schema_rows(ann, f"{key}.", dotted))
+            continue
+        default = "required" if field.is_required() else _shown(field.get_default(call_default_factory=True))
+        row = SchemaRow(
+            key, _type_text(ann), _allowed_text(field), default, field.description or "", key if dotted else None
+        )
+        rows.append(row)
+        if nested := _nested(ann):
+            section, how = nested
+            rows.extend(schema_rows(section, f"{key}{how}.", dotted and how == ""))
+    return rows
+
+
+def _demo_value(demo: Params, dotted: str | None) -> Any:
+    """The value at ``dotted`` in the demo set; absent inside a list or mapping, or under a null section."""
+    if dotted is None:
+        return _ABSENT
+    parent, _, _ = dotted.rpartition(".")
+    if parent and value_at(demo, parent) is None:
+        return _ABSENT
+    return value_at(demo, dotted)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def schema_markdown(demo: Params | None = None) -> str:
+    """The configuration table, generated from the schema so the two never drift; with ``demo``
+    (params/default.yaml) a column shows where the demo departs from the schema's default."""
+    rows = [
+        "| key | type | allowed | default | params/default.yaml | description |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in schema_rows():
+        mine = _demo_value(demo, r.dotted) if demo is not None else _ABSENT
+        differs = mine is not _ABSENT and _shown(mine) != r.default
+        allowed = f"`{_cell(r.allowed)}`" if r.allowed else ""
+        theirs = f"`{_cell(_shown(mine))}`" if differs else ""
+        rows.append(
+            f"| `{r.key}` | `{_cell(r.type)}` | {allowed} | `{_cell(r.default)}` | {theirs} | {_cell(r.description)} |"
+        )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python -m grpoflow.config.docs: the table of docs/configuration.md
+    from grpoflow.config.loader import load_params
+
+    print(schema_markdown(load_params("params/default.yaml")))

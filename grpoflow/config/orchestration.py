@@ -1,0 +1,103 @@
+"""Identity, tracking, the ablation's arms and how Prefect runs the stages."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from grpoflow.config.base import _Section, unknown_name
+
+
+class ExperimentConfig(_Section):
+    """Identity and seed of a parameter set."""
+
+    name: str = Field("default", description="Name of this parameter set; the MLflow experiment is grpoflow-<name>.")
+    seed: int = Field(
+        0, ge=0, description="Global seed: data generation, splits, model init and sampling derive from it."
+    )
+    stages: list[str] | None = Field(
+        None,
+        description="The pipeline stages this set runs (tasks/stages.py names; null: all). A stage left out drops "
+        "out of its consumers' inputs where it can (evaluate evaluates fewer models).",
+    )
+
+
+class TrackingConfig(_Section):
+    """MLflow tracking."""
+
+    experiment: str | None = Field(None, description="MLflow experiment; null means grpoflow-<experiment.name>.")
+
+
+class ArmConfig(_Section):
+    """One arm of the ablation: an algorithm and the overrides it trains with, on the shared data,
+    reference and budget."""
+
+    algorithm: Literal["grpo", "ppo"] = Field("grpo", description="The training stage's algorithm.")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Dotted keys (e.g. grpo.advantage_estimator) set for this arm only."
+    )
+
+
+# The arms `make ablation ARMS="..."` knows by name; a set may add its own (ablation.custom_arms).
+ARMS: dict[str, ArmConfig] = {
+    "grpo": ArmConfig(),
+    "ppo": ArmConfig(algorithm="ppo"),
+    "dr_grpo": ArmConfig(overrides={"grpo.advantage_estimator": "dr_grpo", "rl.aggregation": "dr_grpo"}),
+    "rloo": ArmConfig(overrides={"grpo.advantage_estimator": "rloo"}),
+    "reinforce_pp": ArmConfig(overrides={"grpo.advantage_estimator": "reinforce_pp"}),
+    "dapo": ArmConfig(overrides={"rl.preset": "dapo"}),
+}
+
+
+class AblationConfig(_Section):
+    """The ablation flow's arms and seeds: each (arm, seed) is a DVC stage of its own, so adding a seed
+    trains only that seed."""
+
+    arms: list[str] = Field(
+        default_factory=list, description="Arms to train, the first the baseline of the verdicts (ARMS or custom_arms)."
+    )
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="Training seeds of every arm.")
+    custom_arms: dict[str, ArmConfig] = Field(default_factory=dict, description="This set's own named arms.")
+
+    @model_validator(mode="after")
+    def _known_arms(self) -> AblationConfig:
+        known = {**ARMS, **self.custom_arms}
+        for name in self.arms:
+            if name not in known:
+                raise ValueError(unknown_name("arm", name, sorted(known)))
+            if not re.fullmatch(r"[a-z0-9_]+", name):
+                raise ValueError(f"arm name {name!r}: use lower-case letters, digits and _ (it names DVC stages)")
+        if len(set(self.arms)) != len(self.arms):
+            raise ValueError(f"arms listed twice: {self.arms}")
+        return self
+
+    def arm(self, name: str) -> ArmConfig:
+        """Arm ``name``'s definition (this set's own first)."""
+        return self.custom_arms.get(name) or ARMS[name]
+
+
+class OrchestrationConfig(_Section):
+    """How Prefect runs the stages (deployments in prefect.yaml read the work pool from here)."""
+
+    work_pool: str = Field(
+        "grpoflow-local",
+        description="Prefect work pool the deployments submit to (`make serve` creates it as a process pool).",
+    )
+    gpu_concurrency_limit: str | None = Field(
+        "gpu", description="Prefect global concurrency limit a GPU stage holds one slot of while it runs (null: none)."
+    )
+    gpu_stages: list[str] = Field(
+        ["sft", "grpo", "ppo", "evaluate"], description="dvc.yaml stages that need the accelerator."
+    )
+    stage_retries: int = Field(
+        1, ge=0, description="Prefect retries of a failed stage (training resumes from its last checkpoint)."
+    )
+    retry_delay_seconds: float = Field(10.0, ge=0, description="Wait before a retry.")
+    record_experiment: bool = Field(
+        True, description="Save every successful flow run as a DVC experiment (`dvc exp show`)."
+    )
+    dvc_remote: str | None = Field(
+        None, description="DVC remote to push data and models to after a successful run (null: no push)."
+    )

@@ -1,0 +1,16 @@
+"""The built-in verifiers by name, and the module that defines (and registers) each: a table of
+names only, so the params schema checks a reward's name without importing any verifier. The
+registry imports a verifier's module the first time that verifier is asked for.
+
+A new verifier is its module (a class under ``@register``) and one line here."""
+
+BUILTIN: dict[str, str] = {
+    "code": "verifiers.code",
+    "format": "verifiers.format",
+    "math": "verifiers.math",
+}
+
+
+def builtin_names() -> list[str]:
+    """The names of the built-in verifiers, sorted."""
+    return sorted(BUILTIN)
