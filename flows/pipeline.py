@@ -28,7 +28,7 @@ from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
 
 from flows import experiments, run_report, serve, workspace
-from flows.dag import Stage, pipeline_params_file, stage_order
+from flows.dag import pipeline_params_file, run_order
 from flows.run_report import StageResult
 from flows.stage_run import run_dvc_stage
 from grpoflow.config import ConfigError, Params, has_dotted, load_params
@@ -36,7 +36,7 @@ from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short
 from grpoflow.model_source import has_chat_template, model_unavailable
 from tasks import tracking
 from tasks.cli import help_text
-from tasks.stages import REPORT_PLOTS, stages_for
+from tasks.stages import REPORT_PLOTS, Stage, stages_for
 from tasks.stages import STAGES as declared_stages
 from tasks.stages import for_params as dvc_yaml_for
 from tasks.stages import select as select_stages
@@ -55,10 +55,6 @@ def _check_params_file(params_file: str, overrides: dict[str, Any] | None = None
     value or stage name fails here, naming it."""
     checked_params_file(params_file)
     try:
-        stage_order(DVC_YAML, only=stages)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    try:
         params = load_params(params_file, overrides)
     except ConfigError as exc:
         if overrides:
@@ -71,6 +67,10 @@ def _check_params_file(params_file: str, overrides: dict[str, Any] | None = None
         select_stages(params.experiment.stages)
     except ValueError as exc:
         raise ConfigError(f"{params_file}: {exc}") from None
+    try:
+        run_order(params, stages)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     # A missing data file would only be noticed inside prepare, after DVC deleted its last outputs.
     if problems := missing_inputs(params, params_file):
         raise ConfigError("\n".join(problems))
@@ -165,7 +165,7 @@ def _uncached_outputs(stage: Stage) -> list[Path]:
     """The stage's outputs that DVC deletes before running it but does not cache (metrics, plots,
     reports), as they are now."""
     uncached = set(experiments.untracked_outputs(DVC_YAML))
-    return [Path(p) for p in (*stage.outs, *stage.metrics) if p in uncached]
+    return [Path(p) for p in stage.outs if p in uncached]  # outs holds the metrics too
 
 
 def _move(src: Path, dst: Path) -> None:
@@ -314,7 +314,7 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None, overr
     """Run dvc.yaml stages under one MLflow parent run, record the run as a DVC experiment, and
     publish the stage table, metrics and MLflow link.
     Shared by the pipeline and ablation flows; the caller holds the workspace."""
-    order = stage_order(DVC_YAML, only=stages)
+    order = run_order(params, stages)
     orch = params.orchestration
     flow_run_id = str(flow_run.id or "none")
     results: list[StageResult] = []
@@ -341,7 +341,7 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None, overr
         except Exception as exc:  # the stages' results are intact and get recorded: a report is not worth failing them
             get_run_logger().warning(f"the run's report could not be written ({type(exc).__name__}: {exc}); "
                                      "every stage's outputs, metrics and MLflow runs are in place")
-        whole = {s.name for s in order} == {s.name for s in stage_order(DVC_YAML)}
+        whole = {s.name for s in order} == {s.name for s in run_order(params)}
         _record_experiment(params, params_file, overrides, parent_id, experiment_id, whole)
     create_table_artifact(
         [{"stage": r.stage, "status": "ran" if r.ran else "cached", "seconds": r.seconds} for r in results],

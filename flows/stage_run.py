@@ -31,7 +31,7 @@ from prefect.runtime import task_run
 from prefect.states import Completed, State
 
 from flows import workspace
-from flows.dag import Stage
+from tasks.stages import Stage
 from flows.run_report import StageResult
 from grpoflow.guard import redact_text
 from tasks import events

@@ -3,6 +3,16 @@ checkpoint and evaluation hooks. Each algorithm supplies only its update (:meth:
 
 Prompts are sharded across processes by whole groups, so group advantages never need
 communication; metrics are averaged across processes before they are reported.
+
+Reading order for one GRPO step (docs/architecture.md traces it in full):
+
+1. :meth:`PolicyTrainer.step` here: rollouts (``_scored``, :mod:`grpoflow.rollout`), rewards
+   (:class:`grpoflow.rewards.WeightedReward`), the algorithm's ``update``, then weight sync.
+2. :meth:`grpoflow.grpo.GRPOTrainer.update`: reference log-probs, advantages, the micro-batch loop.
+3. :mod:`grpoflow.advantages` (``group_advantages``), :mod:`grpoflow.logprobs`
+   (``completion_logprobs``), :mod:`grpoflow.losses` (``grpo_loss``): the formulas.
+4. :mod:`grpoflow.engine` (``optimizer_step``) for the DeepSpeed update; :mod:`grpoflow.rl_run`
+   for how the trainer is built; ``tests/unit/reference_grpo.py`` for the whole step in plain torch.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from flows import workspace
-from flows.dag import pipeline_params_file, stage_order
+from flows.dag import pipeline_params_file
+from tasks.stages import stage as declared_stage
 from flows.pipeline import (
     _check_params_file,
     kept_outputs,
@@ -187,7 +188,7 @@ def test_an_empty_or_binary_params_file_is_one_clear_line_and_exit_2(project, ca
 
 
 def _stage(name: str):
-    return next(s for s in stage_order("dvc.yaml") if s.name == name)
+    return declared_stage(name)
 
 
 def test_a_failed_stage_puts_back_the_metrics_of_the_last_good_run(project):
