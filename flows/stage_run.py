@@ -31,11 +31,11 @@ from prefect.runtime import task_run
 from prefect.states import Completed, State
 
 from flows import workspace
-from tasks.stages import Stage
 from flows.run_report import StageResult
 from grpoflow.guard import redact_text
 from tasks import events
 from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT
+from tasks.stages import Stage
 
 STAGE_GRACE_S = 10.0  # for a stage command to stop by itself, before each firmer signal
 EVENTS_DIR = workspace.STATE_DIR / "events"  # one file per stage command while it runs
