@@ -10,23 +10,25 @@ Rollouts, rewards, metrics and the loop are shared with PPO (:mod:`grpoflow.rl`)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from grpoflow import metric_names as M
 from grpoflow import rules
 from grpoflow.advantages import ESTIMATORS
-from grpoflow.algorithm import Algorithm
+from grpoflow.algorithm import Algorithm, BuiltTrainer
 from grpoflow.config import GRPOConfig, Params
 from grpoflow.engine import optimizer_step
 from grpoflow.losses import grpo_loss, kl_penalised_rewards
-from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
+from grpoflow.rl import Batch, PolicyTrainer, TrainerInputs, masked_mean, micro_slices
 
 
 class GRPOTrainer(PolicyTrainer):
     """GRPO: the shared loop with group-relative advantages and a KL term in the loss."""
 
-    def __init__(self, *args, grpo: GRPOConfig, **kwargs):
-        super().__init__(*args, kl_coef=grpo.beta, **kwargs)
+    def __init__(self, inputs: TrainerInputs, *, grpo: GRPOConfig):
+        super().__init__(inputs, kl_coef=grpo.beta)
         self.grpo = grpo
 
     def update(self, step: int, b: Batch) -> dict[str, float]:
@@ -84,8 +86,8 @@ class GRPOTrainer(PolicyTrainer):
         return {k: v / n for k, v in sums.items()} | self._mismatch(seen)
 
 
-def _build(params: Params, args: tuple, kwargs: dict, **_) -> tuple[PolicyTrainer, dict]:
-    return GRPOTrainer(*args, grpo=params.grpo, **kwargs), {}
+def _build(params: Params, inputs: TrainerInputs, reference_dir: Path) -> BuiltTrainer:
+    return BuiltTrainer(GRPOTrainer(inputs, grpo=params.grpo))
 
 
 ALGORITHM = Algorithm("grpo", __name__, ("grpo",), lambda p: rules.kl_coef(p, "grpo"), _build)

@@ -6,6 +6,8 @@ critic on its own DeepSpeed engine and optimizer. Everything else is shared with
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from transformers import AutoModel
 
@@ -13,11 +15,11 @@ from grpoflow import metric_names as M
 from grpoflow import rules
 from grpoflow import shared_prefix as sp
 from grpoflow.advantages import gae, masked_whiten
-from grpoflow.algorithm import Algorithm
+from grpoflow.algorithm import Algorithm, BuiltTrainer
 from grpoflow.config import Params, PPOConfig
 from grpoflow.engine import build_engine, optimizer_step
 from grpoflow.losses import grpo_loss, kl_k3
-from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
+from grpoflow.rl import Batch, PolicyTrainer, TrainerInputs, masked_mean, micro_slices
 
 
 class ValueModel(torch.nn.Module):
@@ -76,8 +78,8 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 class PPOTrainer(PolicyTrainer):
     """The PPO baseline: the shared loop with a critic, GAE and the KL penalty in the reward."""
 
-    def __init__(self, *args, ppo: PPOConfig, critic_engine, **kwargs):
-        super().__init__(*args, kl_coef=ppo.kl_coef, **kwargs)
+    def __init__(self, inputs: TrainerInputs, *, ppo: PPOConfig, critic_engine):
+        super().__init__(inputs, kl_coef=ppo.kl_coef)
         self.ppo, self.critic = ppo, critic_engine
 
     @torch.no_grad()
@@ -148,12 +150,12 @@ class PPOTrainer(PolicyTrainer):
         return out
 
 
-def _build(params: Params, args: tuple, kwargs: dict, *, engine, reference_dir) -> tuple[PolicyTrainer, dict]:
+def _build(params: Params, inputs: TrainerInputs, reference_dir: Path) -> BuiltTrainer:
     critic_model = ValueModel.from_pretrained(str(reference_dir))
     # The critic steps with the policy, micro-batch for micro-batch (see PPOTrainer.update).
     critic_cfg = params.ppo.critic_engine.model_copy(update={"micro_batch_size": params.rl.engine.micro_batch_size})
-    critic = build_engine(critic_model, critic_cfg, engine.train_batch_size())
-    return PPOTrainer(*args, ppo=params.ppo, critic_engine=critic, **kwargs), {"critic": critic}
+    critic = build_engine(critic_model, critic_cfg, inputs.engine.train_batch_size())
+    return BuiltTrainer(PPOTrainer(inputs, ppo=params.ppo, critic_engine=critic), {"critic": critic})
 
 
 ALGORITHM = Algorithm("ppo", __name__, ("ppo",), lambda p: rules.kl_coef(p, "ppo"), _build)

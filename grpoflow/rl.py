@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from math import gcd
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -218,35 +219,39 @@ class Scored:
         )
 
 
+@dataclass
+class TrainerInputs:
+    """What every algorithm's trainer is built from (:func:`grpoflow.rl_run.build_rl_run` fills it):
+    the ``rl`` section, the policy's engine, the frozen reference (present exactly when the run
+    needs one, :func:`grpoflow.rl_run.needs_reference`), the rollout engine, the reward and the
+    train prompts; ``seed`` orders prompts and sampling; ``rank``/``world`` shard them."""
+
+    cfg: RLConfig
+    engine: Any  # a DeepSpeed engine
+    ref_model: torch.nn.Module | None
+    rollout: RolloutEngine
+    tokenizer: Any
+    reward: WeightedReward
+    prompts: Sequence[dict]
+    seed: int
+    prompter: Prompter | None = None
+    rank: int = 0
+    world: int = 1
+    health: HealthMonitor | None = None
+
+
 class PolicyTrainer:
-    """The loop shared by GRPO and PPO. ``cfg`` is the ``rl`` section: the budget both use.
+    """The loop shared by GRPO and PPO, built from :class:`TrainerInputs`; ``cfg`` is the ``rl``
+    section: the budget both use. ``kl_coef`` is the algorithm's own KL coefficient; ``ref`` is the
+    frozen reference it penalises against."""
 
-    ``kl_coef`` is the algorithm's own KL coefficient; ``ref_model`` is the frozen reference it
-    penalises against, present exactly when the run needs one (:func:`grpoflow.rl_run.needs_reference`).
-    """
-
-    def __init__(
-        self,
-        cfg: RLConfig,
-        engine,
-        ref_model: torch.nn.Module | None,
-        rollout: RolloutEngine,
-        tokenizer,
-        reward: WeightedReward,
-        prompts: Sequence[dict],
-        *,
-        kl_coef: float,
-        prompter: Prompter | None = None,
-        seed: int,
-        rank: int = 0,
-        world: int = 1,
-        health: HealthMonitor | None = None,
-    ):
-        self.cfg, self.engine, self.ref, self.rollout = cfg, engine, ref_model, rollout
-        self.tok, self.reward, self.prompts = tokenizer, reward, list(prompts)
-        self.prompter = prompter or Prompter(tokenizer)
-        self.seed, self.rank, self.world = seed, rank, world
-        self.health = health or HealthMonitor()
+    def __init__(self, inputs: TrainerInputs, *, kl_coef: float):
+        i = inputs
+        self.cfg, self.engine, self.ref, self.rollout = i.cfg, i.engine, i.ref_model, i.rollout
+        self.tok, self.reward, self.prompts = i.tokenizer, i.reward, list(i.prompts)
+        self.prompter = i.prompter or Prompter(i.tokenizer)
+        self.seed, self.rank, self.world = i.seed, i.rank, i.world
+        self.health = i.health or HealthMonitor()
         self.state = LoopState(beta=kl_coef)
         self.timer = PhaseTimer()  # the current step's phases (rank 0's are the ones logged)
 

@@ -28,7 +28,7 @@ from grpoflow.preflight import Preflight, run_preflight
 from grpoflow.prompting import Prompter, prompter_for
 from grpoflow.provenance import module_files
 from grpoflow.rewards import build_reward, correctness_scorer
-from grpoflow.rl import LoopState, PolicyTrainer
+from grpoflow.rl import LoopState, PolicyTrainer, TrainerInputs
 from grpoflow.rollout import build_rollout
 
 # The core's entry point for training: its import closure is the code a checkpoint depends on.
@@ -199,9 +199,21 @@ def build_rl_run(
         stop_ids=prompter.stop_ids,
     )
     health = HealthMonitor()
-    args = (rl, engine, reference, rollout, tokenizer, build_reward(params), read_jsonl(data_dir / "train.jsonl"))
-    kwargs = {"seed": seed, "rank": rank, "world": world, "health": health, "prompter": prompter}
-    trainer, engines = algorithm.build(params, args, kwargs, engine=engine, reference_dir=reference_dir)
+    inputs = TrainerInputs(
+        rl,
+        engine,
+        reference,
+        rollout,
+        tokenizer,
+        build_reward(params),
+        read_jsonl(data_dir / "train.jsonl"),
+        seed=seed,
+        prompter=prompter,
+        rank=rank,
+        world=world,
+        health=health,
+    )
+    built = algorithm.build(params, inputs, reference_dir)
     return RLRun(
         algorithm,
         params,
@@ -211,8 +223,8 @@ def build_rl_run(
         engine,
         tokenizer,
         prompter,
-        trainer,
-        engines,
+        built.trainer,
+        built.engines,
         fingerprint(params, algorithm, data_dir, reference_dir, seed),
         read_jsonl(data_dir / "val.jsonl"),
         health,
