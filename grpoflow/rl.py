@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from grpoflow import metric_names as M
 from grpoflow.config import RLConfig
+from grpoflow.engine import optimizer_step
 from grpoflow.health import HealthMonitor, Symptom
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import rollout_correction
@@ -190,6 +191,18 @@ class Batch:
 
 
 @dataclass
+class MicroBatch:
+    """One micro-batch of the update, as the algorithm's loss sees it (:meth:`PolicyTrainer._micro_batch`)."""
+
+    sl: slice  # its rows of the batch
+    logp: torch.Tensor  # (n, C) policy log-probs, with gradient
+    entropy: torch.Tensor  # (n, C)
+    old: torch.Tensor  # (n, C) log-probs of the policy that sampled them
+    mask: torch.Tensor  # (n, C) the loss mask after rollout correction
+    weights: torch.Tensor | None  # (n, C) token weights of rollout correction, if any
+
+
+@dataclass
 class Scored:
     """Rollouts, each completion's task row, and their rewards: the total and each component."""
 
@@ -350,6 +363,17 @@ class PolicyTrainer:
             shared_prefix=cfg.engine.shared_prefix,
         )
 
+    def _micro_batch(
+        self, b: Batch, sl: slice, old_logp: torch.Tensor | None, seen: dict[str, list[float]]
+    ) -> MicroBatch:
+        """Micro-batch ``sl`` as the loss sees it: the policy's log-probs and entropies, the old
+        log-probs (the current ones, detached, when the update takes none: with mu = 1 they are
+        equal), and the loss mask and token weights after rollout correction."""
+        logp, ent = self._policy_logprobs(self.engine, b, sl)
+        old = old_logp[sl] if old_logp is not None else logp.detach()
+        weights, mask = self._corrected(old, b, sl, seen)
+        return MicroBatch(sl, logp, ent, old, mask, weights)
+
     def _corrected(self, old: torch.Tensor, b: Batch, sl: slice, seen: dict[str, list[float]]):
         """``(token weights or None, loss mask)`` of micro-batch ``sl`` under ``rl.rollout_correction``,
         recording the mismatch in ``seen`` (:func:`grpoflow.losses.rollout_correction`)."""
@@ -360,6 +384,50 @@ class PolicyTrainer:
         for key, value in metrics.items():
             seen.setdefault(key, []).append(value)
         return weights, mask
+
+    def _micro_batch_loop(
+        self,
+        step: int,
+        b: Batch,
+        old_logp: torch.Tensor | None,
+        policy_loss: Callable[[MicroBatch], tuple[torch.Tensor, dict[str, float]]],
+        *,
+        tallies: tuple[str, ...] = (),
+        critic: Any = None,
+        critic_step: Callable[[MicroBatch], dict[str, float]] | None = None,
+    ) -> dict[str, float]:
+        """The update loop GRPO and PPO share: ``num_iterations`` passes over ``b`` in micro-batches.
+        Each computes ``policy_loss`` (the loss, and the metrics it adds up: ``clip_ratio`` and the
+        ``tallies``), steps the policy, then runs ``critic_step`` (PPO's critic, on its own engine
+        ``critic``). Returns the step's metrics: each tally's mean over the micro-batches."""
+        eng = self.engine
+        engines = (eng,) if critic is None else (eng, critic)
+        micro = eng.train_micro_batch_size_per_gpu()
+        sums = {M.LOSS: 0.0, **dict.fromkeys(tallies, 0.0), M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
+        seen: dict[str, list[float]] = {}
+        n = 0
+        for engine in engines:
+            engine.train()
+        for _ in range(self.cfg.num_iterations):
+            for sl in micro_slices(len(b.ids), micro, *engines):
+                mb = self._micro_batch(b, sl, old_logp, seen)
+                loss, tally = policy_loss(mb)
+                self._policy_step(step, loss)
+                if critic_step is not None:
+                    tally = tally | critic_step(mb)
+                n += 1
+                sums[M.LOSS] += loss.item()
+                for key, value in tally.items():
+                    sums[key] += value
+                sums[M.ENTROPY] += masked_mean(mb.entropy, b.mask[sl])
+        return {k: v / n for k, v in sums.items()} | self._mismatch(seen)
+
+    def _policy_step(self, step: int, loss: torch.Tensor) -> None:
+        """Backward and optimizer step of the policy; a non-finite loss stops the run first."""
+        if not torch.isfinite(loss):
+            self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
+        self.engine.backward(loss)
+        optimizer_step(self.engine)
 
     @staticmethod
     def _mismatch(seen: dict[str, list[float]]) -> dict[str, float]:
