@@ -8,10 +8,8 @@ communication; metrics are averaged across processes before they are reported.
 from __future__ import annotations
 
 import random
-import resource
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from math import gcd
 from typing import Any
@@ -28,6 +26,7 @@ from grpoflow.losses import rollout_correction
 from grpoflow.prompting import Prompter
 from grpoflow.rewards import WeightedReward, overlong_penalty
 from grpoflow.rollout import RolloutEngine, Rollouts, Sampling, concat_rollouts
+from grpoflow.step_timing import PhaseTimer, peak_memory_mb
 
 
 @dataclass
@@ -83,13 +82,6 @@ def prompt_indices(n_prompts: int, per_step: int, step: int, seed: int) -> list[
     return out
 
 
-def peak_memory_mb() -> float:
-    """Peak memory of this process so far: CUDA allocations on a GPU, else the process's max RSS."""
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-
-
 def _rng_state() -> dict:
     return {"python": random.getstate(), "torch": torch.get_rng_state()}
 
@@ -139,42 +131,6 @@ def _all_mean(values: dict[str, float], world: int, device: torch.device | str =
     t = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=device)  # NCCL reduces only CUDA tensors
     dist.all_reduce(t)
     return {k: float(v) / world for k, v in zip(keys, t)}
-
-
-class PhaseTimer:
-    """Wall seconds per named phase of a step, exclusive: a phase timed inside another (the
-    reference log-probs inside the update) is subtracted from the outer one, so the phases never
-    count a second twice and, with "other", sum to the step's wall time.
-
-    On CUDA each phase ends with a synchronize, else it would measure kernel launches, not work.
-    """
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self._inner: list[float] = []  # per open phase: seconds its nested phases took
-
-    @contextmanager
-    def phase(self, key: str) -> Iterator[None]:
-        """Time the block as phase ``key`` (accumulated when a step runs it more than once)."""
-        start = time.perf_counter()
-        self._inner.append(0.0)
-        try:
-            yield
-        finally:
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
-                torch.cuda.synchronize()
-            spent = time.perf_counter() - start
-            nested = self._inner.pop()
-            self.seconds[key] = self.seconds.get(key, 0.0) + spent - nested
-            if self._inner:
-                self._inner[-1] += spent
-
-    def split(self, wall: float) -> dict[str, float]:
-        """Every phase's seconds (0 for one that did not run), and "other": ``wall`` minus them."""
-        out = {key: self.seconds.get(key, 0.0) for key in M.TIMED_PHASES}
-        out[M.PHASE_OTHER] = max(0.0, wall - sum(out.values()))
-        out[M.PHASE_WALL] = wall
-        return out
 
 
 @dataclass
@@ -502,70 +458,93 @@ class PolicyTrainer:
 
     def step(self, step: int) -> dict[str, float]:
         """One optimizer step: rollouts, rewards, the algorithm's update, weight sync; its metrics."""
-        cfg, eng = self.cfg, self.engine
         g = self.generations(step)
         t0 = time.perf_counter()
         self.timer = PhaseTimer()
-        scored, sampling_metrics = self._scored(step, g), dict[str, float]()
-        if cfg.dynamic_sampling.enabled:
-            scored, sampling_metrics = self._informative(step, g, scored)
-        ro, total, parts = scored.rollouts, scored.total, scored.parts
+        scored, sampling_metrics = self._step_batch(step, g)
         t_rollout = time.perf_counter() - t0
-        if cfg.overlong_buffer and self.max_completion_length > 1:  # logged as a reward component
+        self._penalise_overlong(scored)
+        local, t_update, tokens = self._update_on(step, scored, g)
+        with self.timer.phase(M.PHASE_WEIGHT_SYNC):
+            self.rollout.sync_weights(self.engine.module)
+        local.update(self._batch_metrics(scored, g, tokens / max(t_update, 1e-9), sampling_metrics))
+        metrics = _all_mean(local, self.world, self.engine.device)
+        metrics.update(self._loop_metrics(g, time.perf_counter() - t0, t_rollout, t_update))
+        if self.cfg.adaptive_kl.enabled and self.ref is not None:  # grpoflow.rules: enabled only with a coefficient
+            a = self.cfg.adaptive_kl
+            self.state.beta = adapt_beta(self.state.beta, metrics[M.KL], a.target_kl, a.horizon)
+        return metrics
+
+    def _step_batch(self, step: int, g: int) -> tuple[Scored, dict[str, float]]:
+        """The step's scored rollouts (the informative groups, under dynamic sampling) and dynamic
+        sampling's metrics."""
+        scored, sampling_metrics = self._scored(step, g), dict[str, float]()
+        if self.cfg.dynamic_sampling.enabled:
+            scored, sampling_metrics = self._informative(step, g, scored)
+        return scored, sampling_metrics
+
+    def _penalise_overlong(self, scored: Scored) -> None:
+        """DAPO's overlong penalty (``rl.overlong_buffer``), added to the rewards as a component of its own."""
+        cfg = self.cfg
+        if cfg.overlong_buffer and self.max_completion_length > 1:
             buffer = min(cfg.overlong_buffer, self.max_completion_length - 1)  # a back-off may shorten the cap
             with self.timer.phase(M.PHASE_REWARD):
-                parts["overlong"] = overlong_penalty(
-                    ro.completion_mask.sum(1), self.max_completion_length, buffer, cfg.overlong_penalty
+                scored.parts["overlong"] = overlong_penalty(
+                    scored.rollouts.completion_mask.sum(1), self.max_completion_length, buffer, cfg.overlong_penalty
                 )
-                total = total + parts["overlong"]
+                scored.total = scored.total + scored.parts["overlong"]
+
+    def _update_on(self, step: int, scored: Scored, g: int) -> tuple[dict[str, float], float, float]:
+        """The algorithm's update on the step's batch: ``(its metrics, its seconds, the tokens each
+        of its passes computes)``."""
+        ro = scored.rollouts
         ids, attn, mask, start = self._inputs(ro)
         t1 = time.perf_counter()
         self._set_batch(len(ids))  # G may change with the schedule or a back-off
         # The update's own log-prob passes (reference, old policy) are timed apart, inside it.
         with self.timer.phase(M.PHASE_UPDATE):
-            local = self.update(step, Batch(ids, attn, mask, start, total, g, ro.sampler_logprobs))
-        if cfg.num_iterations == 1:  # one optimizer step per batch: the ratio is 1, nothing can be clipped
+            local = self.update(step, Batch(ids, attn, mask, start, scored.total, g, ro.sampler_logprobs))
+        if self.cfg.num_iterations == 1:  # one optimizer step per batch: the ratio is 1, nothing can be clipped
             local.pop(M.CLIP_RATIO, None)
-        t_update = time.perf_counter() - t1
-        with self.timer.phase(M.PHASE_WEIGHT_SYNC):
-            self.rollout.sync_weights(eng.module)
+        return local, time.perf_counter() - t1, float(attn.sum()) * self.cfg.num_iterations
+
+    @staticmethod
+    def _batch_metrics(scored: Scored, g: int, update_tokens_per_s: float, sampling: dict) -> dict[str, float]:
+        """This process's rewards, lengths and throughput of the step (averaged across processes after)."""
+        ro, total = scored.rollouts, scored.total
         grouped = total.view(-1, g)
         lengths = ro.completion_mask.sum(1).float()
-        local.update(
-            {
-                M.REWARD_MEAN: float(total.mean()),
-                M.REWARD_STD: float(total.std(correction=0)),
-                M.GROUP_REWARD_STD: float(grouped.std(dim=1, correction=0).mean()),
-                M.FRAC_ZERO_STD_GROUPS: float((grouped.std(dim=1, correction=0) < 1e-6).float().mean()),
-                M.COMPLETION_LENGTH_MEAN: float(lengths.mean()),
-                M.COMPLETION_LENGTH_MAX: float(lengths.max()),
-                M.FRAC_TRUNCATED: float(ro.truncated.float().mean()),
-                M.ROLLOUT_TOKENS_PER_S: ro.num_completion_tokens / max(ro.seconds, 1e-9),
-                M.UPDATE_TOKENS_PER_S: float(attn.sum()) * cfg.num_iterations / max(t_update, 1e-9),
-                **sampling_metrics,
-                **{f"{M.REWARD_PREFIX}{k}": float(v.mean()) for k, v in parts.items()},
-            }
-        )
-        metrics = _all_mean(local, self.world, self.engine.device)
-        metrics.update(
-            {
-                M.STEP_SECONDS: time.perf_counter() - t0,
-                M.ROLLOUT_SECONDS: t_rollout,
-                M.UPDATE_SECONDS: t_update,
-                M.KL_COEF: self.state.beta,
-                M.NUM_GENERATIONS: g,
-                M.MAX_COMPLETION_LENGTH: self.max_completion_length,
-                M.MICRO_BATCH_SIZE: eng.train_micro_batch_size_per_gpu(),
-                M.LR: eng.get_lr()[0],
-                M.PEAK_MEMORY_MB: peak_memory_mb(),
-            }
-        )
+        return {
+            M.REWARD_MEAN: float(total.mean()),
+            M.REWARD_STD: float(total.std(correction=0)),
+            M.GROUP_REWARD_STD: float(grouped.std(dim=1, correction=0).mean()),
+            M.FRAC_ZERO_STD_GROUPS: float((grouped.std(dim=1, correction=0) < 1e-6).float().mean()),
+            M.COMPLETION_LENGTH_MEAN: float(lengths.mean()),
+            M.COMPLETION_LENGTH_MAX: float(lengths.max()),
+            M.FRAC_TRUNCATED: float(ro.truncated.float().mean()),
+            M.ROLLOUT_TOKENS_PER_S: ro.num_completion_tokens / max(ro.seconds, 1e-9),
+            M.UPDATE_TOKENS_PER_S: update_tokens_per_s,
+            **sampling,
+            **{f"{M.REWARD_PREFIX}{k}": float(v.mean()) for k, v in scored.parts.items()},
+        }
+
+    def _loop_metrics(self, g: int, seconds: float, t_rollout: float, t_update: float) -> dict[str, float]:
+        """The step's timings, schedule values (after back-off), memory and gradient norm."""
+        eng = self.engine
+        metrics = {
+            M.STEP_SECONDS: seconds,
+            M.ROLLOUT_SECONDS: t_rollout,
+            M.UPDATE_SECONDS: t_update,
+            M.KL_COEF: self.state.beta,
+            M.NUM_GENERATIONS: g,
+            M.MAX_COMPLETION_LENGTH: self.max_completion_length,
+            M.MICRO_BATCH_SIZE: eng.train_micro_batch_size_per_gpu(),
+            M.LR: eng.get_lr()[0],
+            M.PEAK_MEMORY_MB: peak_memory_mb(),
+        }
         grad_norm = eng.get_global_grad_norm()
         if grad_norm is not None:  # DeepSpeed reports none for some optimizer set-ups: then none is logged
             metrics[M.GRAD_NORM] = float(grad_norm)
-        if cfg.adaptive_kl.enabled and self.ref is not None:  # grpoflow.rules: enabled only with a coefficient
-            a = cfg.adaptive_kl
-            self.state.beta = adapt_beta(self.state.beta, metrics[M.KL], a.target_kl, a.horizon)
         return metrics
 
     # -- the loop ----------------------------------------------------------------------------
