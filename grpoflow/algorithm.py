@@ -4,22 +4,33 @@ KL coefficient and how its trainer is built. Each algorithm's module defines one
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from grpoflow.config import Params
-    from grpoflow.rl import PolicyTrainer
+    from grpoflow.rl import PolicyTrainer, TrainerInputs
+
+
+@dataclass(frozen=True)
+class BuiltTrainer:
+    """What :attr:`Algorithm.build` returns: the trainer, and the extra engines (a critic's, say)
+    checkpointed beside the policy's, by name."""
+
+    trainer: PolicyTrainer
+    engines: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Algorithm:
     """An RL algorithm: its name and module, its own params sections (besides the shared ``rl``),
     its KL coefficient (a reference is loaded exactly when it is > 0), and how its trainer is
-    built: ``build(params, args, kwargs, engine=, reference_dir=) -> (trainer, extra engines)``."""
+    built: ``build(params, inputs, reference_dir) -> BuiltTrainer`` (``reference_dir``: the saved
+    SFT model, for an algorithm that starts more models from it)."""
 
     name: str
     module: str
     sections: tuple[str, ...]
     kl_coef: Callable[[Params], float]
-    build: Callable[..., tuple[PolicyTrainer, dict]]
+    build: Callable[[Params, TrainerInputs, Path], BuiltTrainer]

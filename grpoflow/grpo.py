@@ -10,23 +10,24 @@ Rollouts, rewards, metrics and the loop are shared with PPO (:mod:`grpoflow.rl`)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from grpoflow import metric_names as M
 from grpoflow import rules
 from grpoflow.advantages import ESTIMATORS
-from grpoflow.algorithm import Algorithm
+from grpoflow.algorithm import Algorithm, BuiltTrainer
 from grpoflow.config import GRPOConfig, Params
-from grpoflow.engine import optimizer_step
 from grpoflow.losses import grpo_loss, kl_penalised_rewards
-from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
+from grpoflow.rl import Batch, MicroBatch, PolicyTrainer, TrainerInputs, masked_mean
 
 
 class GRPOTrainer(PolicyTrainer):
     """GRPO: the shared loop with group-relative advantages and a KL term in the loss."""
 
-    def __init__(self, *args, grpo: GRPOConfig, **kwargs):
-        super().__init__(*args, kl_coef=grpo.beta, **kwargs)
+    def __init__(self, inputs: TrainerInputs, *, grpo: GRPOConfig):
+        super().__init__(inputs, kl_coef=grpo.beta)
         self.grpo = grpo
 
     def update(self, step: int, b: Batch) -> dict[str, float]:
@@ -43,49 +44,36 @@ class GRPOTrainer(PolicyTrainer):
                 b.rewards, old_logp, ref_logp, b.mask, self.state.beta, g.kl_estimator
             )
         adv = ESTIMATORS[g.advantage_estimator](rewards, b.group_size, g)
-        micro, engines = eng.train_micro_batch_size_per_gpu(), (eng,)
-        sums = {M.LOSS: 0.0, M.KL: 0.0, M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
-        seen: dict[str, list[float]] = {}
-        n = 0
-        eng.train()
-        for _ in range(cfg.num_iterations):
-            for sl in micro_slices(len(b.ids), micro, *engines):
-                logp, ent = self._policy_logprobs(eng, b, sl)
-                old = old_logp[sl] if old_logp is not None else logp.detach()
-                weights, mask = self._corrected(old, b, sl, seen)
-                loss, m = grpo_loss(
-                    logp,
-                    old,
-                    adv[sl],
-                    mask,
-                    ref_logp=ref_logp[sl] if ref_logp is not None and not in_reward else None,
-                    beta=self.state.beta,
-                    clip_eps=cfg.clip_eps,
-                    clip_eps_high=cfg.clip_eps_high,
-                    ratio_level=g.ratio_level,
-                    aggregation=cfg.aggregation,
-                    kl_estimator=g.kl_estimator,
-                    entropy=ent,
-                    entropy_coef=cfg.entropy_coef,
-                    token_weights=weights,
-                )
-                if not torch.isfinite(loss):
-                    self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
-                eng.backward(loss)
-                optimizer_step(eng)
-                n += 1
-                sums[M.LOSS] += loss.item()
-                if M.KL in m:
-                    sums[M.KL] += m[M.KL]
-                elif reward_kl is not None:
-                    sums[M.KL] += masked_mean(reward_kl[sl], b.mask[sl])
-                sums[M.CLIP_RATIO] += m[M.CLIP_RATIO]
-                sums[M.ENTROPY] += masked_mean(ent, b.mask[sl])
-        return {k: v / n for k, v in sums.items()} | self._mismatch(seen)
+        loss_ref = ref_logp if not in_reward else None  # with the penalty in the reward, no KL term
+
+        def policy_loss(mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
+            loss, m = grpo_loss(
+                mb.logp,
+                mb.old,
+                adv[mb.sl],
+                mb.mask,
+                ref_logp=loss_ref[mb.sl] if loss_ref is not None else None,
+                beta=self.state.beta,
+                clip_eps=cfg.clip_eps,
+                clip_eps_high=cfg.clip_eps_high,
+                ratio_level=g.ratio_level,
+                aggregation=cfg.aggregation,
+                kl_estimator=g.kl_estimator,
+                entropy=mb.entropy,
+                entropy_coef=cfg.entropy_coef,
+                token_weights=mb.weights,
+            )
+            if M.KL in m:
+                kl = m[M.KL]
+            else:  # the reward's penalty, or none
+                kl = masked_mean(reward_kl[mb.sl], b.mask[mb.sl]) if reward_kl is not None else 0.0
+            return loss, {M.KL: kl, M.CLIP_RATIO: m[M.CLIP_RATIO]}
+
+        return self._micro_batch_loop(step, b, old_logp, policy_loss, tallies=(M.KL,))
 
 
-def _build(params: Params, args: tuple, kwargs: dict, **_) -> tuple[PolicyTrainer, dict]:
-    return GRPOTrainer(*args, grpo=params.grpo, **kwargs), {}
+def _build(params: Params, inputs: TrainerInputs, reference_dir: Path) -> BuiltTrainer:
+    return BuiltTrainer(GRPOTrainer(inputs, grpo=params.grpo))
 
 
 ALGORITHM = Algorithm("grpo", __name__, ("grpo",), lambda p: rules.kl_coef(p, "grpo"), _build)

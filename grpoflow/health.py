@@ -74,82 +74,95 @@ class HealthMonitor:
         return new
 
     def _rules(self, step: int) -> list[Symptom]:
-        found = []
-        w = self.window
-        kl = _window(self.history, M.KL, w)
-        if len(kl) >= 3 and kl[-1] > self.kl_limit and kl[-1] > 2 * max(kl[0], 1e-3):
-            found.append(
-                Symptom(
-                    "kl_rising_fast",
-                    step,
-                    f"kl {kl[0]:.3g} -> {kl[-1]:.3g} over {len(kl)} steps",
-                    "KL coefficient too small, policy drifting from the reference",
-                    "raise the KL coefficient (grpo.beta or ppo.kl_coef) or enable rl.adaptive_kl, lower rl.engine.lr",
-                )
-            )
+        """Every rule's symptom at ``step``, in a fixed order."""
+        rules = (
+            self._kl_rising_fast,
+            self._reward_flat,
+            self._unstable_loss,
+            self._degenerate_groups,
+            self._entropy_collapse,
+            self._length_cap,
+        )
+        return [s for s in (rule(step) for rule in rules) if s is not None]
+
+    def _kl_rising_fast(self, step: int) -> Symptom | None:
+        kl = _window(self.history, M.KL, self.window)
+        if not (len(kl) >= 3 and kl[-1] > self.kl_limit and kl[-1] > 2 * max(kl[0], 1e-3)):
+            return None
+        return Symptom(
+            "kl_rising_fast",
+            step,
+            f"kl {kl[0]:.3g} -> {kl[-1]:.3g} over {len(kl)} steps",
+            "KL coefficient too small, policy drifting from the reference",
+            "raise the KL coefficient (grpo.beta or ppo.kl_coef) or enable rl.adaptive_kl, lower rl.engine.lr",
+        )
+
+    def _reward_flat(self, step: int) -> Symptom | None:
         rewards = [h[M.REWARD_MEAN] for h in self.history if M.REWARD_MEAN in h]
         n = self.flat_after
-        if len(rewards) >= 2 * n:
-            first, last = rewards[:n], rewards[-n:]
-            # Rising means: the last window beats the first by more than one standard error.
-            se = math.sqrt((pstdev(first) ** 2 + pstdev(last) ** 2) / n)
-            if mean(last) - mean(first) <= max(se, 1e-3):
-                found.append(
-                    Symptom(
-                        "reward_flat",
-                        step,
-                        f"reward_mean {mean(first):.3f} (first {n} steps) -> "
-                        f"{mean(last):.3f} (last {n}), standard error {se:.3f}",
-                        "noisy verifier or misaligned reward",
-                        "hand-check verifier labels on samples; fix the verifier",
-                    )
-                )
-        loss = _window(self.history, M.LOSS, w)
+        if len(rewards) < 2 * n:
+            return None
+        first, last = rewards[:n], rewards[-n:]
+        # Rising means: the last window beats the first by more than one standard error.
+        se = math.sqrt((pstdev(first) ** 2 + pstdev(last) ** 2) / n)
+        if not mean(last) - mean(first) <= max(se, 1e-3):
+            return None
+        return Symptom(
+            "reward_flat",
+            step,
+            f"reward_mean {mean(first):.3f} (first {n} steps) -> {mean(last):.3f} (last {n}), standard error {se:.3f}",
+            "noisy verifier or misaligned reward",
+            "hand-check verifier labels on samples; fix the verifier",
+        )
+
+    def _unstable_loss(self, step: int) -> Symptom | None:
+        loss = _window(self.history, M.LOSS, self.window)
         g = self.history[-1].get(M.NUM_GENERATIONS, 0)
-        if len(loss) >= w and pstdev(loss) > 2 * abs(mean(loss)) + 0.05 and g and g < 8:
-            found.append(
-                Symptom(
-                    "unstable_loss",
-                    step,
-                    f"loss std {pstdev(loss):.3g} vs mean {mean(loss):.3g} with G={g}",
-                    "G too small: unstable group statistics",
-                    "raise rl.num_generations or rl.sampling.temperature",
-                )
-            )
+        if not (len(loss) >= self.window and pstdev(loss) > 2 * abs(mean(loss)) + 0.05 and g and g < 8):
+            return None
+        return Symptom(
+            "unstable_loss",
+            step,
+            f"loss std {pstdev(loss):.3g} vs mean {mean(loss):.3g} with G={g}",
+            "G too small: unstable group statistics",
+            "raise rl.num_generations or rl.sampling.temperature",
+        )
+
+    def _degenerate_groups(self, step: int) -> Symptom | None:
         zero = _window(self.history, M.FRAC_ZERO_STD_GROUPS, 5)
-        if len(zero) >= 5 and mean(zero) >= 0.9:
-            found.append(
-                Symptom(
-                    "degenerate_groups",
-                    step,
-                    f"{mean(zero):.0%} of groups have zero reward std",
-                    "groups degenerate (greedy-like sampling, or the task too easy/hard)",
-                    "sample with more randomness (temperature, top_p); adjust task difficulty",
-                )
-            )
+        if not (len(zero) >= 5 and mean(zero) >= 0.9):
+            return None
+        return Symptom(
+            "degenerate_groups",
+            step,
+            f"{mean(zero):.0%} of groups have zero reward std",
+            "groups degenerate (greedy-like sampling, or the task too easy/hard)",
+            "sample with more randomness (temperature, top_p); adjust task difficulty",
+        )
+
+    def _entropy_collapse(self, step: int) -> Symptom | None:
         ent = _window(self.history, M.ENTROPY, len(self.history))
-        if len(ent) >= 5 and ent[-1] < max(0.05, 0.2 * ent[0]):
-            found.append(
-                Symptom(
-                    "entropy_collapse",
-                    step,
-                    f"entropy {ent[0]:.3g} -> {ent[-1]:.3g}",
-                    "the policy became nearly deterministic",
-                    "raise rl.sampling.temperature, lower rl.engine.lr, raise the KL coefficient",
-                )
-            )
+        if not (len(ent) >= 5 and ent[-1] < max(0.05, 0.2 * ent[0])):
+            return None
+        return Symptom(
+            "entropy_collapse",
+            step,
+            f"entropy {ent[0]:.3g} -> {ent[-1]:.3g}",
+            "the policy became nearly deterministic",
+            "raise rl.sampling.temperature, lower rl.engine.lr, raise the KL coefficient",
+        )
+
+    def _length_cap(self, step: int) -> Symptom | None:
         trunc = _window(self.history, M.FRAC_TRUNCATED, 5)
-        if len(trunc) >= 5 and mean(trunc) > 0.3:
-            found.append(
-                Symptom(
-                    "length_cap",
-                    step,
-                    f"{mean(trunc):.0%} of completions hit max_completion_length",
-                    "completions longer than the cap",
-                    "raise rl.sampling.max_completion_length, or set rl.mask_truncated_completions",
-                )
-            )
-        return found
+        if not (len(trunc) >= 5 and mean(trunc) > 0.3):
+            return None
+        return Symptom(
+            "length_cap",
+            step,
+            f"{mean(trunc):.0%} of completions hit max_completion_length",
+            "completions longer than the cap",
+            "raise rl.sampling.max_completion_length, or set rl.mask_truncated_completions",
+        )
 
     def report(self) -> str:
         """The symptoms seen, as a markdown table."""

@@ -140,6 +140,51 @@ def rollout_correction(
     return None, mask * inside, metrics
 
 
+def _ratio(
+    logp: torch.Tensor, old_logp: torch.Tensor, keep: torch.Tensor, ratio_level: RatioLevel
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log-probs with the padding zeroed, importance ratio)``: per token, or per sequence
+    (``exp`` of the masked mean log-ratio, broadcast over the sequence)."""
+    # Zero the padding first: it may hold inf/NaN log-probs, and inf * 0 is NaN (in the
+    # forward pass and in torch.where's backward alike).
+    zeros = torch.zeros_like(logp)
+    lp = torch.where(keep, logp, zeros)
+    log_ratio = lp - torch.where(keep, old_logp.detach(), zeros)
+    if ratio_level == "sequence":
+        log_ratio = _masked_mean(log_ratio, keep.to(logp.dtype), dim=1).unsqueeze(1).expand_as(logp)
+    return lp, torch.exp(log_ratio)
+
+
+def _token_advantages(advantages: torch.Tensor, keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Advantages that broadcast over ``(N, T)``: one per completion as a column, or per token with
+    the padding zeroed."""
+    adv = advantages.detach().to(dtype)
+    return adv.unsqueeze(1) if adv.dim() == 1 else torch.where(keep, adv, torch.zeros_like(adv))
+
+
+def _clipped_surrogate(
+    ratio: torch.Tensor,
+    adv: torch.Tensor,
+    low: float,
+    high: float,
+    token_weights: torch.Tensor | None,
+    keep: torch.Tensor,
+) -> torch.Tensor:
+    """Per token, the clipped surrogate to minimise, ``-min(r A, clip(r, low, high) A)``, times the
+    token weights (TIS) where given."""
+    per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, low, high) * adv)
+    if token_weights is not None:
+        per_token = per_token * torch.where(keep, token_weights.detach().to(ratio.dtype), torch.zeros_like(ratio))
+    return per_token
+
+
+def _kept_entropy(entropy: torch.Tensor | None, logp: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The per-token entropies of an entropy bonus, the padding zeroed."""
+    if entropy is None or tuple(entropy.shape) != tuple(logp.shape):
+        raise ValueError(f"an entropy bonus needs entropy of logp's shape {tuple(logp.shape)}")
+    return torch.where(keep, entropy, torch.zeros_like(logp))
+
+
 def grpo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -182,29 +227,18 @@ def grpo_loss(
     _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level, aggregation, clip_eps, kl_estimator)
     keep = mask.bool()
     m = keep.to(logp.dtype)
-    # Zero the padding first: it may hold inf/NaN log-probs, and inf * 0 is NaN (in the
-    # forward pass and in torch.where's backward alike).
     zeros = torch.zeros_like(logp)
-    lp = torch.where(keep, logp, zeros)
-    log_ratio = lp - torch.where(keep, old_logp.detach(), zeros)
-    if ratio_level == "sequence":
-        log_ratio = _masked_mean(log_ratio, m, dim=1).unsqueeze(1).expand_as(logp)
-    ratio = torch.exp(log_ratio)
-    adv = advantages.detach().to(logp.dtype)
-    adv = adv.unsqueeze(1) if adv.dim() == 1 else torch.where(keep, adv, torch.zeros_like(adv))
+    lp, ratio = _ratio(logp, old_logp, keep, ratio_level)
+    adv = _token_advantages(advantages, keep, logp.dtype)
     low, high = 1.0 - clip_eps, 1.0 + (clip_eps if clip_eps_high is None else clip_eps_high)
-    per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, low, high) * adv)
-    if token_weights is not None:
-        per_token = per_token * torch.where(keep, token_weights.detach().to(logp.dtype), zeros)
+    per_token = _clipped_surrogate(ratio, adv, low, high, token_weights, keep)
     metrics: dict[str, float] = {}
     if ref_logp is not None:
         kl = KL_ESTIMATORS[kl_estimator](lp, torch.where(keep, ref_logp.detach(), zeros))
         per_token = per_token + beta * kl
         metrics[M.KL] = _masked_mean(kl.detach(), m).item()
     if entropy_coef:
-        if entropy is None or tuple(entropy.shape) != tuple(logp.shape):
-            raise ValueError(f"an entropy bonus needs entropy of logp's shape {tuple(logp.shape)}")
-        per_token = per_token - entropy_coef * torch.where(keep, entropy, zeros)
+        per_token = per_token - entropy_coef * _kept_entropy(entropy, logp, keep)
     loss = _aggregate(per_token, m, aggregation)
     clipped = ((ratio < low) & (adv < 0)) | ((ratio > high) & (adv > 0))
     metrics[M.CLIP_RATIO] = _masked_mean(clipped.to(logp.dtype), m).item()

@@ -6,6 +6,8 @@ critic on its own DeepSpeed engine and optimizer. Everything else is shared with
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from transformers import AutoModel
 
@@ -13,11 +15,11 @@ from grpoflow import metric_names as M
 from grpoflow import rules
 from grpoflow import shared_prefix as sp
 from grpoflow.advantages import gae, masked_whiten
-from grpoflow.algorithm import Algorithm
+from grpoflow.algorithm import Algorithm, BuiltTrainer
 from grpoflow.config import Params, PPOConfig
 from grpoflow.engine import build_engine, optimizer_step
 from grpoflow.losses import grpo_loss, kl_k3
-from grpoflow.rl import Batch, PolicyTrainer, masked_mean, micro_slices
+from grpoflow.rl import Batch, MicroBatch, PolicyTrainer, TrainerInputs, masked_mean
 
 
 class ValueModel(torch.nn.Module):
@@ -76,8 +78,8 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 class PPOTrainer(PolicyTrainer):
     """The PPO baseline: the shared loop with a critic, GAE and the KL penalty in the reward."""
 
-    def __init__(self, *args, ppo: PPOConfig, critic_engine, **kwargs):
-        super().__init__(*args, kl_coef=ppo.kl_coef, **kwargs)
+    def __init__(self, inputs: TrainerInputs, *, ppo: PPOConfig, critic_engine):
+        super().__init__(inputs, kl_coef=ppo.kl_coef)
         self.ppo, self.critic = ppo, critic_engine
 
     @torch.no_grad()
@@ -105,55 +107,47 @@ class PPOTrainer(PolicyTrainer):
         adv, returns = gae(rewards, old_values, b.mask, gamma=ppo.gamma, lam=ppo.lam)
         if ppo.whiten_advantages:
             adv = masked_whiten(adv, b.mask)
-        micro, engines = eng.train_micro_batch_size_per_gpu(), (eng, critic)
-        sums = {M.LOSS: 0.0, M.VALUE_LOSS: 0.0, M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
-        seen: dict[str, list[float]] = {}
-        n = 0
-        eng.train()
-        critic.train()
-        for _ in range(cfg.num_iterations):
-            for sl in micro_slices(len(b.ids), micro, *engines):
-                logp, ent = self._policy_logprobs(eng, b, sl)
-                weights, mask = self._corrected(old_logp[sl], b, sl, seen)
-                loss, m = grpo_loss(
-                    logp,
-                    old_logp[sl],
-                    adv[sl],
-                    mask,
-                    clip_eps=cfg.clip_eps,
-                    clip_eps_high=cfg.clip_eps_high,
-                    aggregation=cfg.aggregation,
-                    entropy=ent,
-                    entropy_coef=cfg.entropy_coef,
-                    token_weights=weights,
-                )
-                if not torch.isfinite(loss):
-                    self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
-                eng.backward(loss)
-                optimizer_step(eng)
-                values = completion_values(critic, b.ids[sl], b.attn[sl], b.start, cfg.engine.shared_prefix)
-                clipped = old_values[sl] + (values - old_values[sl]).clamp(-ppo.cliprange_value, ppo.cliprange_value)
-                vf = 0.5 * torch.maximum((values - returns[sl]) ** 2, (clipped - returns[sl]) ** 2)
-                value_loss = (vf * b.mask[sl]).sum() / b.mask[sl].sum().clamp(min=1)
-                critic.backward(value_loss)
-                optimizer_step(critic)
-                n += 1
-                sums[M.LOSS] += loss.item()
-                sums[M.VALUE_LOSS] += value_loss.item()
-                sums[M.CLIP_RATIO] += m[M.CLIP_RATIO]
-                sums[M.ENTROPY] += masked_mean(ent, b.mask[sl])
-        out = {k: v / n for k, v in sums.items()} | self._mismatch(seen)
+
+        def policy_loss(mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
+            loss, m = grpo_loss(
+                mb.logp,
+                mb.old,
+                adv[mb.sl],
+                mb.mask,
+                clip_eps=cfg.clip_eps,
+                clip_eps_high=cfg.clip_eps_high,
+                aggregation=cfg.aggregation,
+                entropy=mb.entropy,
+                entropy_coef=cfg.entropy_coef,
+                token_weights=mb.weights,
+            )
+            return loss, {M.CLIP_RATIO: m[M.CLIP_RATIO]}
+
+        def critic_step(mb: MicroBatch) -> dict[str, float]:
+            """The clipped value loss on the micro-batch, after the policy's step on it."""
+            sl = mb.sl
+            values = completion_values(critic, b.ids[sl], b.attn[sl], b.start, cfg.engine.shared_prefix)
+            clipped = old_values[sl] + (values - old_values[sl]).clamp(-ppo.cliprange_value, ppo.cliprange_value)
+            vf = 0.5 * torch.maximum((values - returns[sl]) ** 2, (clipped - returns[sl]) ** 2)
+            value_loss = (vf * b.mask[sl]).sum() / b.mask[sl].sum().clamp(min=1)
+            critic.backward(value_loss)
+            optimizer_step(critic)
+            return {M.VALUE_LOSS: value_loss.item()}
+
+        out = self._micro_batch_loop(
+            step, b, old_logp, policy_loss, tallies=(M.VALUE_LOSS,), critic=critic, critic_step=critic_step
+        )
         out[M.KL] = masked_mean(kl, b.mask) if kl is not None else 0.0
         out[M.EXPLAINED_VARIANCE] = explained_variance(old_values, returns, b.mask)
         return out
 
 
-def _build(params: Params, args: tuple, kwargs: dict, *, engine, reference_dir) -> tuple[PolicyTrainer, dict]:
+def _build(params: Params, inputs: TrainerInputs, reference_dir: Path) -> BuiltTrainer:
     critic_model = ValueModel.from_pretrained(str(reference_dir))
     # The critic steps with the policy, micro-batch for micro-batch (see PPOTrainer.update).
     critic_cfg = params.ppo.critic_engine.model_copy(update={"micro_batch_size": params.rl.engine.micro_batch_size})
-    critic = build_engine(critic_model, critic_cfg, engine.train_batch_size())
-    return PPOTrainer(*args, ppo=params.ppo, critic_engine=critic, **kwargs), {"critic": critic}
+    critic = build_engine(critic_model, critic_cfg, inputs.engine.train_batch_size())
+    return BuiltTrainer(PPOTrainer(inputs, ppo=params.ppo, critic_engine=critic), {"critic": critic})
 
 
 ALGORITHM = Algorithm("ppo", __name__, ("ppo",), lambda p: rules.kl_coef(p, "ppo"), _build)

@@ -137,14 +137,25 @@ def build_reward(params: Params, *, models: bool = True) -> WeightedReward:
 
 
 def judge_name(params: Params, task: str) -> str:
-    """The verifier that says whether an answer to a ``task`` row is right: code rows by their
-    tests; other rows by ``evaluate.verifier``, else the first verifier of rewards for the task."""
-    if task == "code":
-        return "code"
-    if params.evaluate.verifier:
-        return params.evaluate.verifier
-    listed = (r.name for r in params.rewards if r.name != RM_REWARD)
-    return next((n for n in listed if task in verifiers.tasks_of(n)), "math")
+    """The verifier that says whether an answer to a ``task`` row is right, routed by the row tasks
+    each verifier class declares (its ``tasks``): ``evaluate.verifier`` when it judges the task,
+    else the first verifier of rewards that does, else the task's own registered verifier
+    (:func:`task_verifier`). So code rows go to the code verifier by their tests, whatever
+    ``evaluate.verifier`` says of math rows."""
+    chosen = [params.evaluate.verifier] if params.evaluate.verifier else []
+    chosen += [r.name for r in params.rewards if r.name != RM_REWARD]
+    return next((n for n in chosen if task in verifiers.tasks_of(n)), None) or task_verifier(task)
+
+
+def task_verifier(task: str) -> str:
+    """The registered verifier a ``task`` row falls back to: the one named after the task (``math``,
+    ``code``), else the only one that judges it."""
+    judges = [n for n in verifiers.names() if task in verifiers.tasks_of(n)]
+    if task in judges:
+        return task
+    if len(judges) == 1:
+        return judges[0]
+    raise ValueError(f"no single verifier judges {task!r} rows: {judges or 'none'} declare it")
 
 
 def correctness_scorer(params: Params) -> BatchScorer:

@@ -18,24 +18,25 @@ Reading order for one GRPO step (docs/architecture.md traces it in full):
 from __future__ import annotations
 
 import random
-import resource
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from math import gcd
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from grpoflow import metric_names as M
 from grpoflow.config import RLConfig
+from grpoflow.engine import optimizer_step
 from grpoflow.health import HealthMonitor, Symptom
 from grpoflow.logprobs import completion_logprobs
 from grpoflow.losses import rollout_correction
 from grpoflow.prompting import Prompter
 from grpoflow.rewards import WeightedReward, overlong_penalty
 from grpoflow.rollout import RolloutEngine, Rollouts, Sampling, concat_rollouts
+from grpoflow.step_timing import PhaseTimer, peak_memory_mb
 
 
 @dataclass
@@ -91,13 +92,6 @@ def prompt_indices(n_prompts: int, per_step: int, step: int, seed: int) -> list[
     return out
 
 
-def peak_memory_mb() -> float:
-    """Peak memory of this process so far: CUDA allocations on a GPU, else the process's max RSS."""
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-
-
 def _rng_state() -> dict:
     return {"python": random.getstate(), "torch": torch.get_rng_state()}
 
@@ -149,42 +143,6 @@ def _all_mean(values: dict[str, float], world: int, device: torch.device | str =
     return {k: float(v) / world for k, v in zip(keys, t)}
 
 
-class PhaseTimer:
-    """Wall seconds per named phase of a step, exclusive: a phase timed inside another (the
-    reference log-probs inside the update) is subtracted from the outer one, so the phases never
-    count a second twice and, with "other", sum to the step's wall time.
-
-    On CUDA each phase ends with a synchronize, else it would measure kernel launches, not work.
-    """
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self._inner: list[float] = []  # per open phase: seconds its nested phases took
-
-    @contextmanager
-    def phase(self, key: str) -> Iterator[None]:
-        """Time the block as phase ``key`` (accumulated when a step runs it more than once)."""
-        start = time.perf_counter()
-        self._inner.append(0.0)
-        try:
-            yield
-        finally:
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
-                torch.cuda.synchronize()
-            spent = time.perf_counter() - start
-            nested = self._inner.pop()
-            self.seconds[key] = self.seconds.get(key, 0.0) + spent - nested
-            if self._inner:
-                self._inner[-1] += spent
-
-    def split(self, wall: float) -> dict[str, float]:
-        """Every phase's seconds (0 for one that did not run), and "other": ``wall`` minus them."""
-        out = {key: self.seconds.get(key, 0.0) for key in M.TIMED_PHASES}
-        out[M.PHASE_OTHER] = max(0.0, wall - sum(out.values()))
-        out[M.PHASE_WALL] = wall
-        return out
-
-
 @dataclass
 class Batch:
     """One step's rollouts as model inputs, with their rewards."""
@@ -196,6 +154,18 @@ class Batch:
     rewards: torch.Tensor  # (N,) summed verifier reward
     group_size: int
     sampler_logp: torch.Tensor | None = None  # (N, C) log-probs the rollout engine sampled with, if reported
+
+
+@dataclass
+class MicroBatch:
+    """One micro-batch of the update, as the algorithm's loss sees it (:meth:`PolicyTrainer._micro_batch`)."""
+
+    sl: slice  # its rows of the batch
+    logp: torch.Tensor  # (n, C) policy log-probs, with gradient
+    entropy: torch.Tensor  # (n, C)
+    old: torch.Tensor  # (n, C) log-probs of the policy that sampled them
+    mask: torch.Tensor  # (n, C) the loss mask after rollout correction
+    weights: torch.Tensor | None  # (n, C) token weights of rollout correction, if any
 
 
 @dataclass
@@ -228,35 +198,39 @@ class Scored:
         )
 
 
+@dataclass
+class TrainerInputs:
+    """What every algorithm's trainer is built from (:func:`grpoflow.rl_run.build_rl_run` fills it):
+    the ``rl`` section, the policy's engine, the frozen reference (present exactly when the run
+    needs one, :func:`grpoflow.rl_run.needs_reference`), the rollout engine, the reward and the
+    train prompts; ``seed`` orders prompts and sampling; ``rank``/``world`` shard them."""
+
+    cfg: RLConfig
+    engine: Any  # a DeepSpeed engine
+    ref_model: torch.nn.Module | None
+    rollout: RolloutEngine
+    tokenizer: Any
+    reward: WeightedReward
+    prompts: Sequence[dict]
+    seed: int
+    prompter: Prompter | None = None
+    rank: int = 0
+    world: int = 1
+    health: HealthMonitor | None = None
+
+
 class PolicyTrainer:
-    """The loop shared by GRPO and PPO. ``cfg`` is the ``rl`` section: the budget both use.
+    """The loop shared by GRPO and PPO, built from :class:`TrainerInputs`; ``cfg`` is the ``rl``
+    section: the budget both use. ``kl_coef`` is the algorithm's own KL coefficient; ``ref`` is the
+    frozen reference it penalises against."""
 
-    ``kl_coef`` is the algorithm's own KL coefficient; ``ref_model`` is the frozen reference it
-    penalises against, present exactly when the run needs one (:func:`grpoflow.rl_run.needs_reference`).
-    """
-
-    def __init__(
-        self,
-        cfg: RLConfig,
-        engine,
-        ref_model: torch.nn.Module | None,
-        rollout: RolloutEngine,
-        tokenizer,
-        reward: WeightedReward,
-        prompts: Sequence[dict],
-        *,
-        kl_coef: float,
-        prompter: Prompter | None = None,
-        seed: int,
-        rank: int = 0,
-        world: int = 1,
-        health: HealthMonitor | None = None,
-    ):
-        self.cfg, self.engine, self.ref, self.rollout = cfg, engine, ref_model, rollout
-        self.tok, self.reward, self.prompts = tokenizer, reward, list(prompts)
-        self.prompter = prompter or Prompter(tokenizer)
-        self.seed, self.rank, self.world = seed, rank, world
-        self.health = health or HealthMonitor()
+    def __init__(self, inputs: TrainerInputs, *, kl_coef: float):
+        i = inputs
+        self.cfg, self.engine, self.ref, self.rollout = i.cfg, i.engine, i.ref_model, i.rollout
+        self.tok, self.reward, self.prompts = i.tokenizer, i.reward, list(i.prompts)
+        self.prompter = i.prompter or Prompter(i.tokenizer)
+        self.seed, self.rank, self.world = i.seed, i.rank, i.world
+        self.health = i.health or HealthMonitor()
         self.state = LoopState(beta=kl_coef)
         self.timer = PhaseTimer()  # the current step's phases (rank 0's are the ones logged)
 
@@ -355,6 +329,17 @@ class PolicyTrainer:
             shared_prefix=cfg.engine.shared_prefix,
         )
 
+    def _micro_batch(
+        self, b: Batch, sl: slice, old_logp: torch.Tensor | None, seen: dict[str, list[float]]
+    ) -> MicroBatch:
+        """Micro-batch ``sl`` as the loss sees it: the policy's log-probs and entropies, the old
+        log-probs (the current ones, detached, when the update takes none: with mu = 1 they are
+        equal), and the loss mask and token weights after rollout correction."""
+        logp, ent = self._policy_logprobs(self.engine, b, sl)
+        old = old_logp[sl] if old_logp is not None else logp.detach()
+        weights, mask = self._corrected(old, b, sl, seen)
+        return MicroBatch(sl, logp, ent, old, mask, weights)
+
     def _corrected(self, old: torch.Tensor, b: Batch, sl: slice, seen: dict[str, list[float]]):
         """``(token weights or None, loss mask)`` of micro-batch ``sl`` under ``rl.rollout_correction``,
         recording the mismatch in ``seen`` (:func:`grpoflow.losses.rollout_correction`)."""
@@ -365,6 +350,50 @@ class PolicyTrainer:
         for key, value in metrics.items():
             seen.setdefault(key, []).append(value)
         return weights, mask
+
+    def _micro_batch_loop(
+        self,
+        step: int,
+        b: Batch,
+        old_logp: torch.Tensor | None,
+        policy_loss: Callable[[MicroBatch], tuple[torch.Tensor, dict[str, float]]],
+        *,
+        tallies: tuple[str, ...] = (),
+        critic: Any = None,
+        critic_step: Callable[[MicroBatch], dict[str, float]] | None = None,
+    ) -> dict[str, float]:
+        """The update loop GRPO and PPO share: ``num_iterations`` passes over ``b`` in micro-batches.
+        Each computes ``policy_loss`` (the loss, and the metrics it adds up: ``clip_ratio`` and the
+        ``tallies``), steps the policy, then runs ``critic_step`` (PPO's critic, on its own engine
+        ``critic``). Returns the step's metrics: each tally's mean over the micro-batches."""
+        eng = self.engine
+        engines = (eng,) if critic is None else (eng, critic)
+        micro = eng.train_micro_batch_size_per_gpu()
+        sums = {M.LOSS: 0.0, **dict.fromkeys(tallies, 0.0), M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
+        seen: dict[str, list[float]] = {}
+        n = 0
+        for engine in engines:
+            engine.train()
+        for _ in range(self.cfg.num_iterations):
+            for sl in micro_slices(len(b.ids), micro, *engines):
+                mb = self._micro_batch(b, sl, old_logp, seen)
+                loss, tally = policy_loss(mb)
+                self._policy_step(step, loss)
+                if critic_step is not None:
+                    tally = tally | critic_step(mb)
+                n += 1
+                sums[M.LOSS] += loss.item()
+                for key, value in tally.items():
+                    sums[key] += value
+                sums[M.ENTROPY] += masked_mean(mb.entropy, b.mask[sl])
+        return {k: v / n for k, v in sums.items()} | self._mismatch(seen)
+
+    def _policy_step(self, step: int, loss: torch.Tensor) -> None:
+        """Backward and optimizer step of the policy; a non-finite loss stops the run first."""
+        if not torch.isfinite(loss):
+            self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
+        self.engine.backward(loss)
+        optimizer_step(self.engine)
 
     @staticmethod
     def _mismatch(seen: dict[str, list[float]]) -> dict[str, float]:
@@ -439,70 +468,93 @@ class PolicyTrainer:
 
     def step(self, step: int) -> dict[str, float]:
         """One optimizer step: rollouts, rewards, the algorithm's update, weight sync; its metrics."""
-        cfg, eng = self.cfg, self.engine
         g = self.generations(step)
         t0 = time.perf_counter()
         self.timer = PhaseTimer()
-        scored, sampling_metrics = self._scored(step, g), dict[str, float]()
-        if cfg.dynamic_sampling.enabled:
-            scored, sampling_metrics = self._informative(step, g, scored)
-        ro, total, parts = scored.rollouts, scored.total, scored.parts
+        scored, sampling_metrics = self._step_batch(step, g)
         t_rollout = time.perf_counter() - t0
-        if cfg.overlong_buffer and self.max_completion_length > 1:  # logged as a reward component
+        self._penalise_overlong(scored)
+        local, t_update, tokens = self._update_on(step, scored, g)
+        with self.timer.phase(M.PHASE_WEIGHT_SYNC):
+            self.rollout.sync_weights(self.engine.module)
+        local.update(self._batch_metrics(scored, g, tokens / max(t_update, 1e-9), sampling_metrics))
+        metrics = _all_mean(local, self.world, self.engine.device)
+        metrics.update(self._loop_metrics(g, time.perf_counter() - t0, t_rollout, t_update))
+        if self.cfg.adaptive_kl.enabled and self.ref is not None:  # grpoflow.rules: enabled only with a coefficient
+            a = self.cfg.adaptive_kl
+            self.state.beta = adapt_beta(self.state.beta, metrics[M.KL], a.target_kl, a.horizon)
+        return metrics
+
+    def _step_batch(self, step: int, g: int) -> tuple[Scored, dict[str, float]]:
+        """The step's scored rollouts (the informative groups, under dynamic sampling) and dynamic
+        sampling's metrics."""
+        scored, sampling_metrics = self._scored(step, g), dict[str, float]()
+        if self.cfg.dynamic_sampling.enabled:
+            scored, sampling_metrics = self._informative(step, g, scored)
+        return scored, sampling_metrics
+
+    def _penalise_overlong(self, scored: Scored) -> None:
+        """DAPO's overlong penalty (``rl.overlong_buffer``), added to the rewards as a component of its own."""
+        cfg = self.cfg
+        if cfg.overlong_buffer and self.max_completion_length > 1:
             buffer = min(cfg.overlong_buffer, self.max_completion_length - 1)  # a back-off may shorten the cap
             with self.timer.phase(M.PHASE_REWARD):
-                parts["overlong"] = overlong_penalty(
-                    ro.completion_mask.sum(1), self.max_completion_length, buffer, cfg.overlong_penalty
+                scored.parts["overlong"] = overlong_penalty(
+                    scored.rollouts.completion_mask.sum(1), self.max_completion_length, buffer, cfg.overlong_penalty
                 )
-                total = total + parts["overlong"]
+                scored.total = scored.total + scored.parts["overlong"]
+
+    def _update_on(self, step: int, scored: Scored, g: int) -> tuple[dict[str, float], float, float]:
+        """The algorithm's update on the step's batch: ``(its metrics, its seconds, the tokens each
+        of its passes computes)``."""
+        ro = scored.rollouts
         ids, attn, mask, start = self._inputs(ro)
         t1 = time.perf_counter()
         self._set_batch(len(ids))  # G may change with the schedule or a back-off
         # The update's own log-prob passes (reference, old policy) are timed apart, inside it.
         with self.timer.phase(M.PHASE_UPDATE):
-            local = self.update(step, Batch(ids, attn, mask, start, total, g, ro.sampler_logprobs))
-        if cfg.num_iterations == 1:  # one optimizer step per batch: the ratio is 1, nothing can be clipped
+            local = self.update(step, Batch(ids, attn, mask, start, scored.total, g, ro.sampler_logprobs))
+        if self.cfg.num_iterations == 1:  # one optimizer step per batch: the ratio is 1, nothing can be clipped
             local.pop(M.CLIP_RATIO, None)
-        t_update = time.perf_counter() - t1
-        with self.timer.phase(M.PHASE_WEIGHT_SYNC):
-            self.rollout.sync_weights(eng.module)
+        return local, time.perf_counter() - t1, float(attn.sum()) * self.cfg.num_iterations
+
+    @staticmethod
+    def _batch_metrics(scored: Scored, g: int, update_tokens_per_s: float, sampling: dict) -> dict[str, float]:
+        """This process's rewards, lengths and throughput of the step (averaged across processes after)."""
+        ro, total = scored.rollouts, scored.total
         grouped = total.view(-1, g)
         lengths = ro.completion_mask.sum(1).float()
-        local.update(
-            {
-                M.REWARD_MEAN: float(total.mean()),
-                M.REWARD_STD: float(total.std(correction=0)),
-                M.GROUP_REWARD_STD: float(grouped.std(dim=1, correction=0).mean()),
-                M.FRAC_ZERO_STD_GROUPS: float((grouped.std(dim=1, correction=0) < 1e-6).float().mean()),
-                M.COMPLETION_LENGTH_MEAN: float(lengths.mean()),
-                M.COMPLETION_LENGTH_MAX: float(lengths.max()),
-                M.FRAC_TRUNCATED: float(ro.truncated.float().mean()),
-                M.ROLLOUT_TOKENS_PER_S: ro.num_completion_tokens / max(ro.seconds, 1e-9),
-                M.UPDATE_TOKENS_PER_S: float(attn.sum()) * cfg.num_iterations / max(t_update, 1e-9),
-                **sampling_metrics,
-                **{f"{M.REWARD_PREFIX}{k}": float(v.mean()) for k, v in parts.items()},
-            }
-        )
-        metrics = _all_mean(local, self.world, self.engine.device)
-        metrics.update(
-            {
-                M.STEP_SECONDS: time.perf_counter() - t0,
-                M.ROLLOUT_SECONDS: t_rollout,
-                M.UPDATE_SECONDS: t_update,
-                M.KL_COEF: self.state.beta,
-                M.NUM_GENERATIONS: g,
-                M.MAX_COMPLETION_LENGTH: self.max_completion_length,
-                M.MICRO_BATCH_SIZE: eng.train_micro_batch_size_per_gpu(),
-                M.LR: eng.get_lr()[0],
-                M.PEAK_MEMORY_MB: peak_memory_mb(),
-            }
-        )
+        return {
+            M.REWARD_MEAN: float(total.mean()),
+            M.REWARD_STD: float(total.std(correction=0)),
+            M.GROUP_REWARD_STD: float(grouped.std(dim=1, correction=0).mean()),
+            M.FRAC_ZERO_STD_GROUPS: float((grouped.std(dim=1, correction=0) < 1e-6).float().mean()),
+            M.COMPLETION_LENGTH_MEAN: float(lengths.mean()),
+            M.COMPLETION_LENGTH_MAX: float(lengths.max()),
+            M.FRAC_TRUNCATED: float(ro.truncated.float().mean()),
+            M.ROLLOUT_TOKENS_PER_S: ro.num_completion_tokens / max(ro.seconds, 1e-9),
+            M.UPDATE_TOKENS_PER_S: update_tokens_per_s,
+            **sampling,
+            **{f"{M.REWARD_PREFIX}{k}": float(v.mean()) for k, v in scored.parts.items()},
+        }
+
+    def _loop_metrics(self, g: int, seconds: float, t_rollout: float, t_update: float) -> dict[str, float]:
+        """The step's timings, schedule values (after back-off), memory and gradient norm."""
+        eng = self.engine
+        metrics = {
+            M.STEP_SECONDS: seconds,
+            M.ROLLOUT_SECONDS: t_rollout,
+            M.UPDATE_SECONDS: t_update,
+            M.KL_COEF: self.state.beta,
+            M.NUM_GENERATIONS: g,
+            M.MAX_COMPLETION_LENGTH: self.max_completion_length,
+            M.MICRO_BATCH_SIZE: eng.train_micro_batch_size_per_gpu(),
+            M.LR: eng.get_lr()[0],
+            M.PEAK_MEMORY_MB: peak_memory_mb(),
+        }
         grad_norm = eng.get_global_grad_norm()
         if grad_norm is not None:  # DeepSpeed reports none for some optimizer set-ups: then none is logged
             metrics[M.GRAD_NORM] = float(grad_norm)
-        if cfg.adaptive_kl.enabled and self.ref is not None:  # grpoflow.rules: enabled only with a coefficient
-            a = cfg.adaptive_kl
-            self.state.beta = adapt_beta(self.state.beta, metrics[M.KL], a.target_kl, a.horizon)
         return metrics
 
     # -- the loop ----------------------------------------------------------------------------

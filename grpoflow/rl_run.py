@@ -28,7 +28,7 @@ from grpoflow.preflight import Preflight, run_preflight
 from grpoflow.prompting import Prompter, prompter_for
 from grpoflow.provenance import module_files
 from grpoflow.rewards import build_reward, correctness_scorer
-from grpoflow.rl import LoopState, PolicyTrainer
+from grpoflow.rl import LoopState, PolicyTrainer, TrainerInputs
 from grpoflow.rollout import build_rollout
 
 # The core's entry point for training: its import closure is the code a checkpoint depends on.
@@ -164,6 +164,26 @@ class RLRun:
         checkpoint.export_model(self.engine, self.tokenizer, out)
 
 
+def _policy_engine(params: Params, reference_dir: Path) -> tuple[Any, Any, Any]:
+    """``(policy, tokenizer, its DeepSpeed engine)``: the reference model as the starting policy,
+    with gradient checkpointing and LoRA adapters as ``model`` asks."""
+    rl = params.rl
+    policy, tokenizer = load_pretrained(reference_dir)
+    if params.model.gradient_checkpointing:
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if params.model.lora:
+        policy = add_adapters(policy, params.model.lora)
+    return policy, tokenizer, build_engine(policy, rl.engine, rl.prompts_per_step * max(rl.generation_sizes()))
+
+
+def _reference(params: Params, algorithm: Algorithm, engine: Any, reference_dir: Path) -> Any:
+    """The frozen reference, or None when the run needs none (:func:`needs_reference`)."""
+    if not needs_reference(params, algorithm):
+        return None
+    # A LoRA policy with its adapters off is the reference itself: no second copy of the model.
+    return AdaptersDisabled(engine.module) if params.model.lora else load_frozen(reference_dir)
+
+
 def build_rl_run(
     params: Params, algorithm: Algorithm, *, data_dir: str | Path, reference_dir: str | Path, seed: int | None = None
 ) -> RLRun:
@@ -178,16 +198,8 @@ def build_rl_run(
     torch.manual_seed(seed + rank)
     data_dir, reference_dir = Path(data_dir), Path(reference_dir)
     rl = params.rl
-    policy, tokenizer = load_pretrained(reference_dir)
-    if params.model.gradient_checkpointing:
-        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if params.model.lora:
-        policy = add_adapters(policy, params.model.lora)
-    engine = build_engine(policy, rl.engine, rl.prompts_per_step * max(rl.generation_sizes()))
-    reference = None
-    if needs_reference(params, algorithm):
-        # A LoRA policy with its adapters off is the reference itself: no second copy of the model.
-        reference = AdaptersDisabled(engine.module) if params.model.lora else load_frozen(reference_dir)
+    policy, tokenizer, engine = _policy_engine(params, reference_dir)
+    reference = _reference(params, algorithm, engine, reference_dir)
     prompter = prompter_for(policy, tokenizer, params.prompt)
     rollout = build_rollout(
         rl.rollout_engine,
@@ -199,9 +211,21 @@ def build_rl_run(
         stop_ids=prompter.stop_ids,
     )
     health = HealthMonitor()
-    args = (rl, engine, reference, rollout, tokenizer, build_reward(params), read_jsonl(data_dir / "train.jsonl"))
-    kwargs = {"seed": seed, "rank": rank, "world": world, "health": health, "prompter": prompter}
-    trainer, engines = algorithm.build(params, args, kwargs, engine=engine, reference_dir=reference_dir)
+    inputs = TrainerInputs(
+        rl,
+        engine,
+        reference,
+        rollout,
+        tokenizer,
+        build_reward(params),
+        read_jsonl(data_dir / "train.jsonl"),
+        seed=seed,
+        prompter=prompter,
+        rank=rank,
+        world=world,
+        health=health,
+    )
+    built = algorithm.build(params, inputs, reference_dir)
     return RLRun(
         algorithm,
         params,
@@ -211,8 +235,8 @@ def build_rl_run(
         engine,
         tokenizer,
         prompter,
-        trainer,
-        engines,
+        built.trainer,
+        built.engines,
         fingerprint(params, algorithm, data_dir, reference_dir, seed),
         read_jsonl(data_dir / "val.jsonl"),
         health,

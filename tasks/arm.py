@@ -52,9 +52,10 @@ def main(args: argparse.Namespace, params: Params) -> None:
 
     arm = params.ablation.arm(args.arm)
     arm_set = arm_params(params, args.arm)
-    rl_stage.run(args, arm_set, _algorithm(arm.algorithm), stage="arm", run_name=f"arm/{args.arm}/s{args.seed}",
-                 extra_params={"arm": args.arm, "arm_overrides": str(arm.overrides) or "{}"},
-                 after=test_scores(arm_set, Path(args.data), Path(args.reference)))
+    hooks = rl_stage.ArmHooks(stage="arm", run_name=f"arm/{args.arm}/s{args.seed}",
+                              params={"arm": args.arm, "arm_overrides": str(arm.overrides) or "{}"},
+                              scores=test_scores(arm_set, Path(args.data), Path(args.reference)))
+    rl_stage.run(args, arm_set, _algorithm(arm.algorithm), arm=hooks)
 
 
 if __name__ == "__main__":

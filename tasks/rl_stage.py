@@ -13,6 +13,7 @@ import contextlib
 import csv
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -24,6 +25,7 @@ from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, run_stage_cli, stage_parser
 from tasks.console import StepConsole
 
 if TYPE_CHECKING:
+    from grpoflow.rl import LoopState
     from grpoflow.rl_run import RLRun
 
 
@@ -155,113 +157,208 @@ def _preflight(rl_run, name: str, out: Path) -> None:
         raise SystemExit(EXIT_VERDICT)
 
 
-def run(args: argparse.Namespace, params: Params, algorithm: Algorithm, *, stage: str | None = None,
-        run_name: str | None = None, extra_params: dict | None = None,
-        after: Callable[[RLRun], dict] | None = None) -> None:
+@dataclass(frozen=True)
+class ArmHooks:
+    """What an ablation arm changes in the stage: its ``stage`` and MLflow ``run_name``, ``params``
+    logged beside the algorithm's (the arm), and ``scores``: its test scores of the trained policy,
+    added to the metrics (first process only)."""
+
+    stage: str
+    run_name: str
+    params: dict
+    scores: Callable[[RLRun], dict]
+
+
+@dataclass
+class Stage:
+    """What the stage's phases share: the run as resumed (:func:`_resume`), the config check's
+    findings, the stage's own state from the checkpoint (None when starting over) and, on the first
+    process, the history."""
+
+    name: str
+    args: argparse.Namespace
+    rl_run: RLRun
+    findings: list
+    resumed: dict | None
+    history: History | None
+
+    @property
+    def lead(self) -> bool:
+        """The first process: it prints, writes the files and logs."""
+        return self.rl_run.lead
+
+    @property
+    def out(self) -> Path:
+        """The stage's output folder (the exported model, report.md)."""
+        return Path(self.args.out)
+
+
+def run(args: argparse.Namespace, params: Params, algorithm: Algorithm, *, arm: ArmHooks | None = None) -> None:
     """Train ``algorithm`` as the stage CLI does: resume, train, export, report. An ablation arm
-    passes its ``stage`` and MLflow ``run_name``, ``extra_params`` (the arm), and ``after``: its
-    test scores of the trained policy, added to the metrics (first process only)."""
-    from grpoflow.engine import init_distributed, leave_distributed
-    from grpoflow.health import TrainingDiverged
-    from grpoflow.io import atomic_write, write_json
-    from grpoflow.lint import format_findings, lint
-    from grpoflow.rl import LoopState, OutOfMemoryAfterBackoff
-    from grpoflow.rl_run import build_rl_run
+    passes its ``arm`` hooks (:class:`ArmHooks`)."""
+    from grpoflow.engine import leave_distributed
     from tasks import tracking
 
-    name = algorithm.name
-    rank, world = init_distributed()
-    lead = rank == 0
+    s = _resume(args, params, algorithm)
+    stage, run_name = (arm.stage, arm.run_name) if arm else (s.name, None)
+    with tracking.stage_run(stage, params, args.params, run_name) if s.lead else contextlib.nullcontext():
+        start = time.perf_counter()
+        val_start = _start(s, arm.params if arm else {})
+        steps_log = tracking.StepLogger()
+        _train(s, val_start, steps_log)
+        s.rl_run.export(s.out)
+        leave_distributed()
+        if s.lead:
+            _report(s, val_start, start, steps_log, arm.scores if arm else None)
+
+
+def _config_check(params: Params, name: str, world: int, lead: bool) -> list:
+    """The config check's findings (printed by the first process); stop on an error."""
+    from grpoflow.lint import format_findings, lint
+
     findings = lint(params, name, world)
     if lead:
         print(f"{name} config check:\n" + format_findings(findings), flush=True)
     if any(f.level == "error" for f in findings):
         raise SystemExit(EXIT_BAD_INPUT)
+    return findings
+
+
+def _resume(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> Stage:
+    """Check the config, build the run and continue from its newest intact checkpoint, if any."""
+    from grpoflow.engine import init_distributed
+    from grpoflow.rl_run import build_rl_run
+
+    name = algorithm.name
+    rank, world = init_distributed()
+    findings = _config_check(params, name, world, lead=rank == 0)
     rl_run = build_rl_run(params, algorithm, data_dir=args.data, reference_dir=args.reference, seed=args.seed)
-    ckpt_dir, out = Path(args.checkpoints), Path(args.out)
-    stage_state, skipped = rl_run.resume(ckpt_dir)
-    if lead:
-        for problem in skipped:
-            print(f"{name}: HEALTH checkpoint skipped: {problem}", flush=True)
-            events.emit(events.HEALTH, name, name="checkpoint_corrupt", evidence=problem)
-        if stage_state is not None:
-            print(f"{name}: resuming from step {rl_run.trainer.state.step} ({ckpt_dir})", flush=True)
-    fresh = stage_state is None
-    stage_state = stage_state or {}
-    history = History(Path(args.history), stage_state.get("history_rows", [])) if lead else None
-    total = params.rl.steps
+    ckpt_dir = Path(args.checkpoints)
+    resumed, skipped = rl_run.resume(ckpt_dir)
+    if not rl_run.lead:
+        return Stage(name, args, rl_run, findings, resumed, None)
+    for problem in skipped:
+        print(f"{name}: HEALTH checkpoint skipped: {problem}", flush=True)
+        events.emit(events.HEALTH, name, name="checkpoint_corrupt", evidence=problem)
+    if resumed is not None:
+        print(f"{name}: resuming from step {rl_run.trainer.state.step} ({ckpt_dir})", flush=True)
+    history = History(Path(args.history), (resumed or {}).get("history_rows", []))
+    return Stage(name, args, rl_run, findings, resumed, history)
 
-    with tracking.stage_run(stage or name, params, args.params, run_name) if lead else contextlib.nullcontext():
-        import mlflow
 
-        start = time.perf_counter()
-        if lead:
-            mlflow.set_tags({"algorithm": name, "train_seed": str(rl_run.seed), "world_size": str(world),
-                             "resumed_from_step": str(rl_run.trainer.state.step)})
-            # Params, so that MLflow's compare view shows what differs between the GRPO and PPO runs.
-            mlflow.log_params({"algorithm": name, "train_seed": rl_run.seed, **(extra_params or {})})
-            mlflow.log_text(format_findings(findings), "config_check.txt")
-        if fresh and params.rl.preflight.prompts and lead:
-            _preflight(rl_run, name, out)
-        val_start = stage_state.get(M.VAL_ACCURACY_START)
-        if val_start is None and lead:
-            val_start = rl_run.evaluate(-1)[M.VAL_ACCURACY]
-        steps_log = tracking.StepLogger()
-        recorder = StepRecorder(history, steps_log.log, rl_run.trainer.checkpoint_due) if lead else None
-        console = StepConsole(name, total, done=rl_run.trainer.state.step) if lead else None
+def _start(s: Stage, extra_params: dict) -> float | None:
+    """Tag the MLflow run, run the preflight of a fresh run, and return the starting val accuracy
+    (the checkpoint's when resuming; None on processes other than the first)."""
+    import mlflow
 
-        def on_step(step: int, m: dict) -> None:
-            if not lead:
-                return
-            for s in m.pop("new_symptoms"):
-                console.say(f"{name}: HEALTH step {s['step']}: {s['name']}: {s['evidence']} -> {s['remedy']}")
-                events.emit(events.HEALTH, name, **s)
-            recorder.step(step, m)
-            console.step(_console_line(name, step, total, m), {k: m[k] for k in (M.REWARD_MEAN, M.KL, M.VAL_ACCURACY) if k in m})
-            events.emit(events.PROGRESS, name, step=step + 1, total=total)
+    from grpoflow.lint import format_findings
 
-        def on_checkpoint(step: int, state: LoopState) -> None:
-            def save() -> None:
-                rows = history.rows if lead else []
-                rl_run.save(ckpt_dir, state, {M.VAL_ACCURACY_START: val_start, "history_rows": rows})
+    rl_run, name = s.rl_run, s.name
+    if s.lead:
+        mlflow.set_tags({"algorithm": name, "train_seed": str(rl_run.seed), "world_size": str(rl_run.world),
+                         "resumed_from_step": str(rl_run.trainer.state.step)})
+        # Params, so that MLflow's compare view shows what differs between the GRPO and PPO runs.
+        mlflow.log_params({"algorithm": name, "train_seed": rl_run.seed, **extra_params})
+        mlflow.log_text(format_findings(s.findings), "config_check.txt")
+    if s.resumed is None and rl_run.params.rl.preflight.prompts and s.lead:
+        _preflight(rl_run, name, s.out)
+    val_start = (s.resumed or {}).get(M.VAL_ACCURACY_START)
+    if val_start is None and s.lead:
+        val_start = rl_run.evaluate(-1)[M.VAL_ACCURACY]
+    return val_start
 
-            if recorder is not None:  # the first process: it writes the history
-                recorder.checkpoint(save)
-            else:
-                save()
 
-        try:
-            rl_run.trainer.train(on_step=on_step, on_checkpoint=on_checkpoint, evaluate=rl_run.evaluate)
-        except (TrainingDiverged, OutOfMemoryAfterBackoff) as exc:
-            reason = "diverged" if isinstance(exc, TrainingDiverged) else "out_of_memory"
-            if lead:
-                mlflow.set_tag("health", reason)
-                print(f"{name}: STOPPED: {exc}", file=sys.stderr)
-                events.emit(events.STOPPED, name, reason=reason, message=str(exc))
-            raise SystemExit(EXIT_VERDICT) from None
-        finally:
-            if console:
-                console.close()
-        rl_run.export(out)
-        leave_distributed()
-        if not lead:
+def _train(s: Stage, val_start: float | None, steps_log) -> None:
+    """Train to ``rl.steps``: each step reported (first process), each checkpoint saved with the
+    stage's state; a diverged or out-of-memory run stops the stage with its verdict."""
+    from grpoflow.health import TrainingDiverged
+    from grpoflow.rl import OutOfMemoryAfterBackoff
+
+    trainer = s.rl_run.trainer
+    recorder = StepRecorder(s.history, steps_log.log, trainer.checkpoint_due) if s.history is not None else None
+    console = StepConsole(s.name, s.rl_run.params.rl.steps, done=trainer.state.step) if s.lead else None
+    try:
+        trainer.train(on_step=_on_step(s, recorder, console), on_checkpoint=_on_checkpoint(s, recorder, val_start),
+                      evaluate=s.rl_run.evaluate)
+    except (TrainingDiverged, OutOfMemoryAfterBackoff) as exc:
+        reason = "diverged" if isinstance(exc, TrainingDiverged) else "out_of_memory"
+        if s.lead:
+            import mlflow
+
+            mlflow.set_tag("health", reason)
+            print(f"{s.name}: STOPPED: {exc}", file=sys.stderr)
+            events.emit(events.STOPPED, s.name, reason=reason, message=str(exc))
+        raise SystemExit(EXIT_VERDICT) from None
+    finally:
+        if console:
+            console.close()
+
+
+def _on_step(s: Stage, recorder: StepRecorder | None, console: StepConsole | None) -> Callable[[int, dict], None]:
+    """The loop's per-step hook: health events, the history and MLflow, the console, progress."""
+    name, total = s.name, s.rl_run.params.rl.steps
+
+    def on_step(step: int, m: dict) -> None:
+        if recorder is None or console is None:  # not the first process
             return
-        history.write()  # also when a finished checkpoint was resumed and no step ran
-        symptoms = sorted(rl_run.health.symptoms)
-        metrics = summary(history.rows, val_start, symptoms, rl_run) | {"seconds": round(time.perf_counter() - start, 1)}
-        if after:
-            metrics |= after(rl_run)
-        write_json(args.metrics, metrics)
-        report = (f"# {name.upper()} run\n\nval accuracy {val_start} -> {metrics[M.VAL_ACCURACY]}\n\n## Config check\n\n```\n"
-                  f"{format_findings(findings)}\n```\n\n## Health\n\n{rl_run.health.report()}\n")
-        with atomic_write(out / "report.md") as fh:
-            fh.write(report)
-        mlflow.set_tag("health", ",".join(symptoms) or "ok")
-        steps_log.finish()
-        tracking.log_summary({k: v for k, v in metrics.items() if k != M.HEALTH_SYMPTOMS})
-        mlflow.log_artifact(str(out / "report.md"))
-        mlflow.log_artifact(args.metrics)
-        print(f"{name}: val accuracy {val_start} -> {metrics[M.VAL_ACCURACY]} in {metrics['seconds']} s", flush=True)
+        for symptom in m.pop("new_symptoms"):
+            console.say(f"{name}: HEALTH step {symptom['step']}: {symptom['name']}: {symptom['evidence']} -> "
+                        f"{symptom['remedy']}")
+            events.emit(events.HEALTH, name, **symptom)
+        recorder.step(step, m)
+        shown = {k: m[k] for k in (M.REWARD_MEAN, M.KL, M.VAL_ACCURACY) if k in m}
+        console.step(_console_line(name, step, total, m), shown)
+        events.emit(events.PROGRESS, name, step=step + 1, total=total)
+
+    return on_step
+
+
+def _on_checkpoint(s: Stage, recorder: StepRecorder | None, val_start: float | None) -> Callable:
+    """The loop's checkpoint hook: the run's checkpoint, with the stage's state (the starting val
+    accuracy and the history, which DVC deletes before re-running); its seconds booked by ``recorder``."""
+    ckpt_dir = Path(s.args.checkpoints)
+
+    def on_checkpoint(step: int, state: LoopState) -> None:
+        def save() -> None:
+            rows = s.history.rows if s.history is not None else []
+            s.rl_run.save(ckpt_dir, state, {M.VAL_ACCURACY_START: val_start, "history_rows": rows})
+
+        if recorder is not None:  # the first process: it writes the history
+            recorder.checkpoint(save)
+        else:
+            save()
+
+    return on_checkpoint
+
+
+def _report(s: Stage, val_start: float | None, start: float, steps_log,
+            scores: Callable[[RLRun], dict] | None) -> None:
+    """The stage's metrics JSON (its seconds counted from ``start``) and report.md, their MLflow
+    copies, and the closing line (first process)."""
+    import mlflow
+
+    from grpoflow.io import atomic_write, write_json
+    from grpoflow.lint import format_findings
+    from tasks import tracking
+
+    rl_run, name, history, args = s.rl_run, s.name, s.history, s.args
+    assert history is not None  # the first process's
+    history.write()  # also when a finished checkpoint was resumed and no step ran
+    symptoms = sorted(rl_run.health.symptoms)
+    metrics = summary(history.rows, val_start, symptoms, rl_run) | {"seconds": round(time.perf_counter() - start, 1)}
+    if scores:
+        metrics |= scores(rl_run)
+    write_json(args.metrics, metrics)
+    report = (f"# {name.upper()} run\n\nval accuracy {val_start} -> {metrics[M.VAL_ACCURACY]}\n\n"
+              f"## Config check\n\n```\n{format_findings(s.findings)}\n```\n\n## Health\n\n{rl_run.health.report()}\n")
+    with atomic_write(s.out / "report.md") as fh:
+        fh.write(report)
+    mlflow.set_tag("health", ",".join(symptoms) or "ok")
+    steps_log.finish()
+    tracking.log_summary({k: v for k, v in metrics.items() if k != M.HEALTH_SYMPTOMS})
+    mlflow.log_artifact(str(s.out / "report.md"))
+    mlflow.log_artifact(args.metrics)
+    print(f"{name}: val accuracy {val_start} -> {metrics[M.VAL_ACCURACY]} in {metrics['seconds']} s", flush=True)
 
 
 def cli(name: str, algorithm: Callable[[], Algorithm], doc: str) -> None:

@@ -13,7 +13,7 @@ from grpoflow.engine import build_engine
 from grpoflow.grpo import GRPOTrainer
 from grpoflow.modeling import build_tiny_model, train_tokenizer
 from grpoflow.rewards import RewardComponent, WeightedReward
-from grpoflow.rl import OutOfMemoryAfterBackoff, next_backoff
+from grpoflow.rl import OutOfMemoryAfterBackoff, TrainerInputs, next_backoff
 from grpoflow.rollout.hf import HFRolloutEngine
 
 
@@ -84,7 +84,7 @@ def trainer_with_budget(parts, budget: MemoryBudget, **cfg_overrides) -> GRPOTra
 
     rollout.generate = generate_within_budget
     reward = WeightedReward([RewardComponent("len", lambda c, r: [float(len(x) % 3) for x in c], 1.0)])
-    trainer = GRPOTrainer(cfg, engine, None, rollout, tok, reward, prompts, grpo=GRPOConfig(beta=0.0), seed=0)
+    trainer = GRPOTrainer(TrainerInputs(cfg, engine, None, rollout, tok, reward, prompts, seed=0), grpo=GRPOConfig(beta=0.0))
     update = trainer.update
 
     def update_within_budget(step, batch):
@@ -143,8 +143,8 @@ def _two_process_worker(rank: int, port: int, results) -> None:
 
     rollout.generate = generate_rank1_oom_at_g8
     reward = WeightedReward([RewardComponent("len", lambda c, r: [float(len(x) % 3) for x in c], 1.0)])
-    trainer = GRPOTrainer(cfg, engine, None, rollout, tok, reward, prompts, grpo=GRPOConfig(beta=0.0), seed=0, rank=rank,
-                          world=2)
+    trainer = GRPOTrainer(TrainerInputs(cfg, engine, None, rollout, tok, reward, prompts, seed=0, rank=rank, world=2),
+                          grpo=GRPOConfig(beta=0.0))
     gs = []
     trainer.train(on_step=lambda step, m: gs.append(m["num_generations"]))
     results[rank] = (gs, dict(trainer.state.backoff))
