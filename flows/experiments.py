@@ -85,7 +85,7 @@ def _metrics(rev: dict) -> dict[str, dict]:
 
 def _stage_metrics(files: dict[str, dict], name: str) -> dict | None:
     """The metrics one revision recorded for the stage ``name`` (None when it has none)."""
-    return files.get(declared(name).option("metrics").path)
+    return files.get(declared(name).file("metrics"))
 
 
 def experiment_rows(shown: list) -> list[dict]:

@@ -256,7 +256,7 @@ def _publish_run_report(results: list[StageResult], title: str, experiment_id: s
         mlflow.set_tag("winner", head["winner"])
     mlflow.set_tag("mlflow.note.content", f"{text}\n\nThe whole run on one page: `run.html` under Artifacts.")
     mlflow.log_artifact(str(run_report.REPORT))
-    compare_report = Path(stage_declaration("compare").option("out").path) / "report.html"
+    compare_report = Path(stage_declaration("compare").file("out")) / "report.html"
     for path in (compare_report, *map(Path, REPORT_PLOTS)):
         if path.is_file():
             mlflow.log_artifact(str(path), artifact_path="compare")

@@ -72,7 +72,7 @@ def headline_metrics(head: dict[str, Any]) -> dict[str, float]:
 def trainings(read_metrics: Callable[[str], dict | None], only: set[str] | None = None) -> dict[str, dict]:
     """Each training stage's metrics that ``read_metrics(path)`` finds (of the stages in ``only``)."""
     return {s.name: m for s in TRAINING
-            if (only is None or s.name in only) and (m := read_metrics(s.option("metrics").path))}
+            if (only is None or s.name in only) and (m := read_metrics(s.file("metrics")))}
 
 
 def _stage_table(rows: list[StageResult]) -> str:
@@ -122,12 +122,12 @@ def _phases(trains: dict[str, dict]) -> str:
 def _reward_model(here: set[str]) -> str:
     """The reward_model stage's held-out pairwise accuracy, pairs and margin plot, where it ran."""
     rm = stage("reward_model")
-    metrics = _json(rm.option("metrics").path) if rm.name in here else None
+    metrics = _json(rm.file("metrics")) if rm.name in here else None
     if not metrics:
         return '<p class="muted">No reward model in this run.</p>'
     row = {"held-out pairwise accuracy": metrics["heldout_accuracy"], **{f"pairs: {k}": v for k, v in metrics["pairs"].items()},
            **{f"margin {k}": v for k, v in metrics["margins"].items() if k != "pairs"}}
-    margins = Path(rm.option("report").path) / "margins.png"
+    margins = Path(rm.file("report")) / "margins.png"
     image = [H.image(margins, "held-out reward margins r(chosen) - r(rejected)")] if margins.is_file() else []
     return "\n".join([H.table([row]), *image])
 
@@ -150,10 +150,10 @@ def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
     trains = trainings(_json, here)
     histories = {s.name: read_history(Path(s.paths("history")[0])) for s in TRAINING
                  if s.name in trains and Path(s.paths("history")[0]).is_file()}
-    evaluation = _json(stage("evaluate").option("metrics").path) if "evaluate" in here else None
-    compare = _json(stage("compare").option("metrics").path) if "compare" in here else None
+    evaluation = _json(stage("evaluate").file("metrics")) if "evaluate" in here else None
+    compare = _json(stage("compare").file("metrics")) if "compare" in here else None
     head = headline(evaluation, compare, trains)
-    table_path = Path(stage("compare").option("out").path) / "table.json"
+    table_path = Path(stage("compare").file("out")) / "table.json"
     versus = H.table(json.loads(table_path.read_text()), ["metric", "grpo", "ppo"]) if compare and table_path.is_file() else (
         '<p class="muted">No GRPO-vs-PPO comparison in this run.</p>')
     ablation = _ablation() if ABLATION_REPORT in here else '<p class="muted">No ablation in this run.</p>'

@@ -96,7 +96,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     out.mkdir(parents=True, exist_ok=True)
     paths = _results(args.results)
     runs = {arm: {seed: json.loads(p.read_text()) for seed, p in seeds.items()} for arm, seeds in paths.items()}
-    histories = {arm: [read_history(Path(arm_stage(arm, seed).option("history").path)) for seed in seeds]
+    histories = {arm: [read_history(Path(arm_stage(arm, seed).file("history"))) for seed in seeds]
                  for arm, seeds in paths.items()}
     result = summarize(runs)
     table = rows(result)

@@ -69,8 +69,8 @@ def main(args: argparse.Namespace, params: Params) -> None:
     evaluation = json.loads(Path(args.evaluation).read_text())
     k = evaluation["k"]
     # Where each algorithm's stage writes (tasks/stages.py), read, like dvc.yaml, from the declaration.
-    histories = {a: read_history(Path(stage(a).option("history").path)) for a in ALGORITHMS}
-    trains = {a: json.loads(Path(stage(a).option("metrics").path).read_text()) for a in ALGORITHMS}
+    histories = {a: read_history(Path(stage(a).file("history"))) for a in ALGORITHMS}
+    trains = {a: json.loads(Path(stage(a).file("metrics")).read_text()) for a in ALGORITHMS}
     summaries = {a: summarize(a, trains[a], histories[a], evaluation["models"].get(a, {}), k) for a in ALGORITHMS}
     critic_params = json.loads(Path(args.sft_metrics).read_text())["parameters"]
     memory = memory_breakdown(summaries["grpo"], summaries["ppo"], critic_params)

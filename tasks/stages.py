@@ -72,6 +72,13 @@ class Stage:
         """The :class:`Io` of command-line option ``--<flag>``."""
         return next(i for i in self.io if i.flag == flag)
 
+    def file(self, flag: str) -> str:
+        """The one path of option ``--<flag>``; a list option has several, and raises here."""
+        path = self.option(flag).path
+        if not isinstance(path, str):
+            raise TypeError(f"stage {self.name}: --{flag} is a list option; read its paths instead")
+        return path
+
     def paths(self, *kinds: Kind) -> list[str]:
         """Every path of the given kinds."""
         return [p for i in self.io if i.kind in kinds for p in i.paths]
@@ -238,8 +245,8 @@ def ablation_stages(arms: list[str], seeds: list[int]) -> list[Stage]:
 RUN_RECORD = "metrics/run.json"
 REPORT_PLOTS = ["reports/compare/curves.png", "reports/compare/cost.png"]
 TRAINING = [s for s in STAGES if s.paths("history")]  # the RL stages (grpo, ppo)
-ABLATION_OUT = ablation_report_stage([], []).option("out").path
-ABLATION_METRICS = ablation_report_stage([], []).option("metrics").path
+ABLATION_OUT = ablation_report_stage([], []).file("out")
+ABLATION_METRICS = ablation_report_stage([], []).file("metrics")
 
 
 def stage(name: str) -> Stage:

@@ -178,7 +178,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
 
 if __name__ == "__main__":
     parser = stage_parser("validate_verifiers", __doc__)
-    rm_metrics = stage("reward_model").option("metrics").path
+    rm_metrics = stage("reward_model").file("metrics")
     parser.add_argument("--rm-metrics", default=rm_metrics,
                         help=f"the reward_model stage's metrics: its held-out pairwise accuracy (default: {rm_metrics})")
     run_stage_cli(parser, main)
