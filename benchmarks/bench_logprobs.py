@@ -1,6 +1,6 @@
 """Peak memory of one training forward+backward on a real vocabulary (SmolLM2-135M, 49k tokens,
 16 sequences x 160 tokens, fp32): per-token log-probs the old way (logits at every position, a full
-log-softmax) against grpoflow.logprobs (completion positions only, logsumexp over row chunks), each
+log-softmax) against grpoflow.rl.logprobs (completion positions only, logsumexp over row chunks), each
 with and without gradient checkpointing. Each variant in its own process; peak RSS over the
 process's RSS after loading the model."""
 
@@ -12,8 +12,8 @@ CODE = r"""
 import json, resource, time, torch
 from benchmarks.models import smollm_folder
 from benchmarks.timing import RESULT
-from grpoflow.logprobs import completion_logprobs
-from grpoflow.modeling import load_pretrained
+from grpoflow.rl.logprobs import completion_logprobs
+from grpoflow.models.modeling import load_pretrained
 torch.manual_seed(0)
 model, tok = load_pretrained(smollm_folder())
 if CKPT:

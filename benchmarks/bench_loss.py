@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 
 from benchmarks.timing import best_of
-from grpoflow.advantages import group_advantages
 from grpoflow.config import ModelConfig
-from grpoflow.losses import grpo_loss
-from grpoflow.modeling import build_tiny_model, train_tokenizer
+from grpoflow.models.modeling import build_tiny_model, train_tokenizer
+from grpoflow.rl.advantages import group_advantages
+from grpoflow.rl.losses import grpo_loss
 
 
 def run(prompts: int = 8, group: int = 8, length: int = 64) -> dict:

@@ -10,8 +10,8 @@ CODE = r"""
 import json, time, torch
 from grpoflow.config import PromptConfig, SyntheticConfig
 from grpoflow.data.synthetic import generate
-from grpoflow.modeling import load_pretrained
-from grpoflow.prompting import prompter_for
+from grpoflow.models.modeling import load_pretrained
+from grpoflow.models.prompting import prompter_for
 from grpoflow.rollout import Sampling
 from benchmarks.models import smollm_folder, smollm_prompt, tiny_folder
 from benchmarks.timing import RESULT

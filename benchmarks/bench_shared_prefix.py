@@ -1,5 +1,5 @@
 """One update pass (forward + backward of the per-token log-probs and entropies, fp32), one
-``[prompt | completion]`` row per sample against shared-prefix groups (grpoflow.shared_prefix,
+``[prompt | completion]`` row per sample against shared-prefix groups (grpoflow.rl.shared_prefix,
 Prefix Grouper, arXiv 2506.05433), alternating in the same process, best of a few runs each.
 
 Cases: the tiny default (Qwen2, 128 wide, 4 layers, 8 prompts x G 8, prompts of 20-36 tokens,
@@ -35,7 +35,7 @@ def _batch(prompts: int, g: int, p_lens: list[int], c_len: int, vocab: int, seed
 
 def _pass(model, ids, attn, start: int, shared: bool) -> float:
     """Seconds of one forward + backward."""
-    from grpoflow.logprobs import completion_logprobs
+    from grpoflow.rl.logprobs import completion_logprobs
 
     model.zero_grad(set_to_none=True)
     t0 = time.perf_counter()
@@ -66,7 +66,7 @@ def _compare(model, ids, attn, start: int) -> dict:
 
 def _tiny() -> dict:
     from grpoflow.config import ModelConfig
-    from grpoflow.modeling import build_tiny_model
+    from grpoflow.models.modeling import build_tiny_model
 
     tok = type("Tok", (), {"__len__": lambda self: 384, "eos_token_id": 0, "pad_token_id": 1})()
     model = build_tiny_model(ModelConfig(), tok, seed=0).train()
@@ -78,7 +78,7 @@ def _llama(layers: int = 4) -> dict:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from grpoflow.config import LoraConfig
-    from grpoflow.lora import add_adapters
+    from grpoflow.models.lora import add_adapters
 
     torch.manual_seed(0)
     config = LlamaConfig(

@@ -14,7 +14,7 @@ with N_body the non-embedding parameters (the embedding is a lookup, no matmul; 
 weights, a rounding error here, are counted with them), T_seq every
 token the passes compute (padding included: it is computed; with shared-prefix groups a group's prompt
 counts once, :func:`computed_tokens`), N_head = vocab x hidden the lm_head
-matmul and T_head the positions it is applied to (the completions only, grpoflow.logprobs).
+matmul and T_head the positions it is applied to (the completions only, grpoflow.rl.logprobs).
 Attention's own score and value products (2 * n_layer * n_ctx * d_model per token forward, Kaplan
 et al.'s second term) are left out: at these lengths they are a few percent of it. Gradient
 checkpointing would add one more forward (2 N per token); the tiny default does not use it.
@@ -31,7 +31,7 @@ import torch
 
 from benchmarks.timing import best_of
 from grpoflow import metric_names as M
-from grpoflow import shared_prefix as sp
+from grpoflow.rl import shared_prefix as sp
 
 SIZES = (256, 512, 1024)
 STEPS, WARMUP = 6, 2
@@ -58,7 +58,7 @@ def matmul_parameters(model: torch.nn.Module) -> tuple[int, int]:
 
 def computed_tokens(batch, micro: int, shared_prefix: bool, model) -> tuple[int, int]:
     """``(T_seq, T_head)`` of one update pass, as it is computed: micro-batch by micro-batch, each
-    packed into one row per group where shared-prefix groups apply (grpoflow.shared_prefix: the
+    packed into one row per group where shared-prefix groups apply (grpoflow.rl.shared_prefix: the
     prompt once, the lm_head from the prompt's last position on), else one padded row per sample."""
     seq = head = 0
     for i in range(0, len(batch.ids), micro):
@@ -78,9 +78,9 @@ def _grpo_run() -> tuple[list[dict], list[tuple[int, int]], tuple[int, int], int
     16 tokens): each step's metrics, each update's (computed tokens, completion positions),
     the model's matmul parameters and num_iterations."""
     from benchmarks.grpo_step_timing import _model, _params, _rows
-    from grpoflow.grpo import ALGORITHM
     from grpoflow.io import write_jsonl
-    from grpoflow.rl_run import build_rl_run
+    from grpoflow.rl.grpo import ALGORITHM
+    from grpoflow.rl.run import build_rl_run
 
     rows = _rows()
     path, sections = _model("tiny", rows)

@@ -23,8 +23,8 @@ from benchmarks.timing import RESULT
 from grpoflow.config import SyntheticConfig, set_dotted, validate_params
 from grpoflow.data.synthetic import generate
 from grpoflow.io import write_jsonl
-from grpoflow.modeling import count_parameters, load_pretrained
-from grpoflow.prompting import prompter_for
+from grpoflow.models.modeling import count_parameters, load_pretrained
+from grpoflow.models.prompting import prompter_for
 from verifiers.math import score
 
 SETUPS = {  # prompts per step, G, completion tokens
@@ -74,8 +74,8 @@ def _params(name: str, sections: dict, lora: bool, steps: int, overrides: dict |
 
 
 def _ours(path: Path, rows: list[dict], params) -> list[float]:
-    from grpoflow.grpo import ALGORITHM
-    from grpoflow.rl_run import build_rl_run
+    from grpoflow.rl.grpo import ALGORITHM
+    from grpoflow.rl.run import build_rl_run
 
     data = Path(tempfile.mkdtemp())
     write_jsonl(data / "train.jsonl", rows)

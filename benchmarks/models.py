@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from grpoflow.config import load_params
-from grpoflow.model_source import gguf_problem, resolve_file
+from grpoflow.models.model_source import gguf_problem, resolve_file
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "params" / "smollm2-135m.yaml"
@@ -19,8 +19,8 @@ def tiny_folder(examples: list[tuple[str, str]]) -> Path:
     """The tiny default model (untrained), its tokenizer trained on ``(question, answer)`` pairs
     rendered with the plain template, saved in a temporary folder."""
     from grpoflow.config import ModelConfig
-    from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
-    from grpoflow.prompting import PLAIN_TEMPLATE
+    from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
+    from grpoflow.models.prompting import PLAIN_TEMPLATE
 
     tok = train_tokenizer([PLAIN_TEMPLATE.format(question=q) + a for q, a in examples], 384)
     path = Path(tempfile.mkdtemp())
@@ -36,7 +36,7 @@ def smollm_folder() -> Path | None:
     if gguf_problem(name):
         return None
     if not (FOLDER / "config.json").is_file():
-        from grpoflow.base_model import convert_gguf
+        from grpoflow.models.base_model import convert_gguf
 
         convert_gguf(resolve_file(name), FOLDER)
     return FOLDER

@@ -33,7 +33,7 @@ from flows.run_report import StageResult
 from flows.stage_run import run_dvc_stage
 from grpoflow.config import ConfigError, Params, has_dotted, load_params
 from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short_repr
-from grpoflow.model_source import has_chat_template, model_unavailable
+from grpoflow.models.model_source import has_chat_template, model_unavailable
 from tasks import tracking
 from tasks.cli import help_text
 from tasks.stages import REPORT_PLOTS, Stage, stages_for

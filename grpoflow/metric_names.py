@@ -3,7 +3,7 @@ history CSV, MLflow, the flow and the comparison read them."""
 
 from __future__ import annotations
 
-# Per step, from the shared loop (grpoflow.rl) and the algorithms' updates.
+# Per step, from the shared loop (grpoflow.rl.trainer) and the algorithms' updates.
 STEP = "step"
 REWARD_MEAN = "reward_mean"
 REWARD_STD = "reward_std"
@@ -30,7 +30,7 @@ STEP_SECONDS = "step_seconds"
 ROLLOUT_SECONDS = "rollout_seconds"
 UPDATE_SECONDS = "update_seconds"
 PEAK_MEMORY_MB = "peak_memory_mb"
-# Where a loop iteration's wall time goes (grpoflow.rl.PhaseTimer): exclusive seconds per phase;
+# Where a loop iteration's wall time goes (grpoflow.rl.trainer.PhaseTimer): exclusive seconds per phase;
 # "other" is the wall minus the named ones (metrics, health, the reference refresh), so they sum to
 # PHASE_WALL: the step, its evaluation and its checkpoint (STEP_SECONDS is the step alone).
 PHASE_PREFIX = "phase/"

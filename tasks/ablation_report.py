@@ -34,7 +34,7 @@ def _results(items: list[str]) -> dict[str, dict[int, Path]]:
 
 def summarize(runs: dict[str, dict[int, dict]]) -> dict:
     """Per arm, each metric's statistics over its seeds; each arm's verdict against the first."""
-    from grpoflow.compare import arm_stats, verdict
+    from grpoflow.evaluation.compare import arm_stats, verdict
 
     table = {arm: {m: arm_stats([float(r[m]) for r in seeds.values() if r.get(m) is not None])
                    for m in METRICS if any(r.get(m) is not None for r in seeds.values())}
@@ -87,7 +87,7 @@ def rows(result: dict) -> list[dict]:
 def main(args: argparse.Namespace, params: Params) -> None:
     import mlflow  # here, not above: --help answers without loading MLflow or matplotlib
 
-    from grpoflow.compare import VERDICT_TEST
+    from grpoflow.evaluation.compare import VERDICT_TEST
     from grpoflow.io import atomic_write, write_json
     from tasks import tracking
     from tasks.plots import mean_over_seeds, plot_curves, read_history

@@ -29,9 +29,9 @@ def test_scores(params: Params, data: Path, reference: Path):
     increase over the SFT reference (what a reference refresh, rl.ref_sync_every, changes)."""
 
     def score(rl_run) -> dict:
-        from grpoflow.evaluation import greedy_accuracy, heldout_loss
-        from grpoflow.modeling import load_pretrained
-        from grpoflow.rewards import correctness_scorer
+        from grpoflow.evaluation.accuracy import greedy_accuracy, heldout_loss
+        from grpoflow.models.modeling import load_pretrained
+        from grpoflow.rl.rewards import correctness_scorer
         from tasks.evaluate import eval_sets, heldout_rows
 
         rows = eval_sets(data, params.evaluate.max_examples, params.experiment.seed)["test"]

@@ -24,8 +24,8 @@ def main(args: argparse.Namespace, params: Params) -> None:
     """Prepare, check and record the starting model."""
     import mlflow
 
-    from grpoflow.base_model import prepare_base
     from grpoflow.io import write_json
+    from grpoflow.models.base_model import prepare_base
     from tasks import tracking
 
     start = time.perf_counter()

@@ -9,8 +9,8 @@ import argparse
 import json
 from pathlib import Path
 
-from grpoflow.compare import memory_breakdown, summarize, winner
 from grpoflow.config import Params
+from grpoflow.evaluation.compare import memory_breakdown, summarize, winner
 from grpoflow.io import atomic_write, write_json
 from tasks import html_report
 from tasks.cli import run_stage_cli, stage_parser

@@ -42,10 +42,10 @@ def heldout_rows(data: Path, limit: int = 256) -> list[dict]:
 
 def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: list, out: Path) -> dict:
     """One policy's scores on every set, its held-out loss, and its per-example outputs."""
-    from grpoflow.evaluation import greedy_accuracy, heldout_loss, sampled_metrics
-    from grpoflow.modeling import load_pretrained
-    from grpoflow.prompting import prompter_for
-    from grpoflow.rewards import correctness_scorer
+    from grpoflow.evaluation.accuracy import greedy_accuracy, heldout_loss, sampled_metrics
+    from grpoflow.models.modeling import load_pretrained
+    from grpoflow.models.prompting import prompter_for
+    from grpoflow.rl.rewards import correctness_scorer
     from grpoflow.rollout import Sampling, build_rollout
 
     cfg = params.evaluate

@@ -9,7 +9,7 @@ from tasks.rl_stage import cli
 
 def algorithm():
     """The algorithm, loaded once the arguments are parsed: --help needs no torch."""
-    from grpoflow.grpo import ALGORITHM
+    from grpoflow.rl.grpo import ALGORITHM
 
     return ALGORITHM
 

@@ -8,7 +8,7 @@ from tasks.rl_stage import cli
 
 def algorithm():
     """The algorithm, loaded once the arguments are parsed: --help needs no torch."""
-    from grpoflow.ppo import ALGORITHM
+    from grpoflow.rl.ppo import ALGORITHM
 
     return ALGORITHM
 

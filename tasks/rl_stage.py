@@ -1,6 +1,6 @@
 """The RL training stages (``grpo`` and the ``ppo`` baseline) share this CLI body: arguments,
 files, console, MLflow and events. The run itself is built in the core
-(:func:`grpoflow.rl_run.build_rl_run`); ``tasks.grpo`` and ``tasks.ppo`` name the algorithm.
+(:func:`grpoflow.rl.run.build_rl_run`); ``tasks.grpo`` and ``tasks.ppo`` name the algorithm.
 
 Re-running an interrupted stage continues from the last checkpoint in ``--checkpoints`` when it
 was made from the same parameters, data, reference and code; otherwise training starts over.
@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from grpoflow import metric_names as M
-from grpoflow.algorithm import Algorithm
 from grpoflow.config import Params
+from grpoflow.rl.algorithm import Algorithm
 from tasks import events
 from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, run_stage_cli, stage_parser
 from tasks.console import StepConsole
 
 if TYPE_CHECKING:
-    from grpoflow.rl import LoopState
-    from grpoflow.rl_run import RLRun
+    from grpoflow.rl.run import RLRun
+    from grpoflow.rl.trainer import LoopState
 
 
 class History:
@@ -135,7 +135,7 @@ def _preflight(rl_run, name: str, out: Path) -> None:
     import mlflow
 
     from grpoflow.io import atomic_write
-    from grpoflow.preflight import NONE
+    from grpoflow.rl.preflight import NONE
 
     result = rl_run.preflight()
     report = result.report()
@@ -196,7 +196,7 @@ class Stage:
 def run(args: argparse.Namespace, params: Params, algorithm: Algorithm, *, arm: ArmHooks | None = None) -> None:
     """Train ``algorithm`` as the stage CLI does: resume, train, export, report. An ablation arm
     passes its ``arm`` hooks (:class:`ArmHooks`)."""
-    from grpoflow.engine import leave_distributed
+    from grpoflow.models.engine import leave_distributed
     from tasks import tracking
 
     s = _resume(args, params, algorithm)
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm, *, arm: 
 
 def _config_check(params: Params, name: str, world: int, lead: bool) -> list:
     """The config check's findings (printed by the first process); stop on an error."""
-    from grpoflow.lint import format_findings, lint
+    from grpoflow.config.advice import format_findings, lint
 
     findings = lint(params, name, world)
     if lead:
@@ -226,8 +226,8 @@ def _config_check(params: Params, name: str, world: int, lead: bool) -> list:
 
 def _resume(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> Stage:
     """Check the config, build the run and continue from its newest intact checkpoint, if any."""
-    from grpoflow.engine import init_distributed
-    from grpoflow.rl_run import build_rl_run
+    from grpoflow.models.engine import init_distributed
+    from grpoflow.rl.run import build_rl_run
 
     name = algorithm.name
     rank, world = init_distributed()
@@ -251,7 +251,7 @@ def _start(s: Stage, extra_params: dict) -> float | None:
     (the checkpoint's when resuming; None on processes other than the first)."""
     import mlflow
 
-    from grpoflow.lint import format_findings
+    from grpoflow.config.advice import format_findings
 
     rl_run, name = s.rl_run, s.name
     if s.lead:
@@ -271,8 +271,8 @@ def _start(s: Stage, extra_params: dict) -> float | None:
 def _train(s: Stage, val_start: float | None, steps_log) -> None:
     """Train to ``rl.steps``: each step reported (first process), each checkpoint saved with the
     stage's state; a diverged or out-of-memory run stops the stage with its verdict."""
-    from grpoflow.health import TrainingDiverged
-    from grpoflow.rl import OutOfMemoryAfterBackoff
+    from grpoflow.rl.health import TrainingDiverged
+    from grpoflow.rl.trainer import OutOfMemoryAfterBackoff
 
     trainer = s.rl_run.trainer
     recorder = StepRecorder(s.history, steps_log.log, trainer.checkpoint_due) if s.history is not None else None
@@ -337,8 +337,8 @@ def _report(s: Stage, val_start: float | None, start: float, steps_log,
     copies, and the closing line (first process)."""
     import mlflow
 
+    from grpoflow.config.advice import format_findings
     from grpoflow.io import atomic_write, write_json
-    from grpoflow.lint import format_findings
     from tasks import tracking
 
     rl_run, name, history, args = s.rl_run, s.name, s.history, s.args

@@ -20,9 +20,9 @@ from tasks.cli import run_stage_cli, stage_parser
 
 def initial_model(params: Params, train: list[dict], base_dir: Path):
     """The starting model (the base_model stage's), or the tiny model with a tokenizer trained here."""
-    from grpoflow.base_model import base_model_path
-    from grpoflow.modeling import build_tiny_model, load_pretrained, train_tokenizer
-    from grpoflow.prompting import PLAIN_TEMPLATE
+    from grpoflow.models.base_model import base_model_path
+    from grpoflow.models.modeling import build_tiny_model, load_pretrained, train_tokenizer
+    from grpoflow.models.prompting import PLAIN_TEMPLATE
 
     base = base_model_path(base_dir)
     if base:
@@ -36,8 +36,8 @@ def fine_tune(params: Params, model, tokenizer, prompter, train: list[dict]) -> 
     """``model`` trained on the train split's worked solutions (``params.sft``), logging every
     10th step, and the history of its steps (step, loss, lr)."""
     from grpoflow import metric_names as M
-    from grpoflow.engine import build_engine
-    from grpoflow.sft import build_examples, train_sft
+    from grpoflow.models.engine import build_engine
+    from grpoflow.trainers.sft import build_examples, train_sft
     from tasks import events, tracking
 
     cfg = params.sft
@@ -65,11 +65,11 @@ def main(args: argparse.Namespace, params: Params) -> None:
     import mlflow
     import torch
 
-    from grpoflow.evaluation import greedy_accuracy
+    from grpoflow.evaluation.accuracy import greedy_accuracy
     from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
-    from grpoflow.modeling import count_parameters, save_pretrained
-    from grpoflow.prompting import prompter_for
-    from grpoflow.rewards import correctness_scorer
+    from grpoflow.models.modeling import count_parameters, save_pretrained
+    from grpoflow.models.prompting import prompter_for
+    from grpoflow.rl.rewards import correctness_scorer
     from grpoflow.rollout import build_rollout
     from tasks import tracking
 

@@ -36,7 +36,7 @@ PARAMS_VAR = "${params_file}"
 # The modules that build verifiers by name (verifiers.create). The registry imports a built-in
 # verifier's module only when it is asked for, which the import graph cannot see: a stage that
 # imports one of these depends on every built-in verifier (verifiers.catalog) as well.
-BUILDS_VERIFIERS = ("grpoflow/rewards.py", "tasks/validate_verifiers.py")
+BUILDS_VERIFIERS = ("grpoflow/rl/rewards.py", "tasks/validate_verifiers.py")
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ def validate_verifier(verifier: verifiers.Verifier, rows: list[dict]) -> dict:
 def perturbed_solution(row: dict) -> str | None:
     """A wrong version of the row's gold solution: another final answer (math), a mutated program
     (code); None when the row has no solution to perturb."""
-    from grpoflow.rewards import row_task
+    from grpoflow.rl.rewards import row_task
     from verifiers.code import mutants
     from verifiers.math_cases import wrong_answers
 
@@ -69,7 +69,7 @@ def reward_model_gate(params: Params, rows: list[dict], rm_metrics: Path) -> dic
     """The reward model's gate values on ``rows``: the share whose gold solution it scores above a
     perturbed wrong one, and (from the reward_model stage) its held-out pairwise accuracy. A path
     that is no reward model is a failure with the loader's reason."""
-    from grpoflow.rewards import reward_model_scorer
+    from grpoflow.rl.rewards import reward_model_scorer
 
     reward = next(r for r in params.rewards if r.name == RM_REWARD)
     result: dict = {"path": reward.model_path}
@@ -139,7 +139,7 @@ def report(results: dict[str, dict], failures: list[str], rm: dict | None = None
 def main(args: argparse.Namespace, params: Params) -> None:
     import mlflow  # here, not above: --help answers without loading MLflow (or torch)
 
-    from grpoflow.rewards import row_task
+    from grpoflow.rl.rewards import row_task
     from tasks import tracking
 
     out = Path(args.out)

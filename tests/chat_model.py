@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpoflow.config import ModelConfig
-from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
+from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 # The ChatML form SmolLM2 and Qwen2.5 use.

@@ -30,8 +30,8 @@ class GroupNormOptions(BatchNormOptions):
     scale: Literal["group", "batch", "none"] = Field("group", description="grpo.advantage_scale.")
 
 
-# Each estimator grpoflow.advantages registers, by name, with its typed options: here so that loading
-# a params file checks the name without importing the maths (grpoflow.advantages refuses a name not
+# Each estimator grpoflow.rl.advantages registers, by name, with its typed options: here so that loading
+# a params file checks the name without importing the maths (grpoflow.rl.advantages refuses a name not
 # listed). A new estimator is its function there and one line here.
 ADVANTAGE_ESTIMATORS: dict[str, type[BaseModel]] = {
     "grpo": GroupNormOptions,
@@ -57,7 +57,7 @@ class GRPOConfig(_Section):
         "loss", description="KL penalty as a loss term (the paper) or subtracted from each reward (PPO-style)."
     )
     advantage_estimator: str = Field(
-        "grpo", description="Advantage estimator (grpoflow.advantages.ESTIMATORS), e.g. grpo."
+        "grpo", description="Advantage estimator (grpoflow.rl.advantages.ESTIMATORS), e.g. grpo."
     )
     advantage_scale: Literal["group", "batch", "none"] = Field("group", description="Std used to scale advantages.")
     advantage_ddof: int = Field(0, ge=0, le=1, description="0: population std (the paper), 1: Bessel (TRL, verl).")

@@ -66,9 +66,9 @@ class Params(_Section):
 
     @model_validator(mode="after")
     def _rules(self) -> Params:
-        """The cross-field rules (:mod:`grpoflow.rules`), for every algorithm the set trains and every
+        """The cross-field rules (:mod:`grpoflow.config.rules`), for every algorithm the set trains and every
         ablation arm: found when the file is loaded, before any stage runs."""
-        from grpoflow import rules  # it imports this module
+        from grpoflow.config import rules  # it imports this module
 
         try:
             rules.check(self)

@@ -16,7 +16,7 @@ class GaeOptions(_Section):
     lam: float = Field(0.95, ge=0, le=1, description="Lambda (ppo.lam).")
 
 
-# Each critic-based estimator grpoflow.advantages registers, by name, with its typed options (see
+# Each critic-based estimator grpoflow.rl.advantages registers, by name, with its typed options (see
 # ADVANTAGE_ESTIMATORS for the critic-free ones GRPO chooses from).
 CRITIC_ESTIMATORS: dict[str, type[BaseModel]] = {"gae": GaeOptions}
 

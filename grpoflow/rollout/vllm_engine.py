@@ -71,7 +71,7 @@ class VLLMRolloutEngine:
     def sync_weights(self, model: torch.nn.Module) -> None:
         # All tensors in one call: one call per tensor gave NaN or wrong log-probs on CPU.
         """Load ``model``'s weights into the engine (all in one call) and reset its prefix cache."""
-        from grpoflow.lora import merged_state_dict
+        from grpoflow.models.lora import merged_state_dict
 
         state = {
             k: v.detach().to("cpu" if not torch.cuda.is_available() else v.device)

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from grpoflow.compare import VERDICT_TEST
+from grpoflow.evaluation.compare import VERDICT_TEST
 from tests.e2e.conftest import free_port, run
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from flows.pipeline import EXIT_INTERRUPTED, INTERRUPTED
-from grpoflow.checkpoint import latest_step, verify
+from grpoflow.models.checkpoint import latest_step, verify
 from tasks.stages import select
 from tests.e2e.conftest import free_port, prefect_artifact_keys, prefect_query, run, write_params
 

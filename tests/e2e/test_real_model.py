@@ -42,8 +42,8 @@ def test_the_qwen_set_rehearses_with_a_local_smollm2_folder(project: Path, run_e
     """The GPU set's own prompt style, rewards and batch arithmetic, with its hub model swapped for a
     local folder and its hub data for the GSM8K slice the project ships: what a user does before
     spending a cluster job."""
-    from grpoflow.base_model import convert_gguf
-    from grpoflow.model_source import resolve_file
+    from grpoflow.models.base_model import convert_gguf
+    from grpoflow.models.model_source import resolve_file
 
     folder = tmp_path / "smollm2-135m-instruct"
     convert_gguf(resolve_file(load_params(SMOL).model.name_or_path), folder)

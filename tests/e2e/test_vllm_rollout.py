@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from grpoflow.config import ModelConfig
-from grpoflow.logprobs import completion_logprobs
-from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
+from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
+from grpoflow.rl.logprobs import completion_logprobs
 from grpoflow.rollout import Sampling
 from grpoflow.rollout.hf import HFRolloutEngine
 
@@ -70,9 +70,9 @@ def test_vllm_and_hf_rollouts_share_one_layout(setup):
 
 def test_a_lora_policy_reaches_vllm_as_merged_weights_and_chat_prompts_stop_at_the_end_of_turn(tmp_path):
     from grpoflow.config import LoraConfig, PromptConfig
-    from grpoflow.lora import add_adapters
-    from grpoflow.modeling import load_pretrained
-    from grpoflow.prompting import prompter_for
+    from grpoflow.models.lora import add_adapters
+    from grpoflow.models.modeling import load_pretrained
+    from grpoflow.models.prompting import prompter_for
     from grpoflow.rollout.vllm_engine import VLLMRolloutEngine
     from tests.chat_model import build_chat_model
 

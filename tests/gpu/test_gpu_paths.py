@@ -10,7 +10,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 def _tiny(tmp_path):
     from grpoflow.config import ModelConfig
-    from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
+    from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
 
     texts = [f"{i}+{i}={2 * i}\n#### {2 * i}" for i in range(300)]
     tok = train_tokenizer(texts, 300)
@@ -42,7 +42,7 @@ def _project_with_sft(tmp_path, name: str, overrides: dict):
 
 def test_deepspeed_bf16_zero2_step_on_cuda(tmp_path):
     from grpoflow.config import EngineConfig
-    from grpoflow.engine import build_engine, use_bf16
+    from grpoflow.models.engine import build_engine, use_bf16
 
     model, tok = _tiny(tmp_path)
     cfg = EngineConfig(zero_stage=2, micro_batch_size=4, lr=1e-3)

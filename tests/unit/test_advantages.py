@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpoflow.advantages import gae, group_advantages, masked_whiten
+from grpoflow.rl.advantages import gae, group_advantages, masked_whiten
 
 R = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0])
 
@@ -151,7 +151,7 @@ def _cfg(**kw):
 
 
 def test_rloo_is_each_reward_minus_the_mean_of_the_others_by_hand():
-    from grpoflow.advantages import ESTIMATORS
+    from grpoflow.rl.advantages import ESTIMATORS
 
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 3.0, 3.0, 0.0, 6.0])
     # group 1: 1 - (0+0+1)/3 = 2/3, 0 - 2/3, 0 - 2/3, 1 - 1/3; group 2: 3 - 3, 3 - 3, 0 - 4, 6 - 2
@@ -160,7 +160,7 @@ def test_rloo_is_each_reward_minus_the_mean_of_the_others_by_hand():
 
 
 def test_dr_grpo_only_centres_and_reinforce_pp_normalises_over_the_batch_by_hand():
-    from grpoflow.advantages import ESTIMATORS
+    from grpoflow.rl.advantages import ESTIMATORS
 
     rewards = torch.tensor([1.0, 0.0, 2.0, 2.0])
     assert torch.allclose(ESTIMATORS["dr_grpo"](rewards, 2, _cfg(advantage_scale="group")),
@@ -174,7 +174,7 @@ def test_dr_grpo_only_centres_and_reinforce_pp_normalises_over_the_batch_by_hand
 @given(st.integers(2, 6).flatmap(lambda g: st.tuples(st.just(g), st.lists(st.floats(-5, 5), min_size=g, max_size=4 * g)
                                                          .filter(lambda r: len(r) % g == 0))))
 def test_rloo_is_dr_grpo_scaled_by_g_over_g_minus_one(case):
-    from grpoflow.advantages import ESTIMATORS
+    from grpoflow.rl.advantages import ESTIMATORS
 
     g, values = case
     rewards = torch.tensor(values, dtype=torch.float64)
@@ -193,8 +193,8 @@ def test_every_estimator_is_a_setting_and_an_unknown_one_is_refused():
 
 
 def test_the_schema_knows_every_registered_estimator_by_name():
-    from grpoflow.advantages import ESTIMATORS, estimator
     from grpoflow.config import ADVANTAGE_ESTIMATORS
+    from grpoflow.rl.advantages import ESTIMATORS, estimator
 
     assert sorted(ESTIMATORS) == sorted(ADVANTAGE_ESTIMATORS)
     with pytest.raises(ValueError, match="ADVANTAGE_ESTIMATORS"):
@@ -202,8 +202,8 @@ def test_the_schema_knows_every_registered_estimator_by_name():
 
 
 def test_each_estimator_receives_only_its_own_typed_options_from_the_flat_keys():
-    from grpoflow.advantages import ESTIMATORS, grpo_estimator
     from grpoflow.config import BatchNormOptions, GroupNormOptions, NoAdvantageOptions
+    from grpoflow.rl.advantages import ESTIMATORS, grpo_estimator
 
     cfg = _cfg(advantage_scale="batch", advantage_ddof=1, advantage_eps=0.5)
     assert cfg.estimator_options("grpo") == GroupNormOptions(scale="batch", ddof=1, eps=0.5)
@@ -217,9 +217,9 @@ def test_each_estimator_receives_only_its_own_typed_options_from_the_flat_keys()
 
 
 def test_gae_is_a_registered_critic_estimator_with_its_own_options():
-    from grpoflow.advantages import CRITIC_ESTIMATOR_FNS
     from grpoflow.config import validate_params
     from grpoflow.config.ppo import CRITIC_ESTIMATORS, GaeOptions
+    from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS
 
     assert sorted(CRITIC_ESTIMATOR_FNS) == sorted(CRITIC_ESTIMATORS) == ["gae"]
     ppo = validate_params({"ppo": {"gamma": 0.5, "lam": 1.0}}).ppo

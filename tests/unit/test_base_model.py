@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from grpoflow.base_model import SOURCE_FILE, base_model_path, prepare_base
 from grpoflow.config import validate_params
-from grpoflow.lora import LoraTargetError
-from grpoflow.model_source import gguf_problem, has_chat_template, model_unavailable, resolve_file
-from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
-from grpoflow.prompting import PromptError
+from grpoflow.models.base_model import SOURCE_FILE, base_model_path, prepare_base
+from grpoflow.models.lora import LoraTargetError
+from grpoflow.models.model_source import gguf_problem, has_chat_template, model_unavailable, resolve_file
+from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
+from grpoflow.models.prompting import PromptError
 from tests.chat_model import build_chat_model
 
 

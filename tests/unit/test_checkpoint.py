@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpoflow import checkpoint, checkpoint_layout
 from grpoflow.io import sha256_file
-from grpoflow.rl import LoopState
+from grpoflow.models import checkpoint, checkpoint_layout
+from grpoflow.rl.trainer import LoopState
 
 ROOT = Path(__file__).resolve().parents[2]
 F, G = "f00000000000000f", "9000000000000009"
@@ -212,7 +212,7 @@ def test_a_directory_mixing_inputs_resumes_the_newest_of_these_inputs(ckpt, tmp_
 
 
 def test_parked_sets_are_bounded_and_dropped_with_a_message(ckpt, caplog):
-    caplog.set_level(logging.WARNING, logger="grpoflow.checkpoint")
+    caplog.set_level(logging.WARNING, logger="grpoflow.models.checkpoint")
     for i, fp in enumerate(["a1", "b2", "c3", "d4"]):
         save(ckpt, fp, 10 * i + 1, 10 * i + 2, 10 * i + 3, keep=2)
     other = ckpt / checkpoint.OTHER
@@ -224,7 +224,7 @@ def test_parked_sets_are_bounded_and_dropped_with_a_message(ckpt, caplog):
 
 
 def test_with_no_parked_sets_other_inputs_are_dropped_with_a_message(ckpt, caplog):
-    caplog.set_level(logging.WARNING, logger="grpoflow.checkpoint")
+    caplog.set_level(logging.WARNING, logger="grpoflow.models.checkpoint")
     save(ckpt, G, 1, 2)
     save(ckpt, F, 1, keep_fingerprints=0)
     assert not (ckpt / checkpoint.OTHER).exists() and checkpoint.saved_steps(ckpt) == [1]
@@ -314,7 +314,7 @@ from pathlib import Path
 import torch.distributed as dist
 sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
 from test_checkpoint import FakeEngine, F
-from grpoflow import checkpoint
+from grpoflow.models import checkpoint
 rank, tmp = int(sys.argv[1]), Path(sys.argv[2])
 dist.init_process_group("gloo", init_method=f"file://{{tmp}}/rendezvous", rank=rank, world_size=2)
 own = tmp / f"rank{{rank}}"  # each rank's own view of the disk: rank 1's step 4 is damaged
@@ -352,7 +352,7 @@ def test_two_gloo_processes_resume_the_step_rank_0_chose(tmp_path):
 def real_engine(zero_stage: int, weight: float):
     """A one-layer DeepSpeed engine on CPU after one optimizer step (ZeRO >= 1 writes optimizer files)."""
     from grpoflow.config import validate_params
-    from grpoflow.engine import build_engine
+    from grpoflow.models.engine import build_engine
 
     model = torch.nn.Linear(2, 1, bias=False)
     with torch.no_grad():

@@ -7,7 +7,7 @@ import pytest
 
 from grpoflow.data.ingest import RawRow, ingest, ingest_pairs, read_raw
 from grpoflow.data.records import PairRecord, Record
-from grpoflow.model_source import resolve_file
+from grpoflow.models.model_source import resolve_file
 
 MBPP = {"prompt": "Write a function add1(x) that returns x plus 1.", "tests": ["assert add1(1) == 2"]}
 CHECK = "def check(candidate):\n    assert candidate(1) == 2\n"

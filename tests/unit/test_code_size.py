@@ -39,7 +39,7 @@ def _functions(path: Path, root: Path = ROOT) -> list[tuple[str, int]]:
 
 def test_the_budget_sees_the_code():
     names = {p.relative_to(ROOT).as_posix() for p in _modules()}
-    assert {"grpoflow/rl.py", "verifiers/sandbox_runtime.py", "tasks/stages.py", "flows/pipeline.py"} <= names
+    assert {"grpoflow/rl/trainer.py", "verifiers/sandbox_runtime.py", "tasks/stages.py", "flows/pipeline.py"} <= names
 
 
 def test_no_module_is_over_the_line_budget():

@@ -1,7 +1,7 @@
 
 import pytest
 
-from grpoflow.compare import memory_breakdown, model_state_mb, stability, winner
+from grpoflow.evaluation.compare import memory_breakdown, model_state_mb, stability, winner
 
 
 def test_memory_breakdown_attributes_the_critic_state():
@@ -20,7 +20,7 @@ def test_winner_and_stability():
 
 
 def test_arm_stats_mean_std_and_t_interval_by_hand():
-    from grpoflow.compare import arm_stats
+    from grpoflow.evaluation.compare import arm_stats
 
     st = arm_stats([0.4, 0.5, 0.6])
     # mean 0.5, sample std 0.1, t(0.975, 2) = 4.302653: half-width 4.302653 * 0.1 / sqrt(3) = 0.248414
@@ -30,7 +30,7 @@ def test_arm_stats_mean_std_and_t_interval_by_hand():
 
 
 def test_the_verdict_is_welchs_test_against_the_baseline_by_hand():
-    from grpoflow.compare import verdict
+    from grpoflow.evaluation.compare import verdict
 
     # means 0.5 and 0.8, variances 0.01 each, n 3: t = 0.3 / sqrt(0.02 / 3) = 3.674; df 4 -> p = 0.0213
     better = verdict([0.4, 0.5, 0.6], [0.7, 0.8, 0.9])

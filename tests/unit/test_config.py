@@ -142,7 +142,7 @@ def test_reward_entries_name_a_verifier_or_the_reward_model():
     from grpoflow.config import ConfigError, validate_params
 
     rm = [validate_params({"rewards": [{"name": "rm", **path}]}).rewards[0] for path in ({}, {"path": "x/rm"})]
-    assert [r.model_path for r in rm] == ["models/reward_model", "x/rm"]  # two rm components: grpoflow.rules refuses
+    assert [r.model_path for r in rm] == ["models/reward_model", "x/rm"]  # two rm components: grpoflow.config.rules refuses
     with pytest.raises(ConfigError, match="path is for a reward model"):
         validate_params({"rewards": [{"name": "math", "path": "models/reward_model"}]})
     with pytest.raises(ConfigError, match="rm takes no options"):
@@ -208,11 +208,11 @@ def test_the_schema_imports_no_maths_and_no_verifier_implementation():
 
     # The import graph (dvc.yaml's code deps of every stage): names only, no implementation.
     graph = module_files("grpoflow.config")
-    assert [f for f in graph if f in ("grpoflow/advantages.py", "verifiers/math.py", "verifiers/code.py",
+    assert [f for f in graph if f in ("grpoflow/rl/advantages.py", "verifiers/math.py", "verifiers/code.py",
                                       "verifiers/format.py", "verifiers/sandbox.py")] == []
     # At run time a set loads without torch; a verifier's module is imported only to check its options.
     code = ("import sys; from grpoflow.config import load_params; p = load_params('params/default.yaml'); "
-            "print([m for m in ('torch', 'grpoflow.advantages', 'verifiers.code', 'verifiers.sandbox') "
+            "print([m for m in ('torch', 'grpoflow.rl.advantages', 'verifiers.code', 'verifiers.sandbox') "
             "if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])

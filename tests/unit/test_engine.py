@@ -4,7 +4,7 @@
 import pytest
 
 from grpoflow.config import validate_params
-from grpoflow.engine import deepspeed_config
+from grpoflow.models.engine import deepspeed_config
 
 
 def test_deepspeed_batch_arithmetic():
@@ -19,7 +19,7 @@ def test_deepspeed_batch_arithmetic():
 def test_the_global_gradient_norm_is_kept_before_clipping_at_the_accumulation_boundary(micro_steps):
     import torch
 
-    from grpoflow.engine import build_engine, optimizer_step
+    from grpoflow.models.engine import build_engine, optimizer_step
 
     model = torch.nn.Linear(2, 1, bias=False)
     cfg = validate_params({}).rl.engine.model_copy(update={"micro_batch_size": 1, "gradient_clipping": 1.0})
@@ -36,8 +36,8 @@ def test_the_global_gradient_norm_is_kept_before_clipping_at_the_accumulation_bo
 def test_a_reference_refresh_mixes_the_policy_in_by_hand():
     import torch
 
-    from grpoflow.engine import build_engine
-    from grpoflow.rl import refresh_reference
+    from grpoflow.models.engine import build_engine
+    from grpoflow.rl.trainer import refresh_reference
 
     policy, ref = torch.nn.Linear(2, 1, bias=False), torch.nn.Linear(2, 1, bias=False)
     with torch.no_grad():

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpoflow.evaluation import majority_answer, pass_at_k
+from grpoflow.evaluation.accuracy import majority_answer, pass_at_k
 
 
 @settings(max_examples=200)

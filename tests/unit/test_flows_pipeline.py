@@ -15,7 +15,6 @@ import yaml
 
 from flows import workspace
 from flows.dag import pipeline_params_file
-from tasks.stages import stage as declared_stage
 from flows.pipeline import (
     _check_params_file,
     kept_outputs,
@@ -27,6 +26,7 @@ from flows.pipeline import (
 )
 from flows.stage_run import _stop_stage
 from grpoflow.config import ConfigError, load_params
+from tasks.stages import stage as declared_stage
 
 ROOT = Path(__file__).resolve().parents[2]
 

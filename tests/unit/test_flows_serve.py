@@ -86,7 +86,7 @@ def test_k8s_template_rejects_a_bad_override():
 
 @pytest.mark.parametrize("world", [1, 8])
 def test_gpu_param_set_validates_and_its_batch_fits_a_node(world):
-    from grpoflow.lint import lint
+    from grpoflow.config.advice import lint
 
     params = load_params(ROOT / "params" / "gsm8k-qwen2.5-0.5b.yaml")
     assert params.rl.rollout_engine == "vllm" and params.rl.engine.zero_stage == 2

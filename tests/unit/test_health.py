@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from grpoflow.health import HealthMonitor, TrainingDiverged
+from grpoflow.rl.health import HealthMonitor, TrainingDiverged
 
 
 def feed(monitor, rows):

@@ -1,7 +1,7 @@
 """The training loop's parts, on hand-made inputs."""
 
 from grpoflow.config import validate_params
-from grpoflow.lint import lint
+from grpoflow.config.advice import lint
 
 
 def test_lint_reports_differences_and_batches_that_do_not_split_over_the_processes():
@@ -21,7 +21,7 @@ def test_lint_reports_differences_and_batches_that_do_not_split_over_the_process
 
 def test_each_estimator_and_shaping_option_says_where_it_departs_from_the_paper():
     from grpoflow.config import validate_params
-    from grpoflow.lint import lint
+    from grpoflow.config.advice import lint
 
     params = validate_params(
         {
@@ -45,7 +45,7 @@ def test_each_estimator_and_shaping_option_says_where_it_departs_from_the_paper(
 
 def test_lint_keeps_advice_and_the_world_size_only_the_rules_are_checked_at_load():
     from grpoflow.config import validate_params
-    from grpoflow.lint import lint
+    from grpoflow.config.advice import lint
 
     # A PPO-only set may leave grpo.beta at 0 with adaptive KL on: it loads, and PPO's check is clean.
     params = validate_params(

@@ -3,7 +3,7 @@
 
 import torch
 
-from grpoflow.logprobs import completion_logprobs
+from grpoflow.rl.logprobs import completion_logprobs
 
 
 class Bigram(torch.nn.Module):
@@ -30,7 +30,7 @@ def test_completion_logprobs_match_a_hand_computation():
 
 
 def test_chunked_logprobs_and_entropy_equal_a_full_log_softmax(monkeypatch):
-    import grpoflow.logprobs as lp
+    import grpoflow.rl.logprobs as lp
 
     model = Bigram(vocab=7)
     ids = torch.randint(0, 7, (9, 12))

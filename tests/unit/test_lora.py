@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from grpoflow.config import LoraConfig
-from grpoflow.logprobs import completion_logprobs
-from grpoflow.lora import AdaptersDisabled, LoraTargetError, add_adapters, merged_state_dict
-from grpoflow.modeling import load_pretrained
+from grpoflow.models.lora import AdaptersDisabled, LoraTargetError, add_adapters, merged_state_dict
+from grpoflow.models.modeling import load_pretrained
+from grpoflow.rl.logprobs import completion_logprobs
 from tests.chat_model import build_chat_model
 
 

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpoflow.losses import grpo_loss, kl_k3
+from grpoflow.rl.losses import grpo_loss, kl_k3
 
 RATIOS = torch.tensor([[1.5, 1.0, 0.5], [0.7, 1.1, 1.0]], dtype=torch.float64)
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=torch.float64)
@@ -166,7 +166,7 @@ def test_clipped_tokens_get_no_policy_gradient(b):
 # --- KL estimators, KL in the reward, entropy bonus ------------------------------------------------
 
 def test_the_three_kl_estimators_by_hand():
-    from grpoflow.losses import KL_ESTIMATORS
+    from grpoflow.rl.losses import KL_ESTIMATORS
 
     logp, ref = torch.tensor([math.log(0.5)], dtype=torch.float64), torch.tensor([math.log(0.25)], dtype=torch.float64)
     # log-ratio logp - ref = log 2; k1 = log 2, k2 = (log 2)^2 / 2, k3 = 1/2 - 1 + log 2
@@ -179,7 +179,7 @@ def test_kl_estimators_average_to_the_true_kl_on_samples_of_the_policy():
     # pi = (0.7, 0.3), ref = (0.4, 0.6): KL(pi || ref) exactly, against the estimators' expectation under pi.
     pi, ref = torch.tensor([0.7, 0.3], dtype=torch.float64), torch.tensor([0.4, 0.6], dtype=torch.float64)
     true_kl = float((pi * (pi / ref).log()).sum())
-    from grpoflow.losses import KL_ESTIMATORS
+    from grpoflow.rl.losses import KL_ESTIMATORS
 
     for name in ("k1", "k3"):  # the unbiased two
         assert float((pi * KL_ESTIMATORS[name](pi.log(), ref.log())).sum()) == pytest.approx(true_kl)
@@ -198,7 +198,7 @@ def test_the_loss_uses_the_chosen_estimator_for_its_kl_term():
 
 
 def test_kl_in_the_reward_subtracts_beta_times_each_completions_summed_kl():
-    from grpoflow.losses import kl_penalised_rewards
+    from grpoflow.rl.losses import kl_penalised_rewards
 
     logp = torch.tensor([[0.0, -1.0, float("-inf")], [-2.0, 0.0, 0.0]])
     ref = torch.tensor([[-1.0, -1.0, 0.0], [0.0, 0.0, 0.0]])
@@ -235,7 +235,7 @@ def _mismatch_case():
 
 
 def test_the_mismatch_is_measured_on_kept_tokens_whatever_the_mode():
-    from grpoflow.losses import rollout_correction
+    from grpoflow.rl.losses import rollout_correction
 
     trainer, sampler, mask = _mismatch_case()
     weights, kept, m = rollout_correction(trainer, sampler, mask, "none", 2.0)
@@ -245,7 +245,7 @@ def test_the_mismatch_is_measured_on_kept_tokens_whatever_the_mode():
 
 
 def test_tis_truncates_token_and_sequence_ratios_at_the_cap_by_hand():
-    from grpoflow.losses import rollout_correction
+    from grpoflow.rl.losses import rollout_correction
 
     trainer, sampler, mask = _mismatch_case()
     w, _, _ = rollout_correction(trainer, sampler, mask, "token_truncate", 2.0)
@@ -256,7 +256,7 @@ def test_tis_truncates_token_and_sequence_ratios_at_the_cap_by_hand():
 
 
 def test_mis_masks_tokens_and_sequences_outside_the_band_by_hand():
-    from grpoflow.losses import rollout_correction
+    from grpoflow.rl.losses import rollout_correction
 
     trainer, sampler, mask = _mismatch_case()
     _, kept, m = rollout_correction(trainer, sampler, mask, "token_mask", 2.0)  # band: |log rho| <= log 2

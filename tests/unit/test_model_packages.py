@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grpoflow.model_source import main
+from grpoflow.models.model_source import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,13 +40,13 @@ def test_a_set_with_a_pip_option_among_its_packages_is_one_error_line(tmp_path, 
 
 
 def fake_venv(tmp_path: Path) -> tuple[Path, Path]:
-    """A venv whose python runs grpoflow.model_source for real and records pip's arguments (NUL-separated)."""
+    """A venv whose python runs grpoflow.models.model_source for real and records pip's arguments (NUL-separated)."""
     venv, log = tmp_path / "venv", tmp_path / "pip-args"
     (venv / "bin").mkdir(parents=True)
     python = venv / "bin" / "python"
     python.write_text(f"""#!/bin/sh
 case "$2" in
-  grpoflow.model_source) PYTHONPATH={ROOT} exec {sys.executable} "$@" ;;
+  grpoflow.models.model_source) PYTHONPATH={ROOT} exec {sys.executable} "$@" ;;
   pip) printf '%s\\0' "$@" >> {log}; exit 0 ;;
   *) exit 0 ;;
 esac

@@ -2,7 +2,13 @@ import pytest
 import torch
 
 from grpoflow.config import ModelConfig
-from grpoflow.modeling import build_tiny_model, count_parameters, load_pretrained, save_pretrained, train_tokenizer
+from grpoflow.models.modeling import (
+    build_tiny_model,
+    count_parameters,
+    load_pretrained,
+    save_pretrained,
+    train_tokenizer,
+)
 
 TEXTS = [f"Ava has {i} apples. She gets {i * 3} more.\n{i}+{i * 3}={i * 4}\n#### {i * 4}" for i in range(200)]
 CFG = ModelConfig(vocab_size=300, hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128, max_length=64)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from grpoflow.ppo import explained_variance, token_rewards
+from grpoflow.rl.ppo import explained_variance, token_rewards
 
 
 def test_token_rewards_put_the_reward_on_the_last_token_and_subtract_kl():
@@ -23,9 +23,9 @@ def test_explained_variance():
 # -- shared-prefix groups: PPO's policy and critic passes equal the unshared ones ---------------
 from transformers import AutoModel, LlamaConfig, Qwen2Config  # noqa: E402
 
-from grpoflow.logprobs import completion_logprobs  # noqa: E402
-from grpoflow.losses import grpo_loss  # noqa: E402
-from grpoflow.ppo import ValueModel, completion_values  # noqa: E402
+from grpoflow.rl.logprobs import completion_logprobs  # noqa: E402
+from grpoflow.rl.losses import grpo_loss  # noqa: E402
+from grpoflow.rl.ppo import ValueModel, completion_values  # noqa: E402
 from tests.unit.test_shared_prefix import batch, rel, small_llama, tiny_default  # noqa: E402
 
 

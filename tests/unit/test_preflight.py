@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from grpoflow.config import ModelConfig, RLConfig
-from grpoflow.modeling import build_tiny_model, train_tokenizer
-from grpoflow.preflight import NONE, OK, WEAK, run_preflight
-from grpoflow.prompting import Prompter
-from grpoflow.rewards import RewardComponent, WeightedReward
+from grpoflow.models.modeling import build_tiny_model, train_tokenizer
+from grpoflow.models.prompting import Prompter
+from grpoflow.rl.preflight import NONE, OK, WEAK, run_preflight
+from grpoflow.rl.rewards import RewardComponent, WeightedReward
 from grpoflow.rollout.hf import HFRolloutEngine
 
 ROWS = [{"prompt": f"Tom has {a} apples. How many?", "reference_answer": str(a)} for a in range(12)]

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from grpoflow.config import PromptConfig
-from grpoflow.modeling import load_pretrained, train_tokenizer
-from grpoflow.prompting import PLAIN_TEMPLATE, Prompter, PromptError, prompter_for
+from grpoflow.models.modeling import load_pretrained, train_tokenizer
+from grpoflow.models.prompting import PLAIN_TEMPLATE, Prompter, PromptError, prompter_for
 from grpoflow.rollout import completion_mask
 from tests.chat_model import IM_END, build_chat_model
 
@@ -43,7 +43,7 @@ def test_chat_prompts_render_the_template_and_stop_at_the_end_of_turn(chat):
     templated = tok.apply_chat_template(p._messages("How many?"), add_generation_prompt=True, tokenize=True)
     templated = templated["input_ids"] if hasattr(templated, "keys") else templated
     assert ids == list(templated)
-    from grpoflow.sft import build_examples
+    from grpoflow.trainers.sft import build_examples
 
     (example, labels), = build_examples([{"prompt": "How many?", "solution": "2+2=4\n#### 4"}], p, 256)
     assert example[: len(ids)] == ids and labels[-1] == im_end and example[-1] == im_end

@@ -1,7 +1,7 @@
 """The trainer's GRPO step against the paper's, restated in plain torch (tests/unit/reference_grpo.py).
 
 Both start from the same tiny model and reference, and see the same rollouts and rewards, injected
-in place of sampling and scoring. The real step (grpoflow.rl.PolicyTrainer.step with GRPO's update,
+in place of sampling and scoring. The real step (grpoflow.rl.trainer.PolicyTrainer.step with GRPO's update,
 on its DeepSpeed engine, on the CPU) must leave the same weights as the reference's AdamW step(s),
 and report the same loss. The reference is moved away from the policy first: at the start they are
 equal, and the KL term would add no gradient.
@@ -20,10 +20,10 @@ from transformers import AutoModelForCausalLM
 
 from grpoflow import metric_names as M
 from grpoflow.config import validate_params
-from grpoflow.grpo import ALGORITHM as GRPO
 from grpoflow.io import write_jsonl
-from grpoflow.rl import Scored
-from grpoflow.rl_run import build_rl_run
+from grpoflow.rl.grpo import ALGORITHM as GRPO
+from grpoflow.rl.run import build_rl_run
+from grpoflow.rl.trainer import Scored
 from grpoflow.rollout import Rollouts
 from tests.unit.reference_grpo import reference_step
 
@@ -35,7 +35,7 @@ REWARDS = (1.0, 0.0, 0.5, 0.0, 0.0, 1.0, 1.0, 0.25)
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
+    from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
 
     root = tmp_path_factory.mktemp("reference_step")
     rows = [{"id": str(i), "prompt": f"Tom has {i} apples. How many?", "reference_answer": str(i),

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grpoflow.config import EngineConfig, ModelConfig, PromptConfig
-from grpoflow.reward_model import (
+from grpoflow.trainers.reward_model import (
     Pair,
     RewardModelScorer,
     RunningNorm,
@@ -146,8 +146,8 @@ def _pairs(rng, n, start=0):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A tiny causal LM policy saved to a folder, its tokenizer, and a prompter."""
-    from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
-    from grpoflow.prompting import Prompter
+    from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
+    from grpoflow.models.prompting import Prompter
 
     rng = random.Random(0)
     texts = [f"{p.prompt}\nAnswer:\n{p.chosen} {p.rejected}" for p in _pairs(rng, 60)]
@@ -159,8 +159,8 @@ def tiny(tmp_path_factory):
 
 
 def _train(tiny, seed, out=None):
-    from grpoflow.engine import build_engine
-    from grpoflow.modeling import save_pretrained
+    from grpoflow.models.engine import build_engine
+    from grpoflow.models.modeling import save_pretrained
 
     policy, tok, prompter, _ = tiny
     rng = random.Random(seed)

@@ -3,7 +3,7 @@
 
 import torch
 
-from grpoflow.rewards import RewardComponent, WeightedReward
+from grpoflow.rl.rewards import RewardComponent, WeightedReward
 
 
 def test_weighted_reward_keeps_each_component():
@@ -20,7 +20,7 @@ def test_the_reward_runs_code_with_the_params_sandbox_limits():
     # Training used to build the code verifier with default limits, ignoring `sandbox` (and with it
     # allow_unsandboxed): the reward must be built from the params' own sandbox section.
     from grpoflow.config import validate_params
-    from grpoflow.rewards import build_reward, create_verifier
+    from grpoflow.rl.rewards import build_reward, create_verifier
 
     params = validate_params({"rewards": [{"name": "code"}], "sandbox": {"wall_seconds": 1.5, "workers": 1,
                                                                         "allow_unsandboxed": True}})
@@ -32,7 +32,7 @@ def test_the_reward_runs_code_with_the_params_sandbox_limits():
 def test_dapo_overlong_punishment_by_hand():
     import pytest
 
-    from grpoflow.rewards import overlong_penalty
+    from grpoflow.rl.rewards import overlong_penalty
 
     lengths = torch.tensor([10, 12, 14, 16, 20])  # cap 16, buffer 4: the ramp runs over 12..16
     assert torch.allclose(overlong_penalty(lengths, 16, 4, penalty=0.5), torch.tensor([0.0, 0.0, -0.25, -0.5, -0.5]))
@@ -109,7 +109,7 @@ def test_correctness_takes_each_row_to_its_task_judge_and_is_binary():
     # A code row is right only when every test passes (the code verifier's accepts), a math row by
     # evaluate.verifier's; a reward model never judges correctness.
     from grpoflow.config import validate_params
-    from grpoflow.rewards import correctness_scorer, judge_name
+    from grpoflow.rl.rewards import correctness_scorer, judge_name
 
     params = validate_params({"rewards": [{"name": "rm"}, {"name": "format"}, {"name": "math"}],
                               "sandbox": {"allow_unsandboxed": True}})
@@ -130,7 +130,7 @@ def test_a_reward_model_cannot_rank_its_own_training_samples():
     import pytest
 
     from grpoflow.config import validate_params
-    from grpoflow.rewards import build_reward
+    from grpoflow.rl.rewards import build_reward
 
     with pytest.raises(ValueError, match="no verifier"):
         build_reward(validate_params({"rewards": [{"name": "rm"}]}), models=False)

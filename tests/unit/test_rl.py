@@ -3,7 +3,7 @@
 
 import pytest
 
-from grpoflow.rl import adapt_beta, prompt_indices
+from grpoflow.rl.trainer import adapt_beta, prompt_indices
 
 
 def test_prompt_indices_cover_every_prompt_once_per_epoch_and_are_reproducible():
@@ -26,7 +26,7 @@ def test_dynamic_sampling_keeps_groups_of_unequal_rewards_and_fills_up_with_the_
 
     from grpoflow import metric_names as M
     from grpoflow.config import validate_params
-    from grpoflow.rl import PolicyTrainer, Scored
+    from grpoflow.rl.trainer import PolicyTrainer, Scored
     from grpoflow.rollout import Rollouts
 
     def batch(tag: str, rewards: list[float]) -> Scored:

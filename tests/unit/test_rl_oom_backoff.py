@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grpoflow.config import GRPOConfig, ModelConfig, RLConfig
-from grpoflow.engine import build_engine
-from grpoflow.grpo import GRPOTrainer
-from grpoflow.modeling import build_tiny_model, train_tokenizer
-from grpoflow.rewards import RewardComponent, WeightedReward
-from grpoflow.rl import OutOfMemoryAfterBackoff, TrainerInputs, next_backoff
+from grpoflow.models.engine import build_engine
+from grpoflow.models.modeling import build_tiny_model, train_tokenizer
+from grpoflow.rl.grpo import GRPOTrainer
+from grpoflow.rl.rewards import RewardComponent, WeightedReward
+from grpoflow.rl.trainer import OutOfMemoryAfterBackoff, TrainerInputs, next_backoff
 from grpoflow.rollout.hf import HFRolloutEngine
 
 

@@ -9,11 +9,11 @@ import pytest
 
 from grpoflow import metric_names as M
 from grpoflow.config import ModelConfig, validate_params
-from grpoflow.grpo import ALGORITHM as GRPO
 from grpoflow.io import write_jsonl
-from grpoflow.ppo import ALGORITHM as PPO
-from grpoflow.rl import PhaseTimer
-from grpoflow.rl_run import build_rl_run
+from grpoflow.rl.grpo import ALGORITHM as GRPO
+from grpoflow.rl.ppo import ALGORITHM as PPO
+from grpoflow.rl.run import build_rl_run
+from grpoflow.rl.trainer import PhaseTimer
 
 TINY = {
     "rl": {
@@ -31,7 +31,7 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
+    from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
 
     root = tmp_path_factory.mktemp("phases")
     rows = [

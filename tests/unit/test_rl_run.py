@@ -8,11 +8,11 @@ import math
 import pytest
 
 from grpoflow.config import ModelConfig, validate_params
-from grpoflow.grpo import ALGORITHM as GRPO
 from grpoflow.io import write_jsonl
 from grpoflow.metric_names import KL_COEF
-from grpoflow.ppo import ALGORITHM as PPO
-from grpoflow.rl_run import build_rl_run, fingerprint, needs_reference
+from grpoflow.rl.grpo import ALGORITHM as GRPO
+from grpoflow.rl.ppo import ALGORITHM as PPO
+from grpoflow.rl.run import build_rl_run, fingerprint, needs_reference
 
 TINY = {"rl": {"steps": 1, "prompts_per_step": 2, "num_generations": 2, "checkpoint_every": 100, "eval_every": 100,
                "sampling": {"max_completion_length": 4}, "engine": {"micro_batch_size": 4}},
@@ -22,7 +22,7 @@ TINY = {"rl": {"steps": 1, "prompts_per_step": 2, "num_generations": 2, "checkpo
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     """A prepared split and a saved tiny reference model, as the stages leave them."""
-    from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
+    from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
 
     root = tmp_path_factory.mktemp("run")
     rows = [{"id": str(i), "prompt": f"Tom has {i} apples. How many?", "reference_answer": str(i), "solution": f"#### {i}"}
@@ -79,8 +79,8 @@ def test_a_lora_run_checkpoints_its_adapters_resumes_them_and_exports_a_merged_m
     export is a plain model, with no peft in it, whose outputs are the trained policy's."""
     import torch
 
-    from grpoflow.logprobs import completion_logprobs
-    from grpoflow.modeling import load_pretrained
+    from grpoflow.models.modeling import load_pretrained
+    from grpoflow.rl.logprobs import completion_logprobs
     from tests.chat_model import build_chat_model
 
     ref = build_chat_model(tmp_path / "chat")

@@ -1,4 +1,4 @@
-"""The cross-field rules (grpoflow/rules.py): each refuses a set that breaks it, naming the keys,
+"""The cross-field rules (grpoflow/config/rules.py): each refuses a set that breaks it, naming the keys,
 and passes one that keeps it; every algorithm the set trains and every ablation arm is checked."""
 
 import subprocess
@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-from grpoflow import rules
-from grpoflow.config import ConfigError, GRPOConfig, Params, RLConfig, validate_params
+from grpoflow.config import ConfigError, GRPOConfig, Params, RLConfig, rules, validate_params
 
 GRPO_ONLY = {"experiment": {"stages": ["base_model", "prepare", "validate_verifiers", "sft", "grpo"]}}
 PPO_ONLY = {"experiment": {"stages": ["base_model", "prepare", "validate_verifiers", "sft", "ppo"]}}
@@ -95,7 +94,7 @@ def test_a_lora_reference_is_not_refreshed():
 
 
 def test_the_adaptive_horizon_keeps_the_coefficient_positive():
-    from grpoflow.rl import adapt_beta
+    from grpoflow.rl.trainer import adapt_beta
 
     assert adapt_beta(0.04, kl=0.0, target=0.02, horizon=2) <= 0  # why: one step to 0
     assert adapt_beta(0.04, kl=0.0, target=0.02, horizon=rules.MIN_ADAPTIVE_HORIZON) > 0
@@ -171,6 +170,6 @@ def test_check_lists_every_violation_at_once():
 
 
 def test_the_rules_and_the_schema_load_without_torch():
-    code = "import sys; import grpoflow.rules, grpoflow.config; grpoflow.config.Params(); print('torch' in sys.modules)"
+    code = "import sys; import grpoflow.config.rules, grpoflow.config; grpoflow.config.Params(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

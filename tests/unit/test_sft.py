@@ -2,12 +2,12 @@
 
 import math
 
-from grpoflow.prompting import Prompter
-from grpoflow.sft import build_examples, collate
+from grpoflow.models.prompting import Prompter
+from grpoflow.trainers.sft import build_examples, collate
 
 
 def test_sft_labels_cover_only_the_completion():
-    from grpoflow.modeling import train_tokenizer
+    from grpoflow.models.modeling import train_tokenizer
 
     tok = train_tokenizer(["Ann has 2 cats.\nAnswer:\n2+1=3\n#### 3"] * 20, 300)
     (ids, labels), = build_examples([{"prompt": "Ann has 2 cats.", "solution": "2+1=3\n#### 3"}], Prompter(tok), 128)

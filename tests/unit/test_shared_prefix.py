@@ -1,4 +1,4 @@
-"""Shared-prefix groups (grpoflow.shared_prefix) give today's per-row results: log-probs, entropies,
+"""Shared-prefix groups (grpoflow.rl.shared_prefix) give today's per-row results: log-probs, entropies,
 loss and every parameter's gradient, in fp32, within 1e-5 relative."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from grpoflow import logprobs as lp
-from grpoflow import shared_prefix as sp
 from grpoflow.config import LoraConfig, ModelConfig
-from grpoflow.logprobs import completion_logprobs
-from grpoflow.lora import AdaptersDisabled, add_adapters
-from grpoflow.modeling import build_tiny_model
+from grpoflow.models.lora import AdaptersDisabled, add_adapters
+from grpoflow.models.modeling import build_tiny_model
+from grpoflow.rl import logprobs as lp
+from grpoflow.rl import shared_prefix as sp
+from grpoflow.rl.logprobs import completion_logprobs
 
 VOCAB = 96
 RTOL = 1e-5
@@ -194,7 +194,7 @@ def test_an_unverified_model_falls_back_with_one_log_line(caplog):
 
     sp._logged.clear()
     ids, attn, start = batch([4, 6], g=3, c_lens=[3])
-    with caplog.at_level(logging.WARNING, logger="grpoflow.shared_prefix"):
+    with caplog.at_level(logging.WARNING, logger="grpoflow.rl.shared_prefix"):
         for _ in range(3):
             completion_logprobs(Plain(), ids, attn, start)
     lines = [r for r in caplog.records if "falling back" in r.message]

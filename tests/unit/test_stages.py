@@ -66,7 +66,7 @@ def test_collapse_lists_a_directory_only_when_all_of_it_is_used(tmp_path, monkey
 def test_the_rl_stages_read_only_their_own_algorithm_section():
     assert "ppo" not in stage("grpo").params and "grpo" not in stage("ppo").params
     assert "rl" in stage("grpo").params and "rl" in stage("ppo").params
-    assert "grpoflow/ppo.py" not in module_files("tasks.grpo") and "grpoflow/grpo.py" not in module_files("tasks.ppo")
+    assert "grpoflow/rl/ppo.py" not in module_files("tasks.grpo") and "grpoflow/rl/grpo.py" not in module_files("tasks.ppo")
 
 
 def test_a_set_may_leave_stages_out_and_their_consumers_adapt():
@@ -144,12 +144,12 @@ def test_only_the_stages_that_score_depend_on_the_verifiers_and_the_advantage_ma
 
     def deps(name):
         code = stage(name).code()
-        return {f for f in ("verifiers/code.py", "verifiers/math.py", "grpoflow/advantages.py")
+        return {f for f in ("verifiers/code.py", "verifiers/math.py", "grpoflow/rl/advantages.py")
                 if f in code or any(f.startswith(d + "/") for d in code)}
 
     assert deps("prepare") == deps("base_model") == set()
     assert deps("validate_verifiers") == {"verifiers/code.py", "verifiers/math.py"}
-    assert deps("grpo") == {"verifiers/code.py", "verifiers/math.py", "grpoflow/advantages.py"}
+    assert deps("grpo") == {"verifiers/code.py", "verifiers/math.py", "grpoflow/rl/advantages.py"}
     # Every module that builds verifiers by name is declared, so its stages keep those deps.
     root = Path(__file__).resolve().parents[2]
     building = sorted(p.relative_to(root).as_posix() for d in ("grpoflow", "tasks", "flows")

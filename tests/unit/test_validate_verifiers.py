@@ -35,7 +35,7 @@ def test_the_reward_model_gate_names_each_failure():
 
 def test_a_path_that_is_no_reward_model_fails_the_gate_before_training(tmp_path):
     from grpoflow.config import ModelConfig
-    from grpoflow.modeling import build_tiny_model, save_pretrained, train_tokenizer
+    from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
 
     tok = train_tokenizer(["def f(x):\n    return x + 3", "48/2=24\n#### 24"], vocab_size=280)
     policy = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,

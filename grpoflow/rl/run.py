@@ -4,7 +4,7 @@ engines), the fingerprint that guards resuming, and the checkpoint state that tr
 
 The training stages (``tasks.grpo``, ``tasks.ppo``) only parse arguments, read and write files and
 log to MLflow; everything that decides how training behaves is here, so that a new algorithm is a
-trainer class with its :class:`~grpoflow.algorithm.Algorithm` (see :mod:`grpoflow.grpo`).
+trainer class with its :class:`~grpoflow.rl.algorithm.Algorithm` (see :mod:`grpoflow.rl.grpo`).
 """
 
 from __future__ import annotations
@@ -15,29 +15,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpoflow import checkpoint, rules
-from grpoflow.algorithm import Algorithm
-from grpoflow.config import Params
-from grpoflow.engine import build_engine, init_distributed
-from grpoflow.evaluation import greedy_accuracy
-from grpoflow.health import HealthMonitor, Symptom
+from grpoflow.config import Params, rules
+from grpoflow.evaluation.accuracy import greedy_accuracy
 from grpoflow.io import read_jsonl, sha256_paths
-from grpoflow.lora import AdaptersDisabled, add_adapters
-from grpoflow.modeling import load_frozen, load_pretrained
-from grpoflow.preflight import Preflight, run_preflight
-from grpoflow.prompting import Prompter, prompter_for
+from grpoflow.models import checkpoint
+from grpoflow.models.engine import build_engine, init_distributed
+from grpoflow.models.lora import AdaptersDisabled, add_adapters
+from grpoflow.models.modeling import load_frozen, load_pretrained
+from grpoflow.models.prompting import Prompter, prompter_for
 from grpoflow.provenance import module_files
-from grpoflow.rewards import build_reward, correctness_scorer
-from grpoflow.rl import LoopState, PolicyTrainer, TrainerInputs
+from grpoflow.rl.algorithm import Algorithm
+from grpoflow.rl.health import HealthMonitor, Symptom
+from grpoflow.rl.preflight import Preflight, run_preflight
+from grpoflow.rl.rewards import build_reward, correctness_scorer
+from grpoflow.rl.trainer import LoopState, PolicyTrainer, TrainerInputs
 from grpoflow.rollout import build_rollout
 
 # The core's entry point for training: its import closure is the code a checkpoint depends on.
-TRAINING_CODE = "grpoflow.rl_run"
+TRAINING_CODE = "grpoflow.rl.run"
 
 
 def needs_reference(params: Params, algorithm: Algorithm) -> bool:
     """Whether a run loads the frozen reference: exactly when its algorithm penalises KL to it
-    (:func:`grpoflow.rules.needs_reference`). Decided once, here; the run's code then asks the
+    (:func:`grpoflow.config.rules.needs_reference`). Decided once, here; the run's code then asks the
     trainer whether it has one (``trainer.ref is None``)."""
     return rules.needs_reference(params, algorithm.name)
 
@@ -75,7 +75,7 @@ class RLRun:
     @property
     def reference(self) -> Any:
         """The frozen reference the run penalises KL to, or None: the one place later code asks
-        (loaded exactly when :func:`needs_reference`; the rules in :mod:`grpoflow.rules` refuse at load
+        (loaded exactly when :func:`needs_reference`; the rules in :mod:`grpoflow.config.rules` refuse at load
         every setting that would need one the run does not have)."""
         return self.trainer.ref
 

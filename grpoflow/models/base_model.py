@@ -13,7 +13,7 @@ from typing import Any
 
 from grpoflow.config import Params
 from grpoflow.io import sha256_file, sha256_paths, write_json
-from grpoflow.model_source import is_gguf, looks_local_path, resolve_file
+from grpoflow.models.model_source import is_gguf, looks_local_path, resolve_file
 
 SOURCE_FILE = "source.json"
 
@@ -49,8 +49,8 @@ def _folder_hash(folder: Path) -> str:
 
 def check_model(model: Any, tokenizer: Any, params: Params) -> None:
     """Raise ValueError naming the key when the model cannot serve this parameter set."""
-    from grpoflow.lora import add_adapters
-    from grpoflow.prompting import prompter_for
+    from grpoflow.models.lora import add_adapters
+    from grpoflow.models.prompting import prompter_for
 
     rows = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > rows:
@@ -65,7 +65,7 @@ def check_model(model: Any, tokenizer: Any, params: Params) -> None:
 
 def prepare_base(params: Params, out: Path) -> dict:
     """Make the starting model concrete under ``out`` and return its record (also ``out/source.json``)."""
-    from grpoflow.modeling import load_pretrained
+    from grpoflow.models.modeling import load_pretrained
 
     cfg = params.model
     out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ Per token (DeepSeekMath, Shao et al. 2024, eq. 3):
 
 k1 (``logp - ref_logp``) and k2 (``(logp - ref_logp)^2 / 2``) are the other two estimators of
 Schulman's "Approximating KL Divergence"; ``grpo.kl_placement: reward`` folds the penalty into the
-reward instead (see :mod:`grpoflow.grpo`).
+reward instead (see :mod:`grpoflow.rl.grpo`).
 
 ``eps_high > eps_low`` is DAPO's "clip-higher" (Yu et al. 2025). Aggregation over tokens:
 ``grpo`` (mean over each sequence, then over sequences; DeepSeekMath), ``bnpo`` (mean over all

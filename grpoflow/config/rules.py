@@ -27,7 +27,7 @@ from grpoflow.config import ConfigError, Params, arm_params, batch_problems
 ALGORITHMS = ("grpo", "ppo")  # each is also the name of its training stage (tasks/stages.py)
 KL_KEYS = {"grpo": "grpo.beta", "ppo": "ppo.kl_coef"}  # each algorithm's own KL coefficient
 # The adaptive controller multiplies the coefficient by 1 + e * 10 / horizon with |e| <= 0.2
-# (grpoflow.rl.adapt_beta): below this horizon one step can take it to 0 or below.
+# (grpoflow.rl.trainer.adapt_beta): below this horizon one step can take it to 0 or below.
 MIN_ADAPTIVE_HORIZON = 3
 
 
@@ -53,7 +53,7 @@ def trained_algorithms(params: Params) -> list[str]:
 
 def batch_splits(params: Params) -> list[str]:
     """``rl.prompts_per_step`` x every G of the schedule must split into ``rl.engine.micro_batch_size``
-    micro-batches (on one process; the stage checks its real world size, :mod:`grpoflow.lint`)."""
+    micro-batches (on one process; the stage checks its real world size, :mod:`grpoflow.config.advice`)."""
     return batch_problems(params.rl, 1)
 
 

@@ -12,14 +12,13 @@ import torch
 from transformers import AutoModel
 
 from grpoflow import metric_names as M
-from grpoflow import rules
-from grpoflow import shared_prefix as sp
-from grpoflow.advantages import gae, masked_whiten
-from grpoflow.algorithm import Algorithm, BuiltTrainer
-from grpoflow.config import Params, PPOConfig
-from grpoflow.engine import build_engine, optimizer_step
-from grpoflow.losses import grpo_loss, kl_k3
-from grpoflow.rl import Batch, MicroBatch, PolicyTrainer, TrainerInputs, masked_mean
+from grpoflow.config import Params, PPOConfig, rules
+from grpoflow.models.engine import build_engine, optimizer_step
+from grpoflow.rl import shared_prefix as sp
+from grpoflow.rl.advantages import gae, masked_whiten
+from grpoflow.rl.algorithm import Algorithm, BuiltTrainer
+from grpoflow.rl.losses import grpo_loss, kl_k3
+from grpoflow.rl.trainer import Batch, MicroBatch, PolicyTrainer, TrainerInputs, masked_mean
 
 
 class ValueModel(torch.nn.Module):
@@ -48,7 +47,7 @@ class ValueModel(torch.nn.Module):
 
 def completion_values(critic, ids, attn, start: int, shared_prefix: bool = True) -> torch.Tensor:
     """``V(s_t)`` for each completion token t: the value at the position that predicts it.
-    ``shared_prefix``: each group's prompt encoded once (:mod:`grpoflow.shared_prefix`), same values."""
+    ``shared_prefix``: each group's prompt encoded once (:mod:`grpoflow.rl.shared_prefix`), same values."""
     packed = sp.packed_for(critic, ids, attn, start) if shared_prefix else None
     if packed is not None:
         values = critic(packed.input_ids, sp.mask_for(critic, packed.mask), packed.position_ids)

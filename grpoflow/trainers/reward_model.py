@@ -30,7 +30,7 @@ from grpoflow.data.text import normalize_text
 if TYPE_CHECKING:
     import torch
 
-    from grpoflow.prompting import Prompter
+    from grpoflow.models.prompting import Prompter
 
 EncodedPair = tuple[list[int], list[int]]  # (prompt + chosen ids, prompt + rejected ids)
 
@@ -282,14 +282,14 @@ def train_reward_model(
     """Fit the Bradley-Terry loss for ``epochs`` passes in optimizer steps of ``batch_size`` pairs;
     returns each step's loss.
 
-    The engine is :func:`grpoflow.engine.build_engine` ``(model, cfg, batch_size)``: its batch and
+    The engine is :func:`grpoflow.models.engine.build_engine` ``(model, cfg, batch_size)``: its batch and
     micro-batch count *pairs*, and each micro-batch's chosen and rejected sequences go through one
     forward pass (2 x micro sequences). Every process draws the same seeded order and trains on its
     own slice of each step's pairs; the logged loss and accuracy (share of pairs with ``r_c > r_r``,
     before the step) are this process's.
     """
-    from grpoflow.engine import optimizer_step
-    from grpoflow.sft import batch_indices
+    from grpoflow.models.engine import optimizer_step
+    from grpoflow.trainers.sft import batch_indices
 
     if not train_encoded:
         raise ValueError("no training pairs: every pair was skipped or held out")
@@ -412,7 +412,7 @@ class RewardModelScorer:
 
     def _load(self) -> tuple[Any, Prompter, int, int]:
         if self._loaded is None:
-            from grpoflow.prompting import prompter_for
+            from grpoflow.models.prompting import prompter_for
 
             model, tokenizer = load_reward_model(self.path)
             model = model.to(self.device or default_device()).eval().requires_grad_(False)

@@ -1,6 +1,6 @@
 """Where a checkpoint's files lie, and whether a checkpoint is complete.
 
-The layout, what *complete* means and why are described in :mod:`grpoflow.checkpoint`; this module
+The layout, what *complete* means and why are described in :mod:`grpoflow.models.checkpoint`; this module
 reads a checkpoint directory (steps, the newest, the fingerprint each was made from) and verifies
 one checkpoint against its manifest, without loading anything.
 """

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from grpoflow.config import ConfigError, load_params
 
-    parser = argparse.ArgumentParser(prog="python -m grpoflow.model_source")
+    parser = argparse.ArgumentParser(prog="python -m grpoflow.models.model_source")
     parser.add_argument("--packages", metavar="PARAMS", required=True, help="a params file")
     parser.add_argument("--null", action="store_true", help="end each requirement with NUL instead of a newline")
     args = parser.parse_args(argv)

@@ -22,7 +22,7 @@ from transformers import (
 )
 
 from grpoflow.config import ModelConfig
-from grpoflow.model_source import hub_offline, looks_local_path
+from grpoflow.models.model_source import hub_offline, looks_local_path
 
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from grpoflow import shared_prefix as sp
+from grpoflow.rl import shared_prefix as sp
 
 _CHUNK_BYTES = 64 * 2**20  # fp32 logits handled at once when reducing over the vocabulary
 
@@ -33,7 +33,7 @@ def completion_logprobs(
     attention mask so left padding does not shift positions. ``with_entropy`` also returns the
     per-token entropies ``(N, T_c)``, with gradient when ``entropy_grad`` (an entropy bonus).
     ``shared_prefix``: consecutive rows with the same prompt encode it once
-    (:mod:`grpoflow.shared_prefix`); the results are the same.
+    (:mod:`grpoflow.rl.shared_prefix`); the results are the same.
     """
     targets = input_ids[:, completion_start:]
     packed = sp.packed_for(model, input_ids, attention_mask, completion_start) if shared_prefix else None

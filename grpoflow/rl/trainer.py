@@ -3,16 +3,6 @@ checkpoint and evaluation hooks. Each algorithm supplies only its update (:meth:
 
 Prompts are sharded across processes by whole groups, so group advantages never need
 communication; metrics are averaged across processes before they are reported.
-
-Reading order for one GRPO step (docs/architecture.md traces it in full):
-
-1. :meth:`PolicyTrainer.step` here: rollouts (``_scored``, :mod:`grpoflow.rollout`), rewards
-   (:class:`grpoflow.rewards.WeightedReward`), the algorithm's ``update``, then weight sync.
-2. :meth:`grpoflow.grpo.GRPOTrainer.update`: reference log-probs, advantages, the micro-batch loop.
-3. :mod:`grpoflow.advantages` (``group_advantages``), :mod:`grpoflow.logprobs`
-   (``completion_logprobs``), :mod:`grpoflow.losses` (``grpo_loss``): the formulas.
-4. :mod:`grpoflow.engine` (``optimizer_step``) for the DeepSpeed update; :mod:`grpoflow.rl_run`
-   for how the trainer is built; ``tests/unit/reference_grpo.py`` for the whole step in plain torch.
 """
 
 from __future__ import annotations
@@ -29,14 +19,14 @@ import torch.distributed as dist
 
 from grpoflow import metric_names as M
 from grpoflow.config import RLConfig
-from grpoflow.engine import optimizer_step
-from grpoflow.health import HealthMonitor, Symptom
-from grpoflow.logprobs import completion_logprobs
-from grpoflow.losses import rollout_correction
-from grpoflow.prompting import Prompter
-from grpoflow.rewards import WeightedReward, overlong_penalty
+from grpoflow.models.engine import optimizer_step
+from grpoflow.models.prompting import Prompter
+from grpoflow.rl.health import HealthMonitor, Symptom
+from grpoflow.rl.logprobs import completion_logprobs
+from grpoflow.rl.losses import rollout_correction
+from grpoflow.rl.rewards import WeightedReward, overlong_penalty
+from grpoflow.rl.step_timing import PhaseTimer, peak_memory_mb
 from grpoflow.rollout import RolloutEngine, Rollouts, Sampling, concat_rollouts
-from grpoflow.step_timing import PhaseTimer, peak_memory_mb
 
 
 @dataclass
@@ -112,7 +102,7 @@ def refresh_reference(ref: torch.nn.Module, engine, alpha: float) -> None:
     """``ref <- alpha * policy + (1 - alpha) * ref``, weight by weight (TRL's ``sync_ref_model``;
     the spec's remedy "mix the reference policy into training" run the other way: the anchor
     follows the policy slowly). ZeRO-3 shards are gathered for it."""
-    from grpoflow.engine import import_deepspeed
+    from grpoflow.models.engine import import_deepspeed
 
     policy = engine.module
     gather = import_deepspeed().zero.GatheredParameters(
@@ -200,9 +190,9 @@ class Scored:
 
 @dataclass
 class TrainerInputs:
-    """What every algorithm's trainer is built from (:func:`grpoflow.rl_run.build_rl_run` fills it):
+    """What every algorithm's trainer is built from (:func:`grpoflow.rl.run.build_rl_run` fills it):
     the ``rl`` section, the policy's engine, the frozen reference (present exactly when the run
-    needs one, :func:`grpoflow.rl_run.needs_reference`), the rollout engine, the reward and the
+    needs one, :func:`grpoflow.rl.run.needs_reference`), the rollout engine, the reward and the
     train prompts; ``seed`` orders prompts and sampling; ``rank``/``world`` shard them."""
 
     cfg: RLConfig
@@ -342,7 +332,7 @@ class PolicyTrainer:
 
     def _corrected(self, old: torch.Tensor, b: Batch, sl: slice, seen: dict[str, list[float]]):
         """``(token weights or None, loss mask)`` of micro-batch ``sl`` under ``rl.rollout_correction``,
-        recording the mismatch in ``seen`` (:func:`grpoflow.losses.rollout_correction`)."""
+        recording the mismatch in ``seen`` (:func:`grpoflow.rl.losses.rollout_correction`)."""
         if b.sampler_logp is None:
             return None, b.mask[sl]
         c = self.cfg.rollout_correction
@@ -480,7 +470,9 @@ class PolicyTrainer:
         local.update(self._batch_metrics(scored, g, tokens / max(t_update, 1e-9), sampling_metrics))
         metrics = _all_mean(local, self.world, self.engine.device)
         metrics.update(self._loop_metrics(g, time.perf_counter() - t0, t_rollout, t_update))
-        if self.cfg.adaptive_kl.enabled and self.ref is not None:  # grpoflow.rules: enabled only with a coefficient
+        if (
+            self.cfg.adaptive_kl.enabled and self.ref is not None
+        ):  # grpoflow.config.rules: enabled only with a coefficient
             a = self.cfg.adaptive_kl
             self.state.beta = adapt_beta(self.state.beta, metrics[M.KL], a.target_kl, a.horizon)
         return metrics

@@ -109,7 +109,7 @@ def create_verifier(params: Params, name: str, *, workers: int = 1) -> verifiers
 def reward_model_scorer(params: Params, r: RewardConfig) -> BatchScorer:
     """The reward model of ``rewards`` entry ``r`` (name: rm), frozen and loaded on first use, as
     training and the verifier gate score with it."""
-    from grpoflow.reward_model import RewardModelScorer
+    from grpoflow.trainers.reward_model import RewardModelScorer
 
     return RewardModelScorer(r.model_path, params.prompt, batch_size=params.reward_model.score_batch_size)
 
@@ -118,7 +118,7 @@ def _component(params: Params, r: RewardConfig) -> RewardComponent:
     # Imported only where used: the verifiers alone need no transformers.
     norm = None
     if r.normalize == "running":
-        from grpoflow.reward_model import RunningNorm
+        from grpoflow.trainers.reward_model import RunningNorm
 
         norm = RunningNorm()
     if r.name == RM_REWARD:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from grpoflow.config import RLConfig
-from grpoflow.rewards import BatchScorer, WeightedReward
+from grpoflow.rl.rewards import BatchScorer, WeightedReward
 from grpoflow.rollout import RolloutEngine, Sampling
 
 OK, WEAK, NONE = "ok", "weak", "none"

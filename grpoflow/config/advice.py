@@ -1,7 +1,7 @@
 """The config check a training stage prints before it starts: how the chosen settings depart from
 the DeepSeekMath paper and from TRL's defaults (advice: info and warnings), and whether the batch
 splits over this many processes (an error only the stage can find: it alone knows its world size).
-Every other cross-field rule is in :mod:`grpoflow.rules`, checked when the params file is loaded;
+Every other cross-field rule is in :mod:`grpoflow.config.rules`, checked when the params file is loaded;
 the one case loading cannot cover, an algorithm whose stage the set does not list (run by hand),
 gets that algorithm's own rules here, from the same module."""
 
@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpoflow import rules
-from grpoflow.config import Params, batch_problems, value_at
+from grpoflow.config import Params, batch_problems, rules, value_at
 
 # DeepSeekMath (Shao et al. 2024), section 4.2: beta 0.04, 64 samples per question, one update
 # per exploration stage, lr 1e-6, loss = mean over tokens of a sequence, then over sequences.

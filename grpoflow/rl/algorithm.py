@@ -1,4 +1,4 @@
-"""What an RL algorithm declares to :func:`grpoflow.rl_run.build_rl_run`: its params sections, its
+"""What an RL algorithm declares to :func:`grpoflow.rl.run.build_rl_run`: its params sections, its
 KL coefficient and how its trainer is built. Each algorithm's module defines one ``ALGORITHM``."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from grpoflow.config import Params
-    from grpoflow.rl import PolicyTrainer, TrainerInputs
+    from grpoflow.rl.trainer import PolicyTrainer, TrainerInputs
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ computed once per batch; mu updates of the clipped objective follow, with old lo
 once before the first (with mu = 1 they equal the current ones, so no extra forward is needed,
 unless the KL penalty is folded into the reward: ``grpo.kl_placement: reward`` needs the sampling
 policy's log-probs before the advantages).
-Rollouts, rewards, metrics and the loop are shared with PPO (:mod:`grpoflow.rl`).
+Rollouts, rewards, metrics and the loop are shared with PPO (:mod:`grpoflow.rl.trainer`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ from pathlib import Path
 import torch
 
 from grpoflow import metric_names as M
-from grpoflow import rules
-from grpoflow.advantages import ESTIMATORS
-from grpoflow.algorithm import Algorithm, BuiltTrainer
-from grpoflow.config import GRPOConfig, Params
-from grpoflow.losses import grpo_loss, kl_penalised_rewards
-from grpoflow.rl import Batch, MicroBatch, PolicyTrainer, TrainerInputs, masked_mean
+from grpoflow.config import GRPOConfig, Params, rules
+from grpoflow.rl.advantages import ESTIMATORS
+from grpoflow.rl.algorithm import Algorithm, BuiltTrainer
+from grpoflow.rl.losses import grpo_loss, kl_penalised_rewards
+from grpoflow.rl.trainer import Batch, MicroBatch, PolicyTrainer, TrainerInputs, masked_mean
 
 
 class GRPOTrainer(PolicyTrainer):

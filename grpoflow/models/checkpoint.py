@@ -47,8 +47,9 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from grpoflow.checkpoint_folders import activate, prune, refresh_latest, remove_step
-from grpoflow.checkpoint_layout import (
+from grpoflow.io import atomic_write, sha256_file, write_json
+from grpoflow.models.checkpoint_folders import activate, prune, refresh_latest, remove_step
+from grpoflow.models.checkpoint_layout import (
     FINGERPRINT,
     LATEST,
     MANIFEST,
@@ -60,11 +61,10 @@ from grpoflow.checkpoint_layout import (
     step_tag,
     verify,
 )
-from grpoflow.io import atomic_write, sha256_file, write_json
-from grpoflow.lora import merged_model
-from grpoflow.rl import LoopState
+from grpoflow.models.lora import merged_model
+from grpoflow.rl.trainer import LoopState
 
-# The public names, the layout's (grpoflow.checkpoint_layout) included: importable from here.
+# The public names, the layout's (grpoflow.models.checkpoint_layout) included: importable from here.
 __all__ = [
     "FINGERPRINT",
     "KEEP_FINGERPRINTS",
@@ -376,7 +376,7 @@ def _rng_problem(state: object) -> str | None:
 
 def export_model(engine, tokenizer, path: str | Path) -> None:
     """Save the trained policy as a plain Hugging Face checkpoint (gathering ZeRO-3 shards)."""
-    from grpoflow.engine import import_deepspeed
+    from grpoflow.models.engine import import_deepspeed
 
     deepspeed = import_deepspeed()
 

@@ -2,7 +2,7 @@
 
 Only one set of inputs is active at the top level; the others are parked under
 ``other_fingerprints/<fp>/`` by renames, brought back when their inputs run again, and the least
-recently parked sets are deleted past ``keep_fingerprints`` (see :mod:`grpoflow.checkpoint`).
+recently parked sets are deleted past ``keep_fingerprints`` (see :mod:`grpoflow.models.checkpoint`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from grpoflow.checkpoint_layout import (
+from grpoflow.io import atomic_write
+from grpoflow.models.checkpoint_layout import (
     LATEST,
     MANIFEST,
     OTHER,
@@ -24,10 +25,9 @@ from grpoflow.checkpoint_layout import (
     step_parts,
     step_tag,
 )
-from grpoflow.io import atomic_write
 
-# The logger of grpoflow.checkpoint, whose warnings these are (operators filter on its name).
-_log = logging.getLogger("grpoflow.checkpoint")
+# The logger of grpoflow.models.checkpoint, whose warnings these are (operators filter on its name).
+_log = logging.getLogger("grpoflow.models.checkpoint")
 
 
 def _move_step(src: Path, dst: Path, step: int) -> None:

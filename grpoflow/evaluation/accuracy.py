@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from grpoflow.prompting import Prompter
-from grpoflow.rewards import BatchScorer, row_task
+from grpoflow.models.prompting import Prompter
+from grpoflow.rl.rewards import BatchScorer, row_task
 from grpoflow.rollout import RolloutEngine, Sampling
 
 
@@ -124,7 +124,7 @@ def heldout_loss(model, prompter: Prompter, rows: Sequence[dict], batch_size: in
     forgetting check compares it between a policy and its reference."""
     import torch
 
-    from grpoflow.sft import build_examples, collate
+    from grpoflow.trainers.sft import build_examples, collate
 
     examples = build_examples(rows, prompter, max_length=10**9)
     tokenizer = prompter.tokenizer
