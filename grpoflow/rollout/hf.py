@@ -1,25 +1,46 @@
 """Rollouts with ``transformers`` ``generate``: batched, left-padded, KV cache, on the policy itself.
 
 Generating from the live training module means there is nothing to sync: the weights are shared.
+
+The ``n`` samples of a prompt share its prefill: each batch's distinct prompts run through the
+model once (all but their last token), the resulting KV cache is expanded to one row per sample
+along the batch axis, and ``generate`` continues from it with the full ``[prompt]`` rows, so only
+the last prompt token is computed per sample. Attention is causal, so the cached keys and values
+are the ones each sample would have computed itself; greedy decoding gives the same tokens.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 import torch
 
 from grpoflow.rollout import Rollouts, Sampling, completion_mask
 
+log = logging.getLogger(__name__)
+
 
 class HFRolloutEngine:
-    """Rollouts with transformers ``generate`` on the training model itself (no copy, no sync)."""
+    """Rollouts with transformers ``generate`` on the training model itself (no copy, no sync).
 
-    def __init__(self, model: torch.nn.Module, tokenizer, batch_size: int = 64, stop_ids: list[int] | None = None):
+    ``share_prefill=False`` prefills every sample's prompt on its own (the path before shared
+    prefills; kept to compare them)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        batch_size: int = 64,
+        stop_ids: list[int] | None = None,
+        *,
+        share_prefill: bool = True,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.stop_ids = list(stop_ids) if stop_ids else [tokenizer.eos_token_id]
+        self.share_prefill = share_prefill
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Generate from ``model`` from now on: the trained module's own tensors, nothing to copy."""
@@ -27,46 +48,33 @@ class HFRolloutEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling: Sampling, seed: int) -> Rollouts:
-        """``n`` samples per prompt, in batches, seeded."""
+        """``n`` samples per prompt, in batches of at most ``batch_size`` samples, seeded."""
         start = time.perf_counter()
         tok = self.tokenizer
-        expanded = [p for p in prompts for _ in range(n)]
-        enc = tok(expanded, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        rows = torch.arange(len(prompts)).repeat_interleave(n)  # sample -> its prompt, group by group
         torch.manual_seed(seed)
         was_training = self.model.training
         self.model.eval()
         outs, logprobs = [], []
-        for lo in range(0, len(expanded), self.batch_size):
-            ids, mask = enc["input_ids"][lo : lo + self.batch_size], enc["attention_mask"][lo : lo + self.batch_size]
-            out = self.model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                do_sample=sampling.temperature > 0,
-                temperature=sampling.temperature if sampling.temperature > 0 else None,
-                top_p=sampling.top_p if sampling.temperature > 0 else None,
-                top_k=None,  # no top-k filter (transformers 5 reads 0 as "not set" and warns)
-                max_new_tokens=sampling.max_new_tokens,
-                pad_token_id=tok.pad_token_id,
-                eos_token_id=self.stop_ids,
-                output_logits=sampling.logprobs,
-                return_dict_in_generate=True,
-            )
-            gen = out.sequences[:, ids.shape[1] :]
-            pad = sampling.max_new_tokens - gen.shape[1]
-            outs.append(torch.nn.functional.pad(gen, (0, pad), value=tok.pad_token_id))
-            if sampling.logprobs:  # the raw (untempered) logits, as the trainer computes its log-probs
-                step_lp = (
-                    torch.stack(out.logits, dim=1).float().log_softmax(-1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)
+        try:
+            for lo in range(0, len(rows), self.batch_size):
+                gen, step_lp = self._batch(
+                    enc["input_ids"], enc["attention_mask"], rows[lo : lo + self.batch_size], sampling
                 )
-                logprobs.append(torch.nn.functional.pad(step_lp, (0, pad)))
-        self.model.train(was_training)
+                pad = sampling.max_new_tokens - gen.shape[1]
+                outs.append(torch.nn.functional.pad(gen, (0, pad), value=tok.pad_token_id))
+                if step_lp is not None:
+                    logprobs.append(torch.nn.functional.pad(step_lp, (0, pad)))
+        finally:
+            self.model.train(was_training)
         completion_ids = torch.cat(outs)
         cmask, truncated = completion_mask(completion_ids, self.stop_ids)
         completion_ids = torch.where(cmask.bool(), completion_ids, torch.full_like(completion_ids, tok.pad_token_id))
         texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
         return Rollouts(
-            enc["input_ids"],
-            enc["attention_mask"],
+            enc["input_ids"][rows],
+            enc["attention_mask"][rows],
             completion_ids,
             cmask,
             texts,
@@ -74,3 +82,59 @@ class HFRolloutEngine:
             time.perf_counter() - start,
             torch.cat(logprobs) * cmask if sampling.logprobs else None,
         )
+
+    def _batch(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, rows: torch.Tensor, sampling: Sampling
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One ``generate`` call for the samples whose prompts are ``rows``: ``(generated ids,
+        untempered log-probs of them or None)``."""
+        distinct, inverse = torch.unique_consecutive(rows, return_inverse=True)
+        ids, mask = prompt_ids[distinct], prompt_mask[distinct]
+        cache = self._shared_prefill(ids, mask, inverse) if self.share_prefill else None
+        ids, mask = ids[inverse], mask[inverse]
+        tok = self.tokenizer
+        out = self.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            past_key_values=cache,
+            do_sample=sampling.temperature > 0,
+            temperature=sampling.temperature if sampling.temperature > 0 else None,
+            top_p=sampling.top_p if sampling.temperature > 0 else None,
+            top_k=None,  # no top-k filter (transformers 5 reads 0 as "not set" and warns)
+            max_new_tokens=sampling.max_new_tokens,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=self.stop_ids,
+            output_logits=sampling.logprobs,
+            return_dict_in_generate=True,
+        )
+        gen = out.sequences[:, ids.shape[1] :]
+        if not sampling.logprobs:
+            return gen, None
+        # the raw (untempered) logits, as the trainer computes its log-probs
+        step_lp = torch.stack(out.logits, dim=1).float().log_softmax(-1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)
+        return gen, step_lp
+
+    def _shared_prefill(self, ids: torch.Tensor, mask: torch.Tensor, inverse: torch.Tensor):
+        """The KV cache of each prompt's tokens but its last, computed once per distinct prompt and
+        expanded to one row per sample (``inverse``); None where there is nothing to share or the
+        model's cache cannot be expanded (then each sample prefills its own prompt)."""
+        if ids.shape[1] < 2 or len(inverse) == len(ids):
+            return None  # a one-token prompt has no prefix; one sample per prompt shares nothing
+        head, head_mask = ids[:, :-1], mask[:, :-1]
+        # the positions generate gives a left-padded row: pads at 0, the first real token at 0
+        positions = (head_mask.long().cumsum(-1) - 1).masked_fill(head_mask == 0, 0)
+        out = self.model(
+            input_ids=head, attention_mask=head_mask, position_ids=positions, use_cache=True, logits_to_keep=1
+        )
+        cache = getattr(out, "past_key_values", None)
+        try:
+            if cache is None:
+                raise AttributeError("the model returned no KV cache")
+            cache.batch_select_indices(inverse)
+        except (AttributeError, NotImplementedError, TypeError) as exc:
+            log.warning(
+                "rollout: each sample prefills its own prompt (the model's KV cache cannot be expanded: %s)", exc
+            )
+            self.share_prefill = False
+            return None
+        return cache

@@ -34,7 +34,10 @@ def _reload(worker, state: dict[str, torch.Tensor]) -> bool:
 
 
 class VLLMRolloutEngine:
-    """Rollouts with an in-process vLLM engine, kept in sync with the trainer's weights."""
+    """Rollouts with an in-process vLLM engine, kept in sync with the trainer's weights.
+
+    Each prompt is one request with ``n`` samples, and prefix caching lets the samples reuse the
+    prompt's KV blocks; ``prefix_caching=False`` prefills each sample's prompt (kept to compare)."""
 
     def __init__(
         self,
@@ -46,12 +49,18 @@ class VLLMRolloutEngine:
         gpu_memory_utilization: float = 0.3,
         stop_ids: list[int] | None = None,
         max_batched_tokens: int = 65536,
+        prefix_caching: bool = True,
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # colocated: same process
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU
         from vllm import LLM
 
-        kwargs = {"gpu_memory_utilization": gpu_memory_utilization} if torch.cuda.is_available() else {}
+        kwargs: dict = {"gpu_memory_utilization": gpu_memory_utilization} if torch.cuda.is_available() else {}
+        if prefix_caching and not torch.cuda.is_available():
+            # Only full KV blocks are shared, and vLLM-CPU's default block holds 128 tokens: a
+            # prompt shorter than that would share nothing with its G - 1 siblings. 32 is the
+            # smallest the CPU backend prefers (a multiple of 32).
+            kwargs["block_size"] = 32
         self.llm = LLM(
             model=model_path,
             dtype="float32" if not torch.cuda.is_available() else "auto",
@@ -62,6 +71,9 @@ class VLLMRolloutEngine:
             # generators support ("CPU Generator does not use offset"): give one step room for a
             # whole batch of prompts x G instead of vLLM's default 4096 tokens.
             max_num_batched_tokens=max(max_batched_tokens, max_model_len),
+            # The n = G samples of a request share its prompt's KV blocks (vLLM's default on most
+            # platforms; said here so that a changed default cannot silently drop it).
+            enable_prefix_caching=prefix_caching,
             **kwargs,
         )
         self.tokenizer = tokenizer
