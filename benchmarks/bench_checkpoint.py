@@ -23,7 +23,9 @@ from grpoflow.rl.trainer import LoopState
 
 def run(hidden: int = 512, layers: int = 8) -> dict:
     tok = train_tokenizer([f"{i}+{i}={2 * i}" for i in range(500)], 384)
-    model = build_tiny_model(ModelConfig(hidden_size=hidden, num_layers=layers, num_heads=8, intermediate_size=4 * hidden), tok, seed=0)
+    model = build_tiny_model(
+        ModelConfig(hidden_size=hidden, num_layers=layers, num_heads=8, intermediate_size=4 * hidden), tok, seed=0
+    )
     engine = build_engine(model, EngineConfig(micro_batch_size=2), 2)
     ids = torch.randint(0, len(tok), (2, 32))
     engine.backward(engine(input_ids=ids, labels=ids).loss)
@@ -33,8 +35,18 @@ def run(hidden: int = 512, layers: int = 8) -> dict:
         steps = iter(range(1, 10**6))
         t_plain, t_ours = float("inf"), float("inf")
         for _ in range(5):  # alternated, so that disk and page-cache state favour neither
-            t_plain = min(t_plain, best_of(lambda: engine.save_checkpoint(str(plain), tag=f"step_{next(steps):06d}"), repeats=1, warmup=0))
-            t_ours = min(t_ours, best_of(lambda: checkpoint.save(engine, ours, LoopState(step=next(steps)), "fp", keep=2), repeats=1, warmup=0))
+            t_plain = min(
+                t_plain,
+                best_of(lambda: engine.save_checkpoint(str(plain), tag=f"step_{next(steps):06d}"), repeats=1, warmup=0),
+            )
+            t_ours = min(
+                t_ours,
+                best_of(
+                    lambda: checkpoint.save(engine, ours, LoopState(step=next(steps)), "fp", keep=2),
+                    repeats=1,
+                    warmup=0,
+                ),
+            )
             for old in sorted(plain.glob("step_*"))[:-2]:  # the same retention for both
                 shutil.rmtree(old)
         step = checkpoint.saved_steps(ours)[0]

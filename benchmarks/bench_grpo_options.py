@@ -32,8 +32,19 @@ OPTIONS: dict[str, dict] = {
 
 
 def _seconds(overrides: dict, steps: int, *extra: str) -> float:
-    out = result_of(["-m", "benchmarks.grpo_step_timing", "--impl", "ours", "--steps", str(steps),
-                     "--overrides", json.dumps(overrides), *extra])
+    out = result_of(
+        [
+            "-m",
+            "benchmarks.grpo_step_timing",
+            "--impl",
+            "ours",
+            "--steps",
+            str(steps),
+            "--overrides",
+            json.dumps(overrides),
+            *extra,
+        ]
+    )
     return out["seconds_per_step"]
 
 
@@ -56,7 +67,15 @@ def run(steps: int = 8) -> dict:
 
     result = {"tiny": _costs(steps, "--model", "tiny")}
     if smollm_folder() is None:
-        return {**result, "smollm2_135m_lora": "skipped: make demo PARAMS=params/smollm2-135m.yaml installs its packages"}
-    lora_refuses = {"reference refresh every step": "not with LoRA: the config check refuses it (the reference is "
-                                                    "the base without adapters)"}
-    return {**result, "smollm2_135m_lora": _costs(2, "--model", "smollm", "--lora", "--warmup", "1", refused=lora_refuses)}
+        return {
+            **result,
+            "smollm2_135m_lora": "skipped: make demo PARAMS=params/smollm2-135m.yaml installs its packages",
+        }
+    lora_refuses = {
+        "reference refresh every step": "not with LoRA: the config check refuses it (the reference is "
+        "the base without adapters)"
+    }
+    return {
+        **result,
+        "smollm2_135m_lora": _costs(2, "--model", "smollm", "--lora", "--warmup", "1", refused=lora_refuses),
+    }

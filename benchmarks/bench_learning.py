@@ -22,7 +22,9 @@ def run() -> dict:
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "dvc", "repro", "grpo"], cwd=work, env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "dvc", "repro", "grpo"], cwd=work, env=env, capture_output=True, text=True
+    )
     if out.returncode:
         raise RuntimeError(out.stdout[-3000:] + out.stderr[-3000:])
     sft = json.loads((work / "metrics" / "sft.json").read_text())

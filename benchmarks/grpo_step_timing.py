@@ -37,8 +37,10 @@ LORA = {"rank": 16, "alpha": 32}
 
 def _rows() -> list[dict]:
     problems = list(generate(0, SyntheticConfig(num_examples=256)))
-    return [{"id": str(p.index), "prompt": p.question, "reference_answer": str(p.final), "solution": p.answer}
-            for p in problems]
+    return [
+        {"id": str(p.index), "prompt": p.question, "reference_answer": str(p.final), "solution": p.answer}
+        for p in problems
+    ]
 
 
 def _model(name: str, rows: list[dict]) -> tuple[Path, dict]:
@@ -63,10 +65,19 @@ def _params(name: str, sections: dict, lora: bool, steps: int, overrides: dict |
     prompts, g, length = SETUPS[name]
     model = {**sections["model"], **({"lora": LORA} if lora else {})}
     raw = {
-        "prompt": sections["prompt"], "model": model, "grpo": {"beta": BETA},
-        "rl": {"steps": steps, "prompts_per_step": prompts, "num_generations": g, "eval_every": 10**6,
-               "checkpoint_every": 10**6, "preflight": {"prompts": 0}, "sampling": {"max_completion_length": length},
-               "engine": {"lr": LR, "micro_batch_size": prompts * g}},
+        "prompt": sections["prompt"],
+        "model": model,
+        "grpo": {"beta": BETA},
+        "rl": {
+            "steps": steps,
+            "prompts_per_step": prompts,
+            "num_generations": g,
+            "eval_every": 10**6,
+            "checkpoint_every": 10**6,
+            "preflight": {"prompts": 0},
+            "sampling": {"max_completion_length": length},
+            "engine": {"lr": LR, "micro_batch_size": prompts * g},
+        },
     }
     for key, value in (overrides or {}).items():  # an option under test (bench_grpo_options), ours only
         set_dotted(raw, key, value)
@@ -104,8 +115,9 @@ def _trl(path: Path, rows: list[dict], params) -> list[float]:
     model, tok = load_pretrained(path)
     prompter = prompter_for(model, tok, params.prompt)
     # The prompts as text, rendered by our prompter: TRL then sees exactly the tokens we do.
-    data = Dataset.from_list([{"prompt": prompter.prompt(r["prompt"]), "reference_answer": r["reference_answer"]}
-                              for r in rows])
+    data = Dataset.from_list(
+        [{"prompt": prompter.prompt(r["prompt"]), "reference_answer": r["reference_answer"]} for r in rows]
+    )
 
     def math_reward(prompts, completions, reference_answer, **_):
         return [score(c, r) for c, r in zip(completions, reference_answer)]
@@ -116,18 +128,40 @@ def _trl(path: Path, rows: list[dict], params) -> list[float]:
         import peft
 
         lo = params.model.lora
-        peft_config = peft.LoraConfig(r=lo.rank, lora_alpha=lo.alpha, lora_dropout=lo.dropout,
-                                      target_modules=list(lo.target_modules), task_type="CAUSAL_LM")
+        peft_config = peft.LoraConfig(
+            r=lo.rank,
+            lora_alpha=lo.alpha,
+            lora_dropout=lo.dropout,
+            target_modules=list(lo.target_modules),
+            task_type="CAUSAL_LM",
+        )
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=rl.prompts_per_step * rl.num_generations,
-        num_generations=rl.num_generations, max_completion_length=rl.sampling.max_completion_length,
-        beta=params.grpo.beta, max_steps=rl.steps, use_cpu=True, report_to=[], logging_steps=10**6,
-        save_strategy="no", learning_rate=LR, temperature=1.0, disable_tqdm=True, bf16=False,
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=rl.prompts_per_step * rl.num_generations,
+        num_generations=rl.num_generations,
+        max_completion_length=rl.sampling.max_completion_length,
+        beta=params.grpo.beta,
+        max_steps=rl.steps,
+        use_cpu=True,
+        report_to=[],
+        logging_steps=10**6,
+        save_strategy="no",
+        learning_rate=LR,
+        temperature=1.0,
+        disable_tqdm=True,
+        bf16=False,
         gradient_checkpointing=params.model.gradient_checkpointing,
     )
     timer = Timer()
-    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=math_reward, args=args,
-                          train_dataset=data, processing_class=tok, callbacks=[timer], peft_config=peft_config)
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(path),
+        reward_funcs=math_reward,
+        args=args,
+        train_dataset=data,
+        processing_class=tok,
+        callbacks=[timer],
+        peft_config=peft_config,
+    )
     trainer.train()
     return timer.times
 
@@ -147,11 +181,20 @@ def main() -> None:
     path, sections = _model(args.model, rows)
     params = _params(args.model, sections, args.lora, args.steps + args.warmup, json.loads(args.overrides))
     times = (_ours if args.impl == "ours" else _trl)(path, rows, params)[args.warmup :]
-    print(RESULT + json.dumps({
-        "impl": args.impl, "model": args.model, "lora": args.lora, "parameters": _parameters(path),
-        "steps": len(times), "seconds_per_step": sum(times) / len(times),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }))
+    print(
+        RESULT
+        + json.dumps(
+            {
+                "impl": args.impl,
+                "model": args.model,
+                "lora": args.lora,
+                "parameters": _parameters(path),
+                "steps": len(times),
+                "seconds_per_step": sum(times) / len(times),
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

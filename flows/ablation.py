@@ -35,13 +35,21 @@ SHARED_STAGES = ["base_model", "prepare", "validate_verifiers", "sft"]  # what e
 
 def ablation_overrides(arms: list[str], seeds: list[int], overrides: dict[str, Any] | None) -> dict[str, Any]:
     """The run's overrides: the user's, then the arms, the seeds, and the shared stages."""
-    return {**(overrides or {}), "ablation.arms": list(arms), "ablation.seeds": list(seeds),
-            "experiment.stages": SHARED_STAGES}
+    return {
+        **(overrides or {}),
+        "ablation.arms": list(arms),
+        "ablation.seeds": list(seeds),
+        "experiment.stages": SHARED_STAGES,
+    }
 
 
 @flow(name="grpoflow-ablation", log_prints=True)
-def ablation(params_file: str = "params/default.yaml", arms: list[str] | None = None, seeds: list[int] | None = None,
-             overrides: dict[str, Any] | None = None) -> dict:
+def ablation(
+    params_file: str = "params/default.yaml",
+    arms: list[str] | None = None,
+    seeds: list[int] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> dict:
     """Arms ``arms`` (the first the baseline) at ``seeds`` on one parameter set, with validated ``overrides``."""
     every = ablation_overrides(arms or ["grpo", "ppo"], seeds or [0], overrides)
     precheck(params_file, every)
@@ -49,20 +57,37 @@ def ablation(params_file: str = "params/default.yaml", arms: list[str] | None = 
         for r in run_stages(params, params_file, None, overrides=every):
             print(f"{r.stage}: {'ran' if r.ran else 'cached'} in {r.seconds:.1f} s")
         result = json.loads(Path(ABLATION_METRICS).read_text())
-        create_table_artifact(json.loads((Path(ABLATION_OUT) / "table.json").read_text()), key="ablation-arms",
-                              description=f"The arms over seeds {params.ablation.seeds}, against {result['baseline']}")
+        create_table_artifact(
+            json.loads((Path(ABLATION_OUT) / "table.json").read_text()),
+            key="ablation-arms",
+            description=f"The arms over seeds {params.ablation.seeds}, against {result['baseline']}",
+        )
         return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.ablation", description=help_text(__doc__),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.ablation",
+        description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
-    parser.add_argument("--arms", nargs="+", default=["grpo", "ppo"], metavar="ARM",
-                        help=f"the arms, the first the baseline (known: {' '.join(ARMS)}; or the set's custom_arms)")
+    parser.add_argument(
+        "--arms",
+        nargs="+",
+        default=["grpo", "ppo"],
+        metavar="ARM",
+        help=f"the arms, the first the baseline (known: {' '.join(ARMS)}; or the set's custom_arms)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds of every arm (default: 0)")
-    parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="override a parameter for this run (validated), e.g. rl.steps=20")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a parameter for this run (validated), e.g. rl.steps=20",
+    )
     args = parser.parse_args(argv)
     try:
         overrides = parse_overrides(args.overrides)

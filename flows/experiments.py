@@ -64,10 +64,16 @@ def record(name: str, run_info: dict) -> str:
     include = [arg for path in untracked_outputs() for arg in ("--include-untracked", path)]
     out = _dvc("exp", "save", "--force", "--name", name, *include)
     if out.returncode != 0:
-        raise RecordFailed(f"dvc exp save failed (exit {out.returncode}); the run's outputs are intact in the workspace. "
-                           f"Set orchestration.record_experiment: false to skip recording.\n{out.stdout}{out.stderr}")
-    refs = subprocess.run(["git", "for-each-ref", "--format=%(objectname) %(refname)", "refs/exps"],
-                          capture_output=True, text=True, check=True).stdout.split("\n")
+        raise RecordFailed(
+            f"dvc exp save failed (exit {out.returncode}); the run's outputs are intact in the workspace. "
+            f"Set orchestration.record_experiment: false to skip recording.\n{out.stdout}{out.stderr}"
+        )
+    refs = subprocess.run(
+        ["git", "for-each-ref", "--format=%(objectname) %(refname)", "refs/exps"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
     return next((line.split()[0] for line in refs if line.endswith(f"/{name}")), "unknown")
 
 
@@ -97,18 +103,21 @@ def experiment_rows(shown: list) -> list[dict]:
         for exp in baseline.get("experiments") or []:
             for rev in exp.get("revs") or []:
                 files = _metrics(rev)
-                head = headline(_stage_metrics(files, "evaluate"), _stage_metrics(files, "compare"),
-                                trainings(files.get))
+                head = headline(
+                    _stage_metrics(files, "evaluate"), _stage_metrics(files, "compare"), trainings(files.get)
+                )
                 run = files.get(RUN_RECORD, {})
-                rows.append({
-                    "experiment": rev.get("name") or exp.get("name") or rev["rev"][:7],
-                    "created": ((rev.get("data") or {}).get("timestamp") or "")[:16].replace("T", " "),
-                    "params": run.get("params_file", ""),
-                    "overrides": " ".join(f"{k}={v}" for k, v in (run.get("overrides") or {}).items()),
-                    **{f"pass@1 {name}": v for name, v in head["test_pass@1"].items()},
-                    **{f"s/step {name}": v for name, v in head["seconds_per_step"].items()},
-                    "winner": head["winner"] or "",
-                })
+                rows.append(
+                    {
+                        "experiment": rev.get("name") or exp.get("name") or rev["rev"][:7],
+                        "created": ((rev.get("data") or {}).get("timestamp") or "")[:16].replace("T", " "),
+                        "params": run.get("params_file", ""),
+                        "overrides": " ".join(f"{k}={v}" for k, v in (run.get("overrides") or {}).items()),
+                        **{f"pass@1 {name}": v for name, v in head["test_pass@1"].items()},
+                        **{f"s/step {name}": v for name, v in head["seconds_per_step"].items()},
+                        "winner": head["winner"] or "",
+                    }
+                )
     return sorted(rows, key=lambda r: r["created"], reverse=True)
 
 
@@ -126,8 +135,11 @@ def format_rows(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     from tasks.cli import help_text
 
-    parser = argparse.ArgumentParser(prog="python -m flows.experiments", description=help_text(__doc__),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.experiments",
+        description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(argv)
     out = _dvc("exp", "show", "--json")

@@ -44,13 +44,17 @@ from tasks.stages import stage as stage_declaration
 
 DVC_YAML = "dvc.yaml"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
-INTERRUPTED = ("interrupted: the run stopped; run the same command again to go on (DVC skips the finished stages, "
-               "training resumes from its last checkpoint)")
+INTERRUPTED = (
+    "interrupted: the run stopped; run the same command again to go on (DVC skips the finished stages, "
+    "training resumes from its last checkpoint)"
+)
 LAST_GOOD = workspace.STATE_DIR / "last-good"
 FAILED = workspace.STATE_DIR / "failed"
 
 
-def _check_params_file(params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None) -> Params:
+def _check_params_file(
+    params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None
+) -> Params:
     """The parameter set with ``overrides`` (dotted keys), validated before any work: a bad key,
     value or stage name fails here, naming it."""
     checked_params_file(params_file)
@@ -93,8 +97,10 @@ def model_problem(params: Params) -> str | None:
     if name and (problem := model_unavailable(name)):
         return f"model.name_or_path: {problem}"
     if params.prompt.style == "chat" and (name is None or has_chat_template(name) is False):
-        return ("prompt.style is 'chat' but the model's tokenizer has no chat template "
-                f"({name or 'the tiny model trained here'}): use prompt.style: plain")
+        return (
+            "prompt.style is 'chat' but the model's tokenizer has no chat template "
+            f"({name or 'the tiny model trained here'}): use prompt.style: plain"
+        )
     return None
 
 
@@ -104,7 +110,11 @@ def missing_inputs(params: Params, params_file: str) -> list[str]:
 
     problems = []
     data = params.data
-    for key, sources in (("data.sources", data.sources), ("data.pairs", data.pairs), ("data.benchmarks", data.benchmarks)):
+    for key, sources in (
+        ("data.sources", data.sources),
+        ("data.pairs", data.pairs),
+        ("data.benchmarks", data.benchmarks),
+    ):
         for index, source in enumerate(sources):
             if source.kind != "file":
                 continue
@@ -114,8 +124,10 @@ def missing_inputs(params: Params, params_file: str) -> list[str]:
                 problems.append(f"{params_file}: {key}[{index}].path: {exc}")
                 continue
             if not found:
-                problems.append(f"{params_file}: {key}[{index}].path: data file {source.path!r} does not exist "
-                                f"(relative paths are read from {Path.cwd()})")
+                problems.append(
+                    f"{params_file}: {key}[{index}].path: data file {source.path!r} does not exist "
+                    f"(relative paths are read from {Path.cwd()})"
+                )
     return problems
 
 
@@ -157,9 +169,12 @@ def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, s
     raw = load_yaml(Path(params_file).read_text()) or {}
     # DVC reads each stage's params keys from the file itself, not from the schema's defaults.
     if overrides or not all(has_dotted(raw, k) for s in stages for k in s.params):
-        header = f"# {params_file} as one flow run ran it, every value filled in; overrides: {json.dumps(overrides or {})}\n"
+        header = (
+            f"# {params_file} as one flow run ran it, every value filled in; overrides: {json.dumps(overrides or {})}\n"
+        )
         changes[params_file] = header + yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
     return changes
+
 
 def _uncached_outputs(stage: Stage) -> list[Path]:
     """The stage's outputs that DVC deletes before running it but does not cache (metrics, plots,
@@ -209,8 +224,10 @@ def kept_outputs(stage: Stage) -> Iterator[None]:
     except BaseException:
         restored, aside = _put_back(paths, backup, FAILED / stage.name)
         if restored:
-            print(f"{stage.name} did not finish: put back {', '.join(restored)} of its last successful run"
-                  + (f" (this attempt's {', '.join(aside)}: under {FAILED / stage.name})" if aside else ""))
+            print(
+                f"{stage.name} did not finish: put back {', '.join(restored)} of its last successful run"
+                + (f" (this attempt's {', '.join(aside)}: under {FAILED / stage.name})" if aside else "")
+            )
         raise
     finally:
         shutil.rmtree(backup, ignore_errors=True)
@@ -261,10 +278,17 @@ def _publish_run_report(results: list[StageResult], title: str, experiment_id: s
         if path.is_file():
             mlflow.log_artifact(str(path), artifact_path="compare")
     page = run_report.REPORT.resolve()
-    create_link_artifact(page.as_uri(), link_text=str(page), key="run-report",
-                         description="This run on one page (open the file in a browser; also `run.html` in the MLflow parent run)")
-    create_markdown_artifact(f"# {title}\n\n{text}\n\nReport: `{page}`; MLflow: {_mlflow_link(experiment_id, parent_id)}",
-                             key="run-headline", description="The run's result")
+    create_link_artifact(
+        page.as_uri(),
+        link_text=str(page),
+        key="run-report",
+        description="This run on one page (open the file in a browser; also `run.html` in the MLflow parent run)",
+    )
+    create_markdown_artifact(
+        f"# {title}\n\n{text}\n\nReport: `{page}`; MLflow: {_mlflow_link(experiment_id, parent_id)}",
+        key="run-headline",
+        description="The run's result",
+    )
 
 
 def _gpu_limit(name: str | None) -> str | None:
@@ -279,13 +303,16 @@ def _gpu_limit(name: str | None) -> str | None:
             client.read_global_concurrency_limit_by_name(name)
             return name
         except ObjectNotFound:
-            get_run_logger().warning(f"no global concurrency limit {name!r} on this Prefect server: GPU stages run "
-                                     f"unthrottled (`make serve` creates it; or `prefect gcl create {name} --limit N`)")
+            get_run_logger().warning(
+                f"no global concurrency limit {name!r} on this Prefect server: GPU stages run "
+                f"unthrottled (`make serve` creates it; or `prefect gcl create {name} --limit N`)"
+            )
             return None
 
 
-def _record_experiment(params: Params, params_file: str, overrides: dict | None, parent_id: str, experiment_id: str,
-                       whole: bool) -> None:
+def _record_experiment(
+    params: Params, params_file: str, overrides: dict | None, parent_id: str, experiment_id: str, whole: bool
+) -> None:
     """Save this run as a DVC experiment naming its MLflow run (only a ``whole`` run: an
     experiment is the full pipeline's state), tag the MLflow run with the experiment, and push
     the cached outputs to the DVC remote when one is configured."""
@@ -297,11 +324,18 @@ def _record_experiment(params: Params, params_file: str, overrides: dict | None,
     if orch.record_experiment and not whole:
         print("a run of some stages only is not saved as a DVC experiment")
     if orch.record_experiment and whole:
-        rev = experiments.record(name, {
-            "mlflow_run_id": parent_id, "mlflow_experiment_id": experiment_id, "prefect_flow_run_id": str(flow_run.id),
-            "prefect_flow_run_name": flow_run.name, "params_file": params_file, "overrides": overrides or {},
-            "git_commit": tracking.provenance_tags(params, params_file)["git_commit"],
-        })
+        rev = experiments.record(
+            name,
+            {
+                "mlflow_run_id": parent_id,
+                "mlflow_experiment_id": experiment_id,
+                "prefect_flow_run_id": str(flow_run.id),
+                "prefect_flow_run_name": flow_run.name,
+                "params_file": params_file,
+                "overrides": overrides or {},
+                "git_commit": tracking.provenance_tags(params, params_file)["git_commit"],
+            },
+        )
         tags |= {"dvc_experiment": name, "dvc_experiment_rev": rev}
         print(f"saved as DVC experiment {name} ({rev[:7]}): `dvc exp apply {name}` then `dvc repro` reproduces it")
     if orch.dvc_remote and whole:
@@ -320,27 +354,38 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None, overr
     results: list[StageResult] = []
     stage_task = run_dvc_stage.with_options(retries=orch.stage_retries, retry_delay_seconds=orch.retry_delay_seconds)
     gpu_limit = _gpu_limit(orch.gpu_concurrency_limit)
-    with tracking.pipeline_run(params, params_file, f"{flow_run.flow_name or 'pipeline'}-{flow_run.name or 'local'}", flow_run_id) as parent:
+    with tracking.pipeline_run(
+        params, params_file, f"{flow_run.flow_name or 'pipeline'}-{flow_run.name or 'local'}", flow_run_id
+    ) as parent:
         parent_id = parent.info.run_id
         experiment_id = parent.info.experiment_id
-        create_link_artifact(_mlflow_link(experiment_id, parent_id), link_text="MLflow parent run", key="mlflow-run",
-                             description=f"This run's MLflow parent run, in {_mlflow_ui()[1]}")
+        create_link_artifact(
+            _mlflow_link(experiment_id, parent_id),
+            link_text="MLflow parent run",
+            key="mlflow-run",
+            description=f"This run's MLflow parent run, in {_mlflow_ui()[1]}",
+        )
         env = {tracking.PARENT_ENV: parent_id, tracking.FLOW_RUN_ENV: flow_run_id}
         for stage in order:
             gpu = gpu_limit if stage.name in orch.gpu_stages else None
             with kept_outputs(stage):
                 # The task returns a StageResult; State.result() is typed for any state it may hold.
-                result = cast(StageResult, stage_task(stage, env, gpu_limit=gpu, retries=orch.stage_retries,
-                                                      return_state=True).result())
+                result = cast(
+                    StageResult,
+                    stage_task(stage, env, gpu_limit=gpu, retries=orch.stage_retries, return_state=True).result(),
+                )
             if not result.ran:
-                tracking.log_cached_stage(stage.name, params, params_file, parent_id, flow_run_id, result.metrics,
-                                          list(stage.metrics))
+                tracking.log_cached_stage(
+                    stage.name, params, params_file, parent_id, flow_run_id, result.metrics, list(stage.metrics)
+                )
             results.append(result)
         try:
             _publish_run_report(results, parent.info.run_name, experiment_id, parent_id)
         except Exception as exc:  # the stages' results are intact and get recorded: a report is not worth failing them
-            get_run_logger().warning(f"the run's report could not be written ({type(exc).__name__}: {exc}); "
-                                     "every stage's outputs, metrics and MLflow runs are in place")
+            get_run_logger().warning(
+                f"the run's report could not be written ({type(exc).__name__}: {exc}); "
+                "every stage's outputs, metrics and MLflow runs are in place"
+            )
         whole = {s.name for s in order} == {s.name for s in run_order(params)}
         _record_experiment(params, params_file, overrides, parent_id, experiment_id, whole)
     create_table_artifact(
@@ -353,8 +398,14 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None, overr
 
 
 @contextlib.contextmanager
-def workspace_for_run(holder: str, params_file: str, overrides: dict[str, Any] | None, stages: list[str] | None = None,
-                      log: Callable[[str], None] = print, poll_s: float = 2.0) -> Iterator[Params]:
+def workspace_for_run(
+    holder: str,
+    params_file: str,
+    overrides: dict[str, Any] | None,
+    stages: list[str] | None = None,
+    log: Callable[[str], None] = print,
+    poll_s: float = 2.0,
+) -> Iterator[Params]:
     """This workspace for ``holder`` alone, with its parameter edits in place; yields the set as it
     will run, validated while the lock is held (before it, another run's edits may be in the files)."""
     with workspace.exclusive(holder, log=log, poll_s=poll_s):
@@ -364,17 +415,20 @@ def workspace_for_run(holder: str, params_file: str, overrides: dict[str, Any] |
 
 
 @contextlib.contextmanager
-def held_workspace(params_file: str, overrides: dict[str, Any] | None,
-                   stages: list[str] | None = None) -> Iterator[Params]:
+def held_workspace(
+    params_file: str, overrides: dict[str, Any] | None, stages: list[str] | None = None
+) -> Iterator[Params]:
     """:func:`workspace_for_run` for this flow run, logging to it."""
-    with workspace_for_run(f"{flow_run.name} ({flow_run.id})", params_file, overrides, stages,
-                           log=get_run_logger().info) as params:
+    with workspace_for_run(
+        f"{flow_run.name} ({flow_run.id})", params_file, overrides, stages, log=get_run_logger().info
+    ) as params:
         yield params
 
 
 @flow(name="grpoflow-pipeline", log_prints=True)
-def pipeline(params_file: str = "params/default.yaml", overrides: dict[str, Any] | None = None,
-             stages: list[str] | None = None) -> list[StageResult]:
+def pipeline(
+    params_file: str = "params/default.yaml", overrides: dict[str, Any] | None = None, stages: list[str] | None = None
+) -> list[StageResult]:
     """Run the dvc.yaml stages (all, or ``stages`` in DAG order) for one parameter set, with
     ``overrides`` ({"rl.steps": 20}) validated against the schema before anything runs."""
     precheck(params_file, overrides, stages)
@@ -407,16 +461,34 @@ EXAMPLES = """examples:
 
 def main(argv: list[str] | None = None) -> int:
     names = [s.name for s in declared_stages]
-    parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=help_text(__doc__),
-                                     epilog=EXAMPLES + f"\nstages, in order: {' '.join(names)}",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.pipeline",
+        description=help_text(__doc__),
+        epilog=EXAMPLES + f"\nstages, in order: {' '.join(names)}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
-    parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="override a parameter for this run (validated), e.g. rl.steps=20")
-    parser.add_argument("--stages", nargs="*", default=None, choices=names, metavar="STAGE",
-                        help="only these stages (run in DAG order; listed below)")
-    parser.add_argument("--rehearse", action="store_true",
-                        help="run every stage of the set at smoke scale in a scratch copy (flows/rehearse.py)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a parameter for this run (validated), e.g. rl.steps=20",
+    )
+    parser.add_argument(
+        "--stages",
+        nargs="*",
+        default=None,
+        choices=names,
+        metavar="STAGE",
+        help="only these stages (run in DAG order; listed below)",
+    )
+    parser.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="run every stage of the set at smoke scale in a scratch copy (flows/rehearse.py)",
+    )
     args = parser.parse_args(argv)
     try:
         overrides = parse_overrides(args.overrides)

@@ -68,8 +68,9 @@ def load_params_from(raw: dict, source: str):
     return validate_params(raw, source=source)
 
 
-def rehearse(params_file: str, overrides: dict[str, Any] | None, stages: list[str] | None, *,
-             keep: bool = False) -> int:
+def rehearse(
+    params_file: str, overrides: dict[str, Any] | None, stages: list[str] | None, *, keep: bool = False
+) -> int:
     """Run the pipeline on the smoke version of ``params_file`` in a scratch copy; its exit code."""
     load_params(params_file, overrides)  # the set itself must validate first, with its own numbers
     raw = smoke_params(params_file, overrides)
@@ -88,8 +89,11 @@ def rehearse(params_file: str, overrides: dict[str, Any] | None, stages: list[st
     print(f"rehearsal of {params_file} at smoke scale in {project}", flush=True)
     cmd = [sys.executable, "-m", "flows.pipeline", "--params", str(rel), *(["--stages", *stages] if stages else [])]
     code = subprocess.run(cmd, cwd=project, env=env).returncode
-    print(f"rehearsal of {params_file}: {'passed' if code == 0 else f'FAILED (exit {code})'}"
-          + (f"; its workspace is kept at {project}" if code or keep else ""), flush=True)
+    print(
+        f"rehearsal of {params_file}: {'passed' if code == 0 else f'FAILED (exit {code})'}"
+        + (f"; its workspace is kept at {project}" if code or keep else ""),
+        flush=True,
+    )
     if code == 0 and not keep:
         shutil.rmtree(scratch, ignore_errors=True)
     return code

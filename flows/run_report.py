@@ -58,31 +58,45 @@ def headline_text(head: dict[str, Any]) -> str:
     """The headline as one sentence."""
     scores = ", ".join(f"{m} {v:.1%}" for m, v in head["test_pass@1"].items() if v is not None)
     speed = ", ".join(f"{a} {v:.2f} s/step" for a, v in head["seconds_per_step"].items() if v is not None)
-    parts = [f"Test pass@1: {scores}" if scores else "Not evaluated in this run",
-             f"winner: {head['winner']}" if head["winner"] else "", speed]
+    parts = [
+        f"Test pass@1: {scores}" if scores else "Not evaluated in this run",
+        f"winner: {head['winner']}" if head["winner"] else "",
+        speed,
+    ]
     return "; ".join(p for p in parts if p) + "."
 
 
 def headline_metrics(head: dict[str, Any]) -> dict[str, float]:
     """The headline as MLflow metrics for the parent run (``test_pass_at_1/grpo``, ...)."""
-    return {mlflow_name(f"{key}/{name}"): float(v) for key in ("test_pass@1", "seconds_per_step")
-            for name, v in head[key].items() if v is not None}
+    return {
+        mlflow_name(f"{key}/{name}"): float(v)
+        for key in ("test_pass@1", "seconds_per_step")
+        for name, v in head[key].items()
+        if v is not None
+    }
 
 
 def trainings(read_metrics: Callable[[str], dict | None], only: set[str] | None = None) -> dict[str, dict]:
     """Each training stage's metrics that ``read_metrics(path)`` finds (of the stages in ``only``)."""
-    return {s.name: m for s in TRAINING
-            if (only is None or s.name in only) and (m := read_metrics(s.file("metrics")))}
+    return {s.name: m for s in TRAINING if (only is None or s.name in only) and (m := read_metrics(s.file("metrics")))}
 
 
 def _stage_table(rows: list[StageResult]) -> str:
-    return H.table([{"stage": r.stage, "status": "ran" if r.ran else "cached by DVC", "seconds": r.seconds} for r in rows])
+    return H.table(
+        [{"stage": r.stage, "status": "ran" if r.ran else "cached by DVC", "seconds": r.seconds} for r in rows]
+    )
 
 
 def _gates(rows: list[StageResult]) -> str:
-    gates = [{"stage": r.stage, "verdict": "passed" if r.metrics["passed"] else "FAILED",
-              "failures": "; ".join(map(str, r.metrics.get("failures") or [])) or "none"}
-             for r in rows if "passed" in r.metrics]
+    gates = [
+        {
+            "stage": r.stage,
+            "verdict": "passed" if r.metrics["passed"] else "FAILED",
+            "failures": "; ".join(map(str, r.metrics.get("failures") or [])) or "none",
+        }
+        for r in rows
+        if "passed" in r.metrics
+    ]
     return H.table(gates) if gates else '<p class="muted">No gate ran in this run.</p>'
 
 
@@ -105,17 +119,29 @@ def _evaluation(evaluation: dict | None) -> str:
     for m in reference_first(evaluation["models"]):
         r = evaluation["models"][m]
         sets = ["test", *sorted(n for n, v in r.items() if isinstance(v, dict) and n != "test" and M.PASS_AT_1 in v)]
-        rows += [{"model": m, "set": n, "pass@1": r[n].get(M.PASS_AT_1), f"pass@{k}": r[n].get(f"pass@{k}"),
-                  f"maj@{k}": r[n].get(f"maj@{k}"), "held-out loss increase": r.get(M.HELDOUT_LOSS_INCREASE),
-                  "forgetting": "FLAGGED" if r.get("forgetting_flagged") else "no"} for n in sets]
+        rows += [
+            {
+                "model": m,
+                "set": n,
+                "pass@1": r[n].get(M.PASS_AT_1),
+                f"pass@{k}": r[n].get(f"pass@{k}"),
+                f"maj@{k}": r[n].get(f"maj@{k}"),
+                "held-out loss increase": r.get(M.HELDOUT_LOSS_INCREASE),
+                "forgetting": "FLAGGED" if r.get("forgetting_flagged") else "no",
+            }
+            for n in sets
+        ]
     return H.table(rows)
 
 
 def _phases(trains: dict[str, dict]) -> str:
     """Each training stage's step split: per phase, the mean seconds per step and its share of
     the step's wall time (:data:`grpoflow.metric_names.PHASE_SPLIT`)."""
-    rows = [{"stage": name, "phase": phase, "mean s": split["mean_s"], "share %": round(100 * split["share"], 1)}
-            for name, m in trains.items() for phase, split in (m.get(M.PHASE_SPLIT) or {}).items()]
+    rows = [
+        {"stage": name, "phase": phase, "mean s": split["mean_s"], "share %": round(100 * split["share"], 1)}
+        for name, m in trains.items()
+        for phase, split in (m.get(M.PHASE_SPLIT) or {}).items()
+    ]
     return H.table(rows) if rows else '<p class="muted">No step timing in this run.</p>'
 
 
@@ -125,8 +151,11 @@ def _reward_model(here: set[str]) -> str:
     metrics = _json(rm.file("metrics")) if rm.name in here else None
     if not metrics:
         return '<p class="muted">No reward model in this run.</p>'
-    row = {"held-out pairwise accuracy": metrics["heldout_accuracy"], **{f"pairs: {k}": v for k, v in metrics["pairs"].items()},
-           **{f"margin {k}": v for k, v in metrics["margins"].items() if k != "pairs"}}
+    row = {
+        "held-out pairwise accuracy": metrics["heldout_accuracy"],
+        **{f"pairs: {k}": v for k, v in metrics["pairs"].items()},
+        **{f"margin {k}": v for k, v in metrics["margins"].items() if k != "pairs"},
+    }
     margins = Path(rm.file("report")) / "margins.png"
     image = [H.image(margins, "held-out reward margins r(chosen) - r(rejected)")] if margins.is_file() else []
     return "\n".join([H.table([row]), *image])
@@ -148,26 +177,43 @@ def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
     # Only this run's stages (ran or cached): files of stages it did not run are an earlier run's.
     here = {r.stage for r in rows}
     trains = trainings(_json, here)
-    histories = {s.name: read_history(Path(s.paths("history")[0])) for s in TRAINING
-                 if s.name in trains and Path(s.paths("history")[0]).is_file()}
+    histories = {
+        s.name: read_history(Path(s.paths("history")[0]))
+        for s in TRAINING
+        if s.name in trains and Path(s.paths("history")[0]).is_file()
+    }
     evaluation = _json(stage("evaluate").file("metrics")) if "evaluate" in here else None
     compare = _json(stage("compare").file("metrics")) if "compare" in here else None
     head = headline(evaluation, compare, trains)
     table_path = Path(stage("compare").file("out")) / "table.json"
-    versus = H.table(json.loads(table_path.read_text()), ["metric", "grpo", "ppo"]) if compare and table_path.is_file() else (
-        '<p class="muted">No GRPO-vs-PPO comparison in this run.</p>')
+    versus = (
+        H.table(json.loads(table_path.read_text()), ["metric", "grpo", "ppo"])
+        if compare and table_path.is_file()
+        else ('<p class="muted">No GRPO-vs-PPO comparison in this run.</p>')
+    )
     ablation = _ablation() if ABLATION_REPORT in here else '<p class="muted">No ablation in this run.</p>'
-    html = H.page(title, [
-        f'<p class="headline">{H.esc(headline_text(head))}</p>',
-        "<h2>Stages</h2>", _stage_table(rows),
-        "<h2>Gates</h2>", _gates(rows),
-        "<h2>Learning curves</h2>", _curves(histories),
-        "<h2>Where the step time goes</h2>", _phases(trains),
-        "<h2>Reward model</h2>", _reward_model(here),
-        "<h2>Evaluation</h2>", _evaluation(evaluation),
-        "<h2>GRPO vs PPO</h2>", versus,
-        "<h2>Ablation</h2>", ablation,
-    ])
+    html = H.page(
+        title,
+        [
+            f'<p class="headline">{H.esc(headline_text(head))}</p>',
+            "<h2>Stages</h2>",
+            _stage_table(rows),
+            "<h2>Gates</h2>",
+            _gates(rows),
+            "<h2>Learning curves</h2>",
+            _curves(histories),
+            "<h2>Where the step time goes</h2>",
+            _phases(trains),
+            "<h2>Reward model</h2>",
+            _reward_model(here),
+            "<h2>Evaluation</h2>",
+            _evaluation(evaluation),
+            "<h2>GRPO vs PPO</h2>",
+            versus,
+            "<h2>Ablation</h2>",
+            ablation,
+        ],
+    )
     return html, head
 
 

@@ -45,7 +45,9 @@ SQLITE_CONTENTION = (
 
 
 def prefect(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", *args], env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "prefect", "--no-prompt", *args], env=env, capture_output=True, text=True
+    )
     if check and out.returncode != 0:
         raise RuntimeError(f"prefect {' '.join(args)} failed (exit {out.returncode}):\n{out.stdout}{out.stderr}")
     return out
@@ -103,9 +105,23 @@ def temporary_app():
 def _start_temporary(port: int) -> subprocess.Popen:
     env = {**os.environ, "PREFECT_UI_ENABLED": "false", PARENT_ENV: str(os.getpid())}
     env.pop("PREFECT_API_URL", None)
-    cmd = [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(__file__).resolve().parents[1]), "--factory",
-           "flows.serve:temporary_app", "--host", "127.0.0.1", "--port", str(port), "--log-level", "error",
-           "--lifespan", "on"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--app-dir",
+        str(Path(__file__).resolve().parents[1]),
+        "--factory",
+        "flows.serve:temporary_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "error",
+        "--lifespan",
+        "on",
+    ]
     # Its own session: the terminal's Ctrl-C goes to the foreground process group, and the server must
     # outlive it long enough for the flow to record the crash (Prefect's ephemeral server dies with it,
     # and the flow then spends minutes retrying a server that is gone).
@@ -126,8 +142,11 @@ def temporary_server(timeout_s: float | None = None, attempts: int = 3) -> Itera
     """A Prefect API server for this process alone, on a free local port; yields its API URL and
     stops it on exit. Uses the database of ``PREFECT_HOME``, as Prefect's ephemeral server does."""
     timeout_s = timeout_s or startup_timeout_s()
-    print(f"starting Prefect's temporary API server (up to {timeout_s:.0f} s; set PREFECT_API_URL to use a running "
-          "one)...", flush=True)
+    print(
+        f"starting Prefect's temporary API server (up to {timeout_s:.0f} s; set PREFECT_API_URL to use a running "
+        "one)...",
+        flush=True,
+    )
     for attempt in range(1, attempts + 1):
         port = free_port()
         proc = _start_temporary(port)
@@ -275,14 +294,19 @@ def configure(env: dict[str, str], pool: str, pool_type: str, gpu_limit: str | N
 def _parser() -> argparse.ArgumentParser:
     from tasks.cli import help_text
 
-    parser = argparse.ArgumentParser(prog="python -m flows.serve", description=help_text(__doc__),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--params", default="params/default.yaml",
-                        help="the parameter set whose orchestration section names the pool")
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.serve",
+        description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--params", default="params/default.yaml", help="the parameter set whose orchestration section names the pool"
+    )
     parser.add_argument("--port", type=int, default=4200)
     parser.add_argument("--pool-type", default="process", choices=["process", "kubernetes"])
-    parser.add_argument("--gpu-slots", type=int, default=1,
-                        help="slots of the gpu concurrency limit (GPUs, or nodes, to share)")
+    parser.add_argument(
+        "--gpu-slots", type=int, default=1, help="slots of the gpu concurrency limit (GPUs, or nodes, to share)"
+    )
     parser.add_argument("--no-worker", action="store_true", help="set up only; start workers elsewhere")
     return parser
 
@@ -290,9 +314,14 @@ def _parser() -> argparse.ArgumentParser:
 def _served_env(api_url: str, work_pool: str) -> dict[str, str]:
     """The server's and worker's environment: this API, no analytics, the pool and workspace the
     deployments name, and this interpreter's bin dir first on PATH (flow runs say ``python``)."""
-    return {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "GRPOFLOW_WORK_POOL": work_pool, "GRPOFLOW_WORKSPACE": str(Path.cwd()),
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    return {
+        **os.environ,
+        "PREFECT_API_URL": api_url,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "GRPOFLOW_WORK_POOL": work_pool,
+        "GRPOFLOW_WORKSPACE": str(Path.cwd()),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,8 +352,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     watch = ServerLogWatch(STATE_DIR / "server.log")
     with open(STATE_DIR / "server.log", "a") as server_log:
-        children.append(subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                                          "--port", str(args.port)], env=env, stdout=server_log, stderr=subprocess.STDOUT))
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(args.port)],
+                env=env,
+                stdout=server_log,
+                stderr=subprocess.STDOUT,
+            )
+        )
     try:
         wait_healthy(api_url, children[0], startup_timeout_s())
         configure(env, orch.work_pool, args.pool_type, orch.gpu_concurrency_limit, args.gpu_slots)
@@ -335,11 +370,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_worker:
         print("set up; the server keeps running until Ctrl-C", flush=True)
     else:
-        children.append(subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", orch.work_pool,
-                                          "--type", args.pool_type], env=env))
-        print(f"worker started on pool {orch.work_pool}; trigger a run with:\n"
-              f"  PREFECT_API_URL={api_url} prefect deployment run grpoflow-pipeline/scheduled "
-              f"-p 'overrides={{\"rl.steps\": 20}}'", flush=True)
+        children.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "prefect",
+                    "worker",
+                    "start",
+                    "--pool",
+                    orch.work_pool,
+                    "--type",
+                    args.pool_type,
+                ],
+                env=env,
+            )
+        )
+        print(
+            f"worker started on pool {orch.work_pool}; trigger a run with:\n"
+            f"  PREFECT_API_URL={api_url} prefect deployment run grpoflow-pipeline/scheduled "
+            f"-p 'overrides={{\"rl.steps\": 20}}'",
+            flush=True,
+        )
     while all(child.poll() is None for child in children):
         for message in watch.poll():
             print(message, file=sys.stderr, flush=True)

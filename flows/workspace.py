@@ -181,9 +181,11 @@ def _undo(path: str, original: str | None, written: str | None, known_written: b
         else:
             aside = _set_aside(target, EDITED_SUFFIX)
             shutil.copyfile(target, aside)
-            log(f"WARNING: {path} was edited by hand during the run. The run's edits are undone, which restores the "
+            log(
+                f"WARNING: {path} was edited by hand during the run. The run's edits are undone, which restores the "
                 f"text from before the run; your edited version (which also contains the run's edits) is kept in "
-                f"{aside}: copy what you need back from it.")
+                f"{aside}: copy what you need back from it."
+            )
     _write(target, original)
     return True
 
@@ -194,8 +196,10 @@ def _quarantine(raw: bytes, what: str, log: Log) -> None:
     os.replace(JOURNAL, aside)
     named = _named_in(raw)
     files = ", ".join(named) if named else "dvc.yaml and the params file of the interrupted run"
-    log(f"WARNING: {JOURNAL}, the record of an interrupted run's edits, {what}; moved it to {aside}. "
-        f"Check {files} with `git status`/`git diff`, and `git checkout -- <file>` whatever the run left edited.")
+    log(
+        f"WARNING: {JOURNAL}, the record of an interrupted run's edits, {what}; moved it to {aside}. "
+        f"Check {files} with `git status`/`git diff`, and `git checkout -- <file>` whatever the run left edited."
+    )
 
 
 def restore_interrupted(log: Log = print) -> list[str]:

@@ -36,9 +36,14 @@ def summarize(runs: dict[str, dict[int, dict]]) -> dict:
     """Per arm, each metric's statistics over its seeds; each arm's verdict against the first."""
     from grpoflow.evaluation.compare import arm_stats, verdict
 
-    table = {arm: {m: arm_stats([float(r[m]) for r in seeds.values() if r.get(m) is not None])
-                   for m in METRICS if any(r.get(m) is not None for r in seeds.values())}
-             for arm, seeds in runs.items()}
+    table = {
+        arm: {
+            m: arm_stats([float(r[m]) for r in seeds.values() if r.get(m) is not None])
+            for m in METRICS
+            if any(r.get(m) is not None for r in seeds.values())
+        }
+        for arm, seeds in runs.items()
+    }
     baseline, *others = list(runs)
 
     def against_baseline(metric: str, higher_is_better: bool) -> dict:
@@ -46,12 +51,20 @@ def summarize(runs: dict[str, dict[int, dict]]) -> dict:
         if metric not in table[baseline]:
             return {}
         base = table[baseline][metric]["values"]
-        return {arm: verdict(base, table[arm][metric]["values"], higher_is_better=higher_is_better)
-                for arm in others if metric in table[arm]}
+        return {
+            arm: verdict(base, table[arm][metric]["values"], higher_is_better=higher_is_better)
+            for arm in others
+            if metric in table[arm]
+        }
 
-    return {"baseline": baseline, "order": list(runs), "seeds": {arm: sorted(seeds) for arm, seeds in runs.items()},
-            "arms": table, "verdicts": against_baseline("test_pass@1", True),
-            "forgetting_verdicts": against_baseline(FORGETTING, False)}
+    return {
+        "baseline": baseline,
+        "order": list(runs),
+        "seeds": {arm: sorted(seeds) for arm, seeds in runs.items()},
+        "arms": table,
+        "verdicts": against_baseline("test_pass@1", True),
+        "forgetting_verdicts": against_baseline(FORGETTING, False),
+    }
 
 
 def _cell(stats: dict | None) -> str:
@@ -79,8 +92,14 @@ def rows(result: dict) -> list[dict]:
     out = []
     for arm in result["order"]:  # the arms as given, the baseline first (a JSON file's keys come back sorted)
         stats = result["arms"][arm]
-        out.append({"arm": arm, "seeds": len(result["seeds"][arm]), **{m: _cell(stats.get(m)) for m in METRICS},
-                    **{c: "baseline" if arm == base else _verdict_cell(v.get(arm)) for c, v in columns.items()}})
+        out.append(
+            {
+                "arm": arm,
+                "seeds": len(result["seeds"][arm]),
+                **{m: _cell(stats.get(m)) for m in METRICS},
+                **{c: "baseline" if arm == base else _verdict_cell(v.get(arm)) for c, v in columns.items()},
+            }
+        )
     return out
 
 
@@ -96,23 +115,35 @@ def main(args: argparse.Namespace, params: Params) -> None:
     out.mkdir(parents=True, exist_ok=True)
     paths = _results(args.results)
     runs = {arm: {seed: json.loads(p.read_text()) for seed, p in seeds.items()} for arm, seeds in paths.items()}
-    histories = {arm: [read_history(Path(arm_stage(arm, seed).file("history"))) for seed in seeds]
-                 for arm, seeds in paths.items()}
+    histories = {
+        arm: [read_history(Path(arm_stage(arm, seed).file("history"))) for seed in seeds]
+        for arm, seeds in paths.items()
+    }
     result = summarize(runs)
     table = rows(result)
     with tracking.stage_run("ablation_report", params, args.params):
         curves = plot_curves({arm: mean_over_seeds(runs_) for arm, runs_ in histories.items()}, out)
         write_json(out / "table.json", table)
-        head = (f"Each arm against {result['baseline']} on test pass@1 and on the held-out loss increase (forgetting: "
-                f"less is better): {VERDICT_TEST}. Cells: mean ± std [95% interval of the mean] over the seeds.")
+        head = (
+            f"Each arm against {result['baseline']} on test pass@1 and on the held-out loss increase (forgetting: "
+            f"less is better): {VERDICT_TEST}. Cells: mean ± std [95% interval of the mean] over the seeds."
+        )
         md = ["# Ablation", "", head, "", "| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
         md += ["| " + " | ".join(str(v) for v in r.values()) + " |" for r in table]
         with atomic_write(out / "report.md") as fh:
             fh.write("\n".join(md) + "\n\nPlot: `curves.png` beside this file; `report.html` has it inline.\n")
         with atomic_write(out / "report.html") as fh:
-            fh.write(html_report.page("Ablation", [f'<p class="headline">{html_report.esc(head)}</p>',
-                                                   html_report.table(table), "<h2>Curves</h2>",
-                                                   html_report.image(curves, "reward and validation accuracy per arm")]))
+            fh.write(
+                html_report.page(
+                    "Ablation",
+                    [
+                        f'<p class="headline">{html_report.esc(head)}</p>',
+                        html_report.table(table),
+                        "<h2>Curves</h2>",
+                        html_report.image(curves, "reward and validation accuracy per arm"),
+                    ],
+                )
+            )
         write_json(args.metrics, result)
         tracking.log_summary({arm: {m: s["mean"] for m, s in stats.items()} for arm, stats in result["arms"].items()})
         for path in (out / "report.html", out / "report.md", curves):

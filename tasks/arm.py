@@ -35,12 +35,19 @@ def test_scores(params: Params, data: Path, reference: Path):
         from tasks.evaluate import eval_sets, heldout_rows
 
         rows = eval_sets(data, params.evaluate.max_examples, params.experiment.seed)["test"]
-        result = greedy_accuracy(rl_run.trainer.rollout, rows, correctness_scorer(params), rl_run.prompter,
-                                 max_new_tokens=params.rl.sampling.max_completion_length, seed=params.experiment.seed)
+        result = greedy_accuracy(
+            rl_run.trainer.rollout,
+            rows,
+            correctness_scorer(params),
+            rl_run.prompter,
+            max_new_tokens=params.rl.sampling.max_completion_length,
+            seed=params.experiment.seed,
+        )
         heldout = heldout_rows(data)
         # The SFT model as saved, not rl_run's reference: a refresh moves that one.
-        increase = (heldout_loss(rl_run.engine.module, rl_run.prompter, heldout)
-                    - heldout_loss(load_pretrained(reference)[0], rl_run.prompter, heldout))
+        increase = heldout_loss(rl_run.engine.module, rl_run.prompter, heldout) - heldout_loss(
+            load_pretrained(reference)[0], rl_run.prompter, heldout
+        )
         return {"test_pass@1": result.accuracy, "test_examples": len(rows), "heldout_loss_increase": increase}
 
     return score
@@ -52,9 +59,12 @@ def main(args: argparse.Namespace, params: Params) -> None:
 
     arm = params.ablation.arm(args.arm)
     arm_set = arm_params(params, args.arm)
-    hooks = rl_stage.ArmHooks(stage="arm", run_name=f"arm/{args.arm}/s{args.seed}",
-                              params={"arm": args.arm, "arm_overrides": str(arm.overrides) or "{}"},
-                              scores=test_scores(arm_set, Path(args.data), Path(args.reference)))
+    hooks = rl_stage.ArmHooks(
+        stage="arm",
+        run_name=f"arm/{args.arm}/s{args.seed}",
+        params={"arm": args.arm, "arm_overrides": str(arm.overrides) or "{}"},
+        scores=test_scores(arm_set, Path(args.data), Path(args.reference)),
+    )
     rl_stage.run(args, arm_set, _algorithm(arm.algorithm), arm=hooks)
 
 

@@ -38,7 +38,9 @@ def main(args: argparse.Namespace, params: Params) -> None:
             raise SystemExit(EXIT_BAD_INPUT) from None
         metrics = {**record, "seconds": round(time.perf_counter() - start, 1)}
         write_json(args.metrics, metrics)
-        mlflow.set_tags({f"model_{k}": str(v) for k, v in record.items() if k in ("kind", "source", "sha256", "license")})
+        mlflow.set_tags(
+            {f"model_{k}": str(v) for k, v in record.items() if k in ("kind", "source", "sha256", "license")}
+        )
         mlflow.log_artifact(args.metrics)
     print(f"base_model: {record['kind']} {record['source']} (licence {record['license']}, sha256 {record['sha256']})")
 

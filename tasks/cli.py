@@ -31,8 +31,11 @@ def stage_parser(stage: str, description: str, declared=None) -> argparse.Argume
     dvc.yaml, the CLI and the flow agree)."""
     from tasks.stages import stage as declaration
 
-    parser = argparse.ArgumentParser(prog=f"python -m tasks.{stage}", description=help_text(description),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"python -m tasks.{stage}",
+        description=help_text(description),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
     for io in (declared or declaration(stage)).io:
         if io.flag is None:
@@ -41,8 +44,13 @@ def stage_parser(stage: str, description: str, declared=None) -> argparse.Argume
         if isinstance(io.path, str):
             parser.add_argument(f"--{io.flag}", default=io.path, help=f"{what} (default: {io.path})")
         else:
-            parser.add_argument(f"--{io.flag}", nargs="+", default=list(io.path), metavar="NAME=PATH",
-                                help=f"{what} (default: {' '.join(io.path)})")
+            parser.add_argument(
+                f"--{io.flag}",
+                nargs="+",
+                default=list(io.path),
+                metavar="NAME=PATH",
+                help=f"{what} (default: {' '.join(io.path)})",
+            )
     return parser
 
 
@@ -64,8 +72,12 @@ def run_stage_cli(parser: argparse.ArgumentParser, body: Callable[[argparse.Name
         code = 0
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
-        print(f"{parser.prog}: interrupted; stopped before the end (checkpoints already written are kept and "
-              "resumed from)", file=sys.stderr, flush=True)
+        print(
+            f"{parser.prog}: interrupted; stopped before the end (checkpoints already written are kept and "
+            "resumed from)",
+            file=sys.stderr,
+            flush=True,
+        )
         code = EXIT_INTERRUPTED
         raise SystemExit(EXIT_INTERRUPTED) from None
     except SystemExit as exc:

@@ -1,6 +1,6 @@
 """Stage ``compare``: the GRPO-vs-PPO ablation report, plots for DVC and MLflow.
 
-    python -m tasks.compare --params params/default.yaml --out reports/compare --metrics metrics/compare.json
+python -m tasks.compare --params params/default.yaml --out reports/compare --metrics metrics/compare.json
 """
 
 from __future__ import annotations
@@ -20,12 +20,14 @@ ALGORITHMS = ("grpo", "ppo")
 
 
 def _memory_sentence(memory: dict) -> str:
-    return (f"GRPO / PPO = {memory['grpo_over_ppo']:.3f}; PPO needs {memory['difference_mb']:.1f} MiB more, of "
-            f"which the critic's model state (weights {memory['critic_weights_mb']:.1f} "
-            f"+ gradients {memory['critic_gradients_mb']:.1f} + AdamW moments {memory['critic_optimizer_mb']:.1f} MiB) "
-            f"explains {memory['critic_model_state_mb']:.1f}; the rest "
-            f"({memory['other_mb']:.1f} MiB) is what the critic costs beyond its state: its activations in forward and "
-            f"backward, its second DeepSpeed engine's buffers, and allocator slack (peak RSS on CPU).")
+    return (
+        f"GRPO / PPO = {memory['grpo_over_ppo']:.3f}; PPO needs {memory['difference_mb']:.1f} MiB more, of "
+        f"which the critic's model state (weights {memory['critic_weights_mb']:.1f} "
+        f"+ gradients {memory['critic_gradients_mb']:.1f} + AdamW moments {memory['critic_optimizer_mb']:.1f} MiB) "
+        f"explains {memory['critic_model_state_mb']:.1f}; the rest "
+        f"({memory['other_mb']:.1f} MiB) is what the critic costs beyond its state: its activations in forward and "
+        f"backward, its second DeepSpeed engine's buffers, and allocator slack (peak RSS on CPU)."
+    )
 
 
 def table_rows(summaries: dict) -> list[dict]:
@@ -39,23 +41,42 @@ def winner_line(verdict: str) -> str:
 
 def report(summaries: dict, memory: dict, verdict: str) -> str:
     """The comparison in Markdown (Prefect's artifact, DVC's reports/); the plots are beside it."""
-    lines = ["# GRPO vs PPO", "", winner_line(verdict).replace(verdict, f"**{verdict}**", 1), "",
-             "| metric | GRPO | PPO |", "|---|---|---|"]
-    lines += [f"| {r['metric']} | {html_report.fmt(r['grpo'])} | {html_report.fmt(r['ppo'])} |" for r in table_rows(summaries)]
-    lines += ["", "## Peak memory", "", _memory_sentence(memory), "",
-              "Plots: `curves.png` and `cost.png` beside this file; `report.html` has them inline."]
+    lines = [
+        "# GRPO vs PPO",
+        "",
+        winner_line(verdict).replace(verdict, f"**{verdict}**", 1),
+        "",
+        "| metric | GRPO | PPO |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {r['metric']} | {html_report.fmt(r['grpo'])} | {html_report.fmt(r['ppo'])} |" for r in table_rows(summaries)
+    ]
+    lines += [
+        "",
+        "## Peak memory",
+        "",
+        _memory_sentence(memory),
+        "",
+        "Plots: `curves.png` and `cost.png` beside this file; `report.html` has them inline.",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def report_html(summaries: dict, memory: dict, verdict: str, curves: Path, cost: Path) -> str:
     """The comparison as one self-contained page, plots inline (MLflow's viewer shows it)."""
-    return html_report.page("GRPO vs PPO", [
-        f'<p class="headline">{html_report.esc(winner_line(verdict))}</p>',
-        html_report.table(table_rows(summaries), ["metric", *ALGORITHMS]),
-        "<h2>Training curves</h2>", html_report.image(curves, "reward, KL and validation accuracy per step"),
-        "<h2>Cost</h2>", html_report.image(cost, "peak memory and seconds per step"),
-        f"<h2>Peak memory</h2><p>{html_report.esc(_memory_sentence(memory))}</p>",
-    ])
+    return html_report.page(
+        "GRPO vs PPO",
+        [
+            f'<p class="headline">{html_report.esc(winner_line(verdict))}</p>',
+            html_report.table(table_rows(summaries), ["metric", *ALGORITHMS]),
+            "<h2>Training curves</h2>",
+            html_report.image(curves, "reward, KL and validation accuracy per step"),
+            "<h2>Cost</h2>",
+            html_report.image(cost, "peak memory and seconds per step"),
+            f"<h2>Peak memory</h2><p>{html_report.esc(_memory_sentence(memory))}</p>",
+        ],
+    )
 
 
 def main(args: argparse.Namespace, params: Params) -> None:

@@ -51,17 +51,35 @@ def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: li
     cfg = params.evaluate
     model, tokenizer = load_pretrained(path)
     prompter = prompter_for(model, tokenizer, params.prompt)
-    engine = build_rollout(params.rl.rollout_engine, model, tokenizer, path, seed=params.experiment.seed,
-                           max_model_len=params.model.max_length, stop_ids=prompter.stop_ids)
+    engine = build_rollout(
+        params.rl.rollout_engine,
+        model,
+        tokenizer,
+        path,
+        seed=params.experiment.seed,
+        max_model_len=params.model.max_length,
+        stop_ids=prompter.stop_ids,
+    )
     score = correctness_scorer(params)
     max_new = params.rl.sampling.max_completion_length
     result: dict = {"heldout_loss": heldout_loss(model, prompter, heldout)}
     for set_name, rows in sets.items():
         greedy = greedy_accuracy(engine, rows, score, prompter, max_new_tokens=max_new, seed=params.experiment.seed)
-        sampled = sampled_metrics(engine, rows, score, canonical, prompter, n=cfg.n_samples, k=cfg.k,
-                                  sampling=Sampling(cfg.temperature, 1.0, max_new), seed=params.experiment.seed)
-        write_jsonl(out / f"{name}_{set_name}.jsonl",
-                    ({**g, **{k: v for k, v in s.items() if k != "id"}} for g, s in zip(greedy.outputs, sampled.outputs)))
+        sampled = sampled_metrics(
+            engine,
+            rows,
+            score,
+            canonical,
+            prompter,
+            n=cfg.n_samples,
+            k=cfg.k,
+            sampling=Sampling(cfg.temperature, 1.0, max_new),
+            seed=params.experiment.seed,
+        )
+        write_jsonl(
+            out / f"{name}_{set_name}.jsonl",
+            ({**g, **{k: v for k, v in s.items() if k != "id"}} for g, s in zip(greedy.outputs, sampled.outputs)),
+        )
         result[set_name] = {"pass@1": greedy.accuracy, f"pass@{cfg.k}": sampled.pass_at_k, "examples": len(rows)}
         if sampled.maj_at_k is not None:  # a code set has no answers to vote on
             result[set_name][f"maj@{cfg.k}"] = sampled.maj_at_k
@@ -84,8 +102,12 @@ def main(args: argparse.Namespace, params: Params) -> None:
     with tracking.stage_run("evaluate", params, args.params) as parent:
         for name, path in models.items():
             results[name] = evaluate_model(name, path, params, sets, heldout, out)
-            with mlflow.start_run(run_name=f"evaluate/{name}", nested=True, parent_run_id=parent.info.run_id,
-                                  tags={"grpoflow.stage": "evaluate", "algorithm": name, "model_path": path}):
+            with mlflow.start_run(
+                run_name=f"evaluate/{name}",
+                nested=True,
+                parent_run_id=parent.info.run_id,
+                tags={"grpoflow.stage": "evaluate", "algorithm": name, "model_path": path},
+            ):
                 mlflow.log_params({"algorithm": name, "model_path": path})
                 tracking.log_summary(results[name])
         ref_loss = results["sft"]["heldout_loss"]
@@ -99,8 +121,11 @@ def main(args: argparse.Namespace, params: Params) -> None:
     k = params.evaluate.k
     for name, r in results.items():
         flag = "  FORGETTING FLAGGED" if r["forgetting_flagged"] else ""
-        scored = "; ".join(f"{set_name} " + " ".join(f"{m} {v:.3f}" for m, v in scores.items() if "@" in m)
-                           for set_name, scores in r.items() if isinstance(scores, dict) and f"pass@{k}" in scores)
+        scored = "; ".join(
+            f"{set_name} " + " ".join(f"{m} {v:.3f}" for m, v in scores.items() if "@" in m)
+            for set_name, scores in r.items()
+            if isinstance(scores, dict) and f"pass@{k}" in scores
+        )
         loss = f"held-out loss {r['heldout_loss']:.3f} ({r['heldout_loss_increase']:+.3f})"
         print(f"evaluate {name}: {scored}; {loss}{flag}")
 

@@ -49,5 +49,6 @@ def describe(event: dict) -> str:
     """One console line for a health or stop event (the diagnosis a failure report lists)."""
     if event["event"] == STOPPED:
         return f"{event['stage']}: STOPPED ({event.get('reason')}): {event.get('message')}"
-    return (f"{event['stage']}: HEALTH step {event.get('step', '?')}: {event.get('name')}: {event.get('evidence')}"
-            + (f" -> {event['remedy']}" if event.get("remedy") else ""))
+    return f"{event['stage']}: HEALTH step {event.get('step', '?')}: {event.get('name')}: {event.get('evidence')}" + (
+        f" -> {event['remedy']}" if event.get("remedy") else ""
+    )

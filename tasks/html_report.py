@@ -39,9 +39,14 @@ def table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
     columns = columns or (list(rows[0]) if rows else [])
     head = "".join(f"<th>{esc(c)}</th>" for c in columns)
     body = "".join(
-        "<tr>" + "".join(
-            f'<td class="num">{esc(fmt(r.get(c)))}</td>' if isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool)
-            else f"<td>{esc(fmt(r.get(c)))}</td>" for c in columns) + "</tr>"
+        "<tr>"
+        + "".join(
+            f'<td class="num">{esc(fmt(r.get(c)))}</td>'
+            if isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool)
+            else f"<td>{esc(fmt(r.get(c)))}</td>"
+            for c in columns
+        )
+        + "</tr>"
         for r in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -56,5 +61,7 @@ def image(png: Path, alt: str) -> str:
 def page(title: str, sections: Iterable[str]) -> str:
     """The whole document: ``title`` and the ``sections`` (HTML fragments) in order."""
     body = "\n".join(sections)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
-            f"<style>{STYLE}</style></head>\n<body>\n<h1>{esc(title)}</h1>\n{body}\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+        f"<style>{STYLE}</style></head>\n<body>\n<h1>{esc(title)}</h1>\n{body}\n</body></html>\n"
+    )

@@ -1,6 +1,6 @@
 """Stage ``ppo``: the PPO baseline (critic + GAE) with GRPO's data, rollout budget and engine.
 
-    python -m tasks.ppo --params params/default.yaml
+python -m tasks.ppo --params params/default.yaml
 """
 
 from tasks.rl_stage import cli

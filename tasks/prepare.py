@@ -89,8 +89,13 @@ def main(args: argparse.Namespace, params: Params) -> None:
         metrics["seconds"] = round(time.perf_counter() - start, 3)
         write_json(args.metrics, metrics)
         pii = metrics["pii"]  # the personal-data scan, recorded beside the hash of the data it let through
-        mlflow.set_tags({"data_hash": data_hash, "gate": "passed" if metrics["passed"] else "failed",
-                         "pii": f"{pii['rows_with_pii']} of {pii['rows_scanned']} rows ({pii['mode']})"})
+        mlflow.set_tags(
+            {
+                "data_hash": data_hash,
+                "gate": "passed" if metrics["passed"] else "failed",
+                "pii": f"{pii['rows_with_pii']} of {pii['rows_scanned']} rows ({pii['mode']})",
+            }
+        )
         mlflow.set_tags({f"license.{k}": str(v) for k, v in metrics["licenses"].items()})
         tracking.log_summary(metrics)
         for name in ("report.md", "quarantine.jsonl", "leakage.jsonl"):

@@ -48,8 +48,15 @@ def self_built_pairs(params: Params, policy_dir: Path, train: list[dict]) -> lis
     rows = random.Random(seed).sample(train, min(cfg.prompts, len(train)))
     model, tokenizer = load_pretrained(policy_dir)
     prompter = prompter_for(model, tokenizer, params.prompt)
-    engine = build_rollout(params.rl.rollout_engine, model, tokenizer, policy_dir, seed=seed,
-                           max_model_len=params.model.max_length, stop_ids=prompter.stop_ids)
+    engine = build_rollout(
+        params.rl.rollout_engine,
+        model,
+        tokenizer,
+        policy_dir,
+        seed=seed,
+        max_model_len=params.model.max_length,
+        stop_ids=prompter.stop_ids,
+    )
     n = cfg.samples_per_prompt
     sampling = Sampling(cfg.temperature, 1.0, params.rl.sampling.max_completion_length)
     texts = engine.generate([prompter.prompt(r["prompt"]) for r in rows], n, sampling, seed).texts
@@ -97,11 +104,20 @@ def train(params: Params, pairs: list, policy_dir: Path, history: list[dict]):
         history.append({"step": step, **m})
         steps_log.log(step, {M.LOSS: m["loss"], "learning/pair_accuracy": m["accuracy"], M.LR: m["lr"]})
         if step % 10 == 0 or step + 1 == total:
-            print(f"reward_model step {step + 1}/{total}: loss {m['loss']:.4f} accuracy {m['accuracy']:.3f}", flush=True)
+            print(
+                f"reward_model step {step + 1}/{total}: loss {m['loss']:.4f} accuracy {m['accuracy']:.3f}", flush=True
+            )
             events.emit(events.PROGRESS, "reward_model", step=step + 1, total=total)
 
-    train_reward_model(engine, encoded, epochs=cfg.epochs, batch_size=cfg.batch_size, pad_id=tokenizer.pad_token_id,
-                       seed=params.experiment.seed, on_step=on_step)
+    train_reward_model(
+        engine,
+        encoded,
+        epochs=cfg.epochs,
+        batch_size=cfg.batch_size,
+        pad_id=tokenizer.pad_token_id,
+        seed=params.experiment.seed,
+        on_step=on_step,
+    )
     steps_log.finish()
     return engine.module, tokenizer, prompter, too_long
 
@@ -125,13 +141,17 @@ def main(args: argparse.Namespace, params: Params) -> None:
         built = self_built_pairs(params, policy_dir, read_jsonl(data / "train.jsonl")) if cfg.self_pairs else []
         pairs = from_file + built
         if not pairs:
-            print("error: no preference pairs: the SFT policy's samples never differed in reward, and data.pairs is "
-                  "empty. Sample more (reward_model.prompts, samples_per_prompt, temperature) or give data.pairs.")
+            print(
+                "error: no preference pairs: the SFT policy's samples never differed in reward, and data.pairs is "
+                "empty. Sample more (reward_model.prompts, samples_per_prompt, temperature) or give data.pairs."
+            )
             raise SystemExit(EXIT_BAD_INPUT)
         train_pairs, heldout = split_pairs(pairs, cfg.heldout_share, params.experiment.seed)
         if not train_pairs or not heldout:
-            print(f"error: {len(pairs)} preference pairs leave {len(train_pairs)} to train on and {len(heldout)} to "
-                  "hold out: sample more prompts (reward_model.prompts) or give data.pairs")
+            print(
+                f"error: {len(pairs)} preference pairs leave {len(train_pairs)} to train on and {len(heldout)} to "
+                "hold out: sample more prompts (reward_model.prompts) or give data.pairs"
+            )
             raise SystemExit(EXIT_BAD_INPUT)
         report.mkdir(parents=True, exist_ok=True)
         write_jsonl(report / "pairs_train.jsonl", (vars(p) for p in train_pairs))
@@ -148,8 +168,13 @@ def main(args: argparse.Namespace, params: Params) -> None:
         metrics = {
             "heldout_accuracy": evaluation.summary["accuracy"],
             "margins": {k: v for k, v in evaluation.summary.items() if k != "accuracy"},
-            "pairs": {"data": len(from_file), "self_built": len(built), "train": len(train_pairs),
-                      "heldout": len(heldout), "too_long": too_long + held_too_long},
+            "pairs": {
+                "data": len(from_file),
+                "self_built": len(built),
+                "train": len(train_pairs),
+                "heldout": len(heldout),
+                "too_long": too_long + held_too_long,
+            },
             "final_loss": history[-1]["loss"] if history else None,
             "steps": len(history),
             "seconds": round(time.perf_counter() - start, 1),
@@ -158,8 +183,10 @@ def main(args: argparse.Namespace, params: Params) -> None:
         tracking.log_summary(metrics)
         mlflow.log_artifact(str(plot_margins(evaluation.margins, report)))
         mlflow.log_artifact(args.metrics)
-    print(f"reward_model: held-out pairwise accuracy {metrics['heldout_accuracy']:.1%} on {len(held)} pairs "
-          f"({len(from_file)} from data.pairs, {len(built)} self-built), {metrics['seconds']} s -> {out}")
+    print(
+        f"reward_model: held-out pairwise accuracy {metrics['heldout_accuracy']:.1%} on {len(held)} pairs "
+        f"({len(from_file)} from data.pairs, {len(built)} self-built), {metrics['seconds']} s -> {out}"
+    )
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@ import contextlib
 import csv
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from grpoflow import metric_names as M
 from grpoflow.config import Params
@@ -126,8 +127,10 @@ def summary(rows: list[dict], val_start: float | None, health: list[str], run) -
 
 def _console_line(name: str, step: int, total: int, m: dict) -> str:
     val = f" val_acc {m[M.VAL_ACCURACY]:.3f}" if M.VAL_ACCURACY in m else ""
-    return (f"{name} step {step + 1}/{total}: reward {m[M.REWARD_MEAN]:.3f} kl {m[M.KL]:.4f} entropy {m[M.ENTROPY]:.3f} "
-            f"len {m[M.COMPLETION_LENGTH_MEAN]:.1f} {m[M.STEP_SECONDS]:.2f}s{val}")
+    return (
+        f"{name} step {step + 1}/{total}: reward {m[M.REWARD_MEAN]:.3f} kl {m[M.KL]:.4f} entropy {m[M.ENTROPY]:.3f} "
+        f"len {m[M.COMPLETION_LENGTH_MEAN]:.1f} {m[M.STEP_SECONDS]:.2f}s{val}"
+    )
 
 
 def _preflight(rl_run, name: str, out: Path) -> None:
@@ -139,9 +142,12 @@ def _preflight(rl_run, name: str, out: Path) -> None:
 
     result = rl_run.preflight()
     report = result.report()
-    print(f"{name} preflight: {result.verdict} ({result.signal:.0%} of groups with unequal rewards, pass@G "
-          f"{result.pass_at_g:.2f}, truncated {result.frac_truncated:.0%})"
-          + "".join(f"\n  remedy: {r}" for r in result.remedies), flush=True)
+    print(
+        f"{name} preflight: {result.verdict} ({result.signal:.0%} of groups with unequal rewards, pass@G "
+        f"{result.pass_at_g:.2f}, truncated {result.frac_truncated:.0%})"
+        + "".join(f"\n  remedy: {r}" for r in result.remedies),
+        flush=True,
+    )
     events.emit(events.PREFLIGHT, name, verdict=result.verdict, report=report)
     mlflow.set_tag("preflight", result.verdict)
     mlflow.log_metrics({f"preflight/{k}": float(v) for k, v in result.to_dict().items() if isinstance(v, (int, float))})
@@ -149,8 +155,10 @@ def _preflight(rl_run, name: str, out: Path) -> None:
     if result.verdict == NONE and rl_run.params.rl.preflight.stop_on_none:
         with atomic_write(out / "report.md") as fh:  # the flow's failure report includes it
             fh.write(f"# {name.upper()} stopped before training\n\n{report}")
-        message = ("preflight: no group of the starting policy has unequal rewards, so every advantage is 0 and "
-                   "training cannot learn; see the remedies above (rl.preflight.stop_on_none: false runs anyway)")
+        message = (
+            "preflight: no group of the starting policy has unequal rewards, so every advantage is 0 and "
+            "training cannot learn; see the remedies above (rl.preflight.stop_on_none: false runs anyway)"
+        )
         print(f"{name}: STOPPED: {message}", file=sys.stderr)
         events.emit(events.STOPPED, name, reason="no_signal", message=message)
         mlflow.set_tag("health", "no_signal")
@@ -255,8 +263,14 @@ def _start(s: Stage, extra_params: dict) -> float | None:
 
     rl_run, name = s.rl_run, s.name
     if s.lead:
-        mlflow.set_tags({"algorithm": name, "train_seed": str(rl_run.seed), "world_size": str(rl_run.world),
-                         "resumed_from_step": str(rl_run.trainer.state.step)})
+        mlflow.set_tags(
+            {
+                "algorithm": name,
+                "train_seed": str(rl_run.seed),
+                "world_size": str(rl_run.world),
+                "resumed_from_step": str(rl_run.trainer.state.step),
+            }
+        )
         # Params, so that MLflow's compare view shows what differs between the GRPO and PPO runs.
         mlflow.log_params({"algorithm": name, "train_seed": rl_run.seed, **extra_params})
         mlflow.log_text(format_findings(s.findings), "config_check.txt")
@@ -278,8 +292,11 @@ def _train(s: Stage, val_start: float | None, steps_log) -> None:
     recorder = StepRecorder(s.history, steps_log.log, trainer.checkpoint_due) if s.history is not None else None
     console = StepConsole(s.name, s.rl_run.params.rl.steps, done=trainer.state.step) if s.lead else None
     try:
-        trainer.train(on_step=_on_step(s, recorder, console), on_checkpoint=_on_checkpoint(s, recorder, val_start),
-                      evaluate=s.rl_run.evaluate)
+        trainer.train(
+            on_step=_on_step(s, recorder, console),
+            on_checkpoint=_on_checkpoint(s, recorder, val_start),
+            evaluate=s.rl_run.evaluate,
+        )
     except (TrainingDiverged, OutOfMemoryAfterBackoff) as exc:
         reason = "diverged" if isinstance(exc, TrainingDiverged) else "out_of_memory"
         if s.lead:
@@ -302,8 +319,10 @@ def _on_step(s: Stage, recorder: StepRecorder | None, console: StepConsole | Non
         if recorder is None or console is None:  # not the first process
             return
         for symptom in m.pop("new_symptoms"):
-            console.say(f"{name}: HEALTH step {symptom['step']}: {symptom['name']}: {symptom['evidence']} -> "
-                        f"{symptom['remedy']}")
+            console.say(
+                f"{name}: HEALTH step {symptom['step']}: {symptom['name']}: {symptom['evidence']} -> "
+                f"{symptom['remedy']}"
+            )
             events.emit(events.HEALTH, name, **symptom)
         recorder.step(step, m)
         shown = {k: m[k] for k in (M.REWARD_MEAN, M.KL, M.VAL_ACCURACY) if k in m}
@@ -331,8 +350,7 @@ def _on_checkpoint(s: Stage, recorder: StepRecorder | None, val_start: float | N
     return on_checkpoint
 
 
-def _report(s: Stage, val_start: float | None, start: float, steps_log,
-            scores: Callable[[RLRun], dict] | None) -> None:
+def _report(s: Stage, val_start: float | None, start: float, steps_log, scores: Callable[[RLRun], dict] | None) -> None:
     """The stage's metrics JSON (its seconds counted from ``start``) and report.md, their MLflow
     copies, and the closing line (first process)."""
     import mlflow
@@ -349,8 +367,10 @@ def _report(s: Stage, val_start: float | None, start: float, steps_log,
     if scores:
         metrics |= scores(rl_run)
     write_json(args.metrics, metrics)
-    report = (f"# {name.upper()} run\n\nval accuracy {val_start} -> {metrics[M.VAL_ACCURACY]}\n\n"
-              f"## Config check\n\n```\n{format_findings(s.findings)}\n```\n\n## Health\n\n{rl_run.health.report()}\n")
+    report = (
+        f"# {name.upper()} run\n\nval accuracy {val_start} -> {metrics[M.VAL_ACCURACY]}\n\n"
+        f"## Config check\n\n```\n{format_findings(s.findings)}\n```\n\n## Health\n\n{rl_run.health.report()}\n"
+    )
     with atomic_write(s.out / "report.md") as fh:
         fh.write(report)
     mlflow.set_tag("health", ",".join(symptoms) or "ok")
@@ -365,5 +385,7 @@ def cli(name: str, algorithm: Callable[[], Algorithm], doc: str) -> None:
     """The stage CLI of algorithm ``name`` (loaded by ``algorithm()`` after parsing): its paths and
     their defaults come from tasks/stages.py."""
     parser = stage_parser(name, doc)
-    parser.add_argument("--seed", type=int, default=None, help="training seed (default: experiment.seed); data unchanged")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="training seed (default: experiment.seed); data unchanged"
+    )
     run_stage_cli(parser, lambda args, params: run(args, params, algorithm()))

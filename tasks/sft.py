@@ -54,8 +54,15 @@ def fine_tune(params: Params, model, tokenizer, prompter, train: list[dict]) -> 
             print(f"sft step {step + 1}/{total}: loss {m['loss']:.4f}", flush=True)
             events.emit(events.PROGRESS, "sft", step=step + 1, total=total)
 
-    train_sft(engine, examples, epochs=cfg.epochs, batch_size=cfg.batch_size, pad_id=tokenizer.pad_token_id,
-              seed=params.experiment.seed, on_step=on_step)
+    train_sft(
+        engine,
+        examples,
+        epochs=cfg.epochs,
+        batch_size=cfg.batch_size,
+        pad_id=tokenizer.pad_token_id,
+        seed=params.experiment.seed,
+        on_step=on_step,
+    )
     steps_log.finish()
     return engine.module, history
 
@@ -85,10 +92,22 @@ def main(args: argparse.Namespace, params: Params) -> None:
         if cfg.enabled:
             model, history = fine_tune(params, model, tokenizer, prompter, train)
         save_pretrained(model, tokenizer, out)
-        engine = build_rollout(params.rl.rollout_engine, model, tokenizer, out, seed=params.experiment.seed,
-                               max_model_len=params.model.max_length, stop_ids=prompter.stop_ids)
-        result = greedy_accuracy(engine, val[: cfg.eval_examples], correctness_scorer(params), prompter,
-                                 max_new_tokens=params.rl.sampling.max_completion_length)
+        engine = build_rollout(
+            params.rl.rollout_engine,
+            model,
+            tokenizer,
+            out,
+            seed=params.experiment.seed,
+            max_model_len=params.model.max_length,
+            stop_ids=prompter.stop_ids,
+        )
+        result = greedy_accuracy(
+            engine,
+            val[: cfg.eval_examples],
+            correctness_scorer(params),
+            prompter,
+            max_new_tokens=params.rl.sampling.max_completion_length,
+        )
         write_jsonl(out / "val_outputs.jsonl", result.outputs)
         with atomic_write(out / "history.csv") as fh:
             writer = csv.DictWriter(fh, fieldnames=["step", "loss", "lr"])

@@ -162,56 +162,122 @@ STAGES: list[Stage] = [
         ),
         params=("model", "prompt"),
     ),
-    Stage("prepare", "tasks.prepare", (
-        _io(None, "data/raw", "dep", "local source files (DVC-tracked)"),
-        _io("out", "data/prepared", "out", "directory for the splits, quarantine and report"),
-        _io("metrics", "metrics/prepare.json", "metric", "the stage's metrics JSON"),
-    ), params=("experiment.seed", "data")),
-    Stage("validate_verifiers", "tasks.validate_verifiers", (
-        _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
-        _io(None, RM_DEP, "dep", "the reward model, where rewards use it (its gate)"),
-        _io(None, ("rm-metrics=metrics/reward_model.json",), "dep", "the reward model's held-out pairwise accuracy"),
-        _io("out", "data/verifier_validation", "out", "directory for the report and confusions"),
-        _io("metrics", "metrics/validate_verifiers.json", "metric", "the stage's metrics JSON"),
-    ), params=("rewards", "sandbox", "verifier_gate")),
-    Stage("sft", "tasks.sft", (
-        _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
-        _io("base", "models/base", "dep", "the starting model (the base_model stage)"),
-        _io("out", "models/sft", "out", "where to save the reference model (Hugging Face format)"),
-        _io("metrics", "metrics/sft.json", "metric", "the stage's metrics JSON"),
-    ), params=("experiment.seed", "model", "prompt", "rewards", "sandbox", "sft", "rl.rollout_engine",
-               "rl.sampling.max_completion_length")),
-    Stage("reward_model", "tasks.reward_model", (
-        _io("data", "data/prepared", "dep", "the prepare stage's output directory (train prompts, data.pairs)"),
-        _io("policy", "models/sft", "dep", "the SFT policy: the samples of self-built pairs, and the RM's backbone"),
-        _io("out", RM_DEFAULT_PATH, "out", "where to save the reward model (a sequence classifier, one score)"),
-        _io("report", "reports/reward_model", "report", "directory for the pairs' summary and the margin plot"),
-        _io("metrics", "metrics/reward_model.json", "metric", "held-out pairwise accuracy and margins"),
-    ), params=("experiment.seed", "model", "prompt", "rewards", "sandbox", "reward_model",
-               "rl.sampling.max_completion_length"), opt_in=True),
-    *[Stage(algo, f"tasks.{algo}", _training_io(algo, algo), params=("experiment.seed", "model", "prompt", "rewards",
-                                                                     "sandbox", "rl", algo), plot=curves)
-      for algo, curves in (
-          ("grpo", {"title": "GRPO training curves", "y": ["reward_mean", "kl", "entropy", "val_accuracy"]}),
-          ("ppo", {"title": "PPO training curves", "y": ["reward_mean", "kl", "value_loss", "explained_variance", "val_accuracy"]}),
-      )],
-    Stage("evaluate", "tasks.evaluate", (
-        _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
-        _io("models", ("sft=models/sft", "grpo=models/grpo", "ppo=models/ppo"), "dep",
-            "the policies to evaluate, as name=path (sft is the reference of the forgetting check)"),
-        _io("out", "data/evaluation", "out", "directory for per-example outputs"),
-        _io("metrics", "metrics/evaluate.json", "metric", "the stage's metrics JSON"),
-    ), params=("evaluate", "prompt", "rewards", "sandbox", "rl.rollout_engine", "rl.sampling.max_completion_length")),
-    Stage("compare", "tasks.compare", (
-        _io("evaluation", "metrics/evaluate.json", "dep", "the evaluate stage's metrics"),
-        _io("sft-metrics", "metrics/sft.json", "dep", "the sft stage's metrics"),
-        _io(None, "metrics/grpo.json", "dep", "the grpo stage's metrics"),
-        _io(None, "metrics/ppo.json", "dep", "the ppo stage's metrics"),
-        _io(None, "metrics/grpo_history.csv", "dep", "the grpo stage's history"),
-        _io(None, "metrics/ppo_history.csv", "dep", "the ppo stage's history"),
-        _io("out", "reports/compare", "report", "directory for the report and plots"),
-        _io("metrics", "metrics/compare.json", "metric", "the stage's metrics JSON"),
-    )),
+    Stage(
+        "prepare",
+        "tasks.prepare",
+        (
+            _io(None, "data/raw", "dep", "local source files (DVC-tracked)"),
+            _io("out", "data/prepared", "out", "directory for the splits, quarantine and report"),
+            _io("metrics", "metrics/prepare.json", "metric", "the stage's metrics JSON"),
+        ),
+        params=("experiment.seed", "data"),
+    ),
+    Stage(
+        "validate_verifiers",
+        "tasks.validate_verifiers",
+        (
+            _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
+            _io(None, RM_DEP, "dep", "the reward model, where rewards use it (its gate)"),
+            _io(
+                None, ("rm-metrics=metrics/reward_model.json",), "dep", "the reward model's held-out pairwise accuracy"
+            ),
+            _io("out", "data/verifier_validation", "out", "directory for the report and confusions"),
+            _io("metrics", "metrics/validate_verifiers.json", "metric", "the stage's metrics JSON"),
+        ),
+        params=("rewards", "sandbox", "verifier_gate"),
+    ),
+    Stage(
+        "sft",
+        "tasks.sft",
+        (
+            _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
+            _io("base", "models/base", "dep", "the starting model (the base_model stage)"),
+            _io("out", "models/sft", "out", "where to save the reference model (Hugging Face format)"),
+            _io("metrics", "metrics/sft.json", "metric", "the stage's metrics JSON"),
+        ),
+        params=(
+            "experiment.seed",
+            "model",
+            "prompt",
+            "rewards",
+            "sandbox",
+            "sft",
+            "rl.rollout_engine",
+            "rl.sampling.max_completion_length",
+        ),
+    ),
+    Stage(
+        "reward_model",
+        "tasks.reward_model",
+        (
+            _io("data", "data/prepared", "dep", "the prepare stage's output directory (train prompts, data.pairs)"),
+            _io(
+                "policy", "models/sft", "dep", "the SFT policy: the samples of self-built pairs, and the RM's backbone"
+            ),
+            _io("out", RM_DEFAULT_PATH, "out", "where to save the reward model (a sequence classifier, one score)"),
+            _io("report", "reports/reward_model", "report", "directory for the pairs' summary and the margin plot"),
+            _io("metrics", "metrics/reward_model.json", "metric", "held-out pairwise accuracy and margins"),
+        ),
+        params=(
+            "experiment.seed",
+            "model",
+            "prompt",
+            "rewards",
+            "sandbox",
+            "reward_model",
+            "rl.sampling.max_completion_length",
+        ),
+        opt_in=True,
+    ),
+    *[
+        Stage(
+            algo,
+            f"tasks.{algo}",
+            _training_io(algo, algo),
+            params=("experiment.seed", "model", "prompt", "rewards", "sandbox", "rl", algo),
+            plot=curves,
+        )
+        for algo, curves in (
+            ("grpo", {"title": "GRPO training curves", "y": ["reward_mean", "kl", "entropy", "val_accuracy"]}),
+            (
+                "ppo",
+                {
+                    "title": "PPO training curves",
+                    "y": ["reward_mean", "kl", "value_loss", "explained_variance", "val_accuracy"],
+                },
+            ),
+        )
+    ],
+    Stage(
+        "evaluate",
+        "tasks.evaluate",
+        (
+            _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
+            _io(
+                "models",
+                ("sft=models/sft", "grpo=models/grpo", "ppo=models/ppo"),
+                "dep",
+                "the policies to evaluate, as name=path (sft is the reference of the forgetting check)",
+            ),
+            _io("out", "data/evaluation", "out", "directory for per-example outputs"),
+            _io("metrics", "metrics/evaluate.json", "metric", "the stage's metrics JSON"),
+        ),
+        params=("evaluate", "prompt", "rewards", "sandbox", "rl.rollout_engine", "rl.sampling.max_completion_length"),
+    ),
+    Stage(
+        "compare",
+        "tasks.compare",
+        (
+            _io("evaluation", "metrics/evaluate.json", "dep", "the evaluate stage's metrics"),
+            _io("sft-metrics", "metrics/sft.json", "dep", "the sft stage's metrics"),
+            _io(None, "metrics/grpo.json", "dep", "the grpo stage's metrics"),
+            _io(None, "metrics/ppo.json", "dep", "the ppo stage's metrics"),
+            _io(None, "metrics/grpo_history.csv", "dep", "the grpo stage's history"),
+            _io(None, "metrics/ppo_history.csv", "dep", "the ppo stage's history"),
+            _io("out", "reports/compare", "report", "directory for the report and plots"),
+            _io("metrics", "metrics/compare.json", "metric", "the stage's metrics JSON"),
+        ),
+    ),
 ]
 BY_NAME = {s.name: s for s in STAGES}
 ABLATION_REPORT = "ablation_report"
@@ -220,20 +286,43 @@ ABLATION_REPORT = "ablation_report"
 def arm_stage(arm: str, seed: int) -> Stage:
     """The ablation's stage for ``arm`` at training seed ``seed``: trains on the shared data and
     reference, then scores test pass@1 (tasks/arm.py). One DVC stage per (arm, seed), cached alone."""
-    return Stage(f"arm_{arm}_s{seed}", "tasks.arm", _training_io("the arm", f"arms/{arm}-s{seed}"), params=("experiment.seed", "model", "prompt", "rewards", "sandbox", "rl", "grpo", "ppo", "evaluate",
-               *((f"ablation.custom_arms.{arm}",) if arm not in ARMS else ())),
-       args=("--arm", arm, "--seed", str(seed)))
+    return Stage(
+        f"arm_{arm}_s{seed}",
+        "tasks.arm",
+        _training_io("the arm", f"arms/{arm}-s{seed}"),
+        params=(
+            "experiment.seed",
+            "model",
+            "prompt",
+            "rewards",
+            "sandbox",
+            "rl",
+            "grpo",
+            "ppo",
+            "evaluate",
+            *((f"ablation.custom_arms.{arm}",) if arm not in ARMS else ()),
+        ),
+        args=("--arm", arm, "--seed", str(seed)),
+    )
 
 
 def ablation_report_stage(arms: list[str], seeds: list[int]) -> Stage:
     """The stage that reads every (arm, seed) and writes the arms' table, verdicts and curves."""
     results = tuple(f"{arm}-s{seed}=metrics/arms/{arm}-s{seed}.json" for arm in arms for seed in seeds)
-    return Stage(ABLATION_REPORT, "tasks.ablation_report", (
-        _io("results", results, "dep", "each arm and seed's metrics, as arm-sSEED=path, the baseline arm first"),
-        *(_io(None, f"metrics/arms/{arm}-s{seed}_history.csv", "dep", "its history") for arm in arms for seed in seeds),
-        _io("out", "reports/ablation", "report", "directory for the report, table and curves"),
-        _io("metrics", "metrics/ablation.json", "metric", "per arm: mean, std, 95% interval; the verdicts"),
-    ))
+    return Stage(
+        ABLATION_REPORT,
+        "tasks.ablation_report",
+        (
+            _io("results", results, "dep", "each arm and seed's metrics, as arm-sSEED=path, the baseline arm first"),
+            *(
+                _io(None, f"metrics/arms/{arm}-s{seed}_history.csv", "dep", "its history")
+                for arm in arms
+                for seed in seeds
+            ),
+            _io("out", "reports/ablation", "report", "directory for the report, table and curves"),
+            _io("metrics", "metrics/ablation.json", "metric", "per arm: mean, std, 95% interval; the verdicts"),
+        ),
+    )
 
 
 def ablation_stages(arms: list[str], seeds: list[int]) -> list[Stage]:
@@ -241,6 +330,8 @@ def ablation_stages(arms: list[str], seeds: list[int]) -> list[Stage]:
     if not arms:
         return []
     return [*(arm_stage(arm, seed) for arm in arms for seed in seeds), ablation_report_stage(arms, seeds)]
+
+
 # Written by the Prefect flow when it saves a run as a DVC experiment (flows/experiments.py).
 RUN_RECORD = "metrics/run.json"
 REPORT_PLOTS = ["reports/compare/curves.png", "reports/compare/cost.png"]
@@ -304,18 +395,26 @@ def select(names: list[str] | None, extra: list[Stage] | None = None) -> list[St
             if i.kind == "dep" and isinstance(i.path, str) and i.path in dropped:
                 raise ValueError(f"experiment.stages: {declared.name} needs {i.path}, which {dropped[i.path]} makes")
             if i.kind == "dep" and not isinstance(i.path, str):
-                i = Io(i.flag, tuple(item for item, path in zip(i.path, i.paths) if path not in dropped), i.kind, i.help)
+                i = Io(
+                    i.flag, tuple(item for item, path in zip(i.path, i.paths) if path not in dropped), i.kind, i.help
+                )
             io.append(i)
         chosen.append(replace(declared, io=tuple(io)))
     return chosen
 
 
-def dvc_spec(params_file: str = "params/default.yaml", stages: list[str] | None = None,
-             arms: list[str] | None = None, seeds: list[int] | None = None) -> dict:
+def dvc_spec(
+    params_file: str = "params/default.yaml",
+    stages: list[str] | None = None,
+    arms: list[str] | None = None,
+    seeds: list[int] | None = None,
+) -> dict:
     """dvc.yaml's content for the stages a set runs (and its ablation's arms and seeds), reading
     parameters from ``params_file``."""
     chosen = select(stages, ablation_stages(arms or [], seeds or []))
-    plots: list = [{s.plot["title"]: {"x": "step", "y": {s.paths("history")[0]: s.plot["y"]}}} for s in chosen if s.plot]
+    plots: list = [
+        {s.plot["title"]: {"x": "step", "y": {s.paths("history")[0]: s.plot["y"]}}} for s in chosen if s.plot
+    ]
     return {
         "vars": [{"params_file": params_file}],
         "stages": {s.name: _dvc_stage(s) for s in chosen},
@@ -335,8 +434,12 @@ HEADER = """\
 """
 
 
-def render(params_file: str = "params/default.yaml", stages: list[str] | None = None,
-           arms: list[str] | None = None, seeds: list[int] | None = None) -> str:
+def render(
+    params_file: str = "params/default.yaml",
+    stages: list[str] | None = None,
+    arms: list[str] | None = None,
+    seeds: list[int] | None = None,
+) -> str:
     """dvc.yaml as text, for the set in ``params_file`` running ``stages`` (None: all) and the
     ablation ``arms`` x ``seeds`` (none by default)."""
     return HEADER + yaml.safe_dump(dvc_spec(params_file, stages, arms, seeds), sort_keys=False, width=120)
@@ -356,19 +459,26 @@ def stages_for(params) -> list[Stage]:
 def params_file_var(path: str | Path = DVC_YAML) -> str | None:
     """The ``params_file`` var that the stages of the dvc.yaml at ``path`` read their parameters from."""
     spec = yaml.safe_load(Path(path).read_text()) or {}
-    return next((str(v["params_file"]) for v in spec.get("vars") or [] if isinstance(v, dict) and "params_file" in v), None)
+    return next(
+        (str(v["params_file"]) for v in spec.get("vars") or [] if isinstance(v, dict) and "params_file" in v), None
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """``--write`` regenerates dvc.yaml; ``--check`` reports whether it is current."""
     from tasks.cli import help_text
 
-    parser = argparse.ArgumentParser(prog="python -m tasks.stages", description=help_text(__doc__),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tasks.stages",
+        description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", action="store_true", help="regenerate dvc.yaml from the declarations")
     group.add_argument("--check", action="store_true", help="exit 1 if dvc.yaml is not what the declarations give")
-    parser.add_argument("--params", default=None, help="the parameter set dvc.yaml reads (default: its params_file var)")
+    parser.add_argument(
+        "--params", default=None, help="the parameter set dvc.yaml reads (default: its params_file var)"
+    )
     args = parser.parse_args(argv)
     params_file = args.params or (params_file_var() if Path(DVC_YAML).is_file() else None) or "params/default.yaml"
     from grpoflow.config import ConfigError, load_params

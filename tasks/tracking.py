@@ -152,7 +152,9 @@ def _run(
 ) -> Iterator[mlflow.ActiveRun]:
     use_experiment(params)
     all_tags = {**provenance_tags(params, params_file), "grpoflow.stage": stage, **tags}
-    with mlflow.start_run(run_name=run_name or stage, parent_run_id=parent, nested=parent is not None, tags=all_tags) as run:
+    with mlflow.start_run(
+        run_name=run_name or stage, parent_run_id=parent, nested=parent is not None, tags=all_tags
+    ) as run:
         mlflow.log_params(flatten(params.model_dump(mode="json")))
         yield run
 
@@ -173,7 +175,12 @@ def pipeline_run(params: Params, params_file: str, run_name: str, flow_run_id: s
 
 
 def log_cached_stage(
-    stage: str, params: Params, params_file: str, parent_run_id: str, flow_run_id: str, metrics: dict,
+    stage: str,
+    params: Params,
+    params_file: str,
+    parent_run_id: str,
+    flow_run_id: str,
+    metrics: dict,
     metrics_files: list[str],
 ) -> str:
     """A child run for a stage DVC skipped: ``metrics`` (read back by the flow from its cached

@@ -95,11 +95,15 @@ def rm_failures(rm: dict, params: Params) -> list[str]:
         return [f"rm: {rm['error']}"]
     failures = []
     if rm["win_rate"] < g.min_rm_win_rate:
-        failures.append(f"rm: gold solutions beat a perturbed wrong one in {rm['win_rate']:.4f} of {rm['cases']} "
-                        f"val rows < verifier_gate.min_rm_win_rate {g.min_rm_win_rate}")
+        failures.append(
+            f"rm: gold solutions beat a perturbed wrong one in {rm['win_rate']:.4f} of {rm['cases']} "
+            f"val rows < verifier_gate.min_rm_win_rate {g.min_rm_win_rate}"
+        )
     if rm.get("heldout_accuracy", 1.0) < g.min_rm_accuracy:
-        failures.append(f"rm: held-out pairwise accuracy {rm['heldout_accuracy']:.4f} < verifier_gate.min_rm_accuracy "
-                        f"{g.min_rm_accuracy}")
+        failures.append(
+            f"rm: held-out pairwise accuracy {rm['heldout_accuracy']:.4f} < verifier_gate.min_rm_accuracy "
+            f"{g.min_rm_accuracy}"
+        )
     return failures
 
 
@@ -108,31 +112,47 @@ def gate(results: dict[str, dict], params: Params) -> list[str]:
     failures = []
     for key, r in results.items():
         if r["reference_errors"]:
-            failures.append(f"{key}: {len(r['reference_errors'])} reference answers cannot be parsed, "
-                            f"e.g. {r['reference_errors'][0]}")
+            failures.append(
+                f"{key}: {len(r['reference_errors'])} reference answers cannot be parsed, "
+                f"e.g. {r['reference_errors'][0]}"
+            )
         if r["precision"] < g.min_precision:
             failures.append(f"{key}: precision {r['precision']:.4f} < verifier_gate.min_precision {g.min_precision}")
         if r["recall"] < g.min_recall:
             failures.append(f"{key}: recall {r['recall']:.4f} < verifier_gate.min_recall {g.min_recall}")
         if r.get("mutant_kill_rate", 1.0) < g.min_mutants_killed:
-            failures.append(f"{key}: the tests fail {r['mutant_kill_rate']:.4f} of {r['mutants']} mutated reference "
-                            f"programs < verifier_gate.min_mutants_killed {g.min_mutants_killed}")
+            failures.append(
+                f"{key}: the tests fail {r['mutant_kill_rate']:.4f} of {r['mutants']} mutated reference "
+                f"programs < verifier_gate.min_mutants_killed {g.min_mutants_killed}"
+            )
     return failures
 
 
 def report(results: dict[str, dict], failures: list[str], rm: dict | None = None) -> str:
     lines = [f"# Verifier validation: {'FAILED' if failures else 'PASSED'}", ""] + [f"- {f}" for f in failures]
-    lines += ["", "| verifier.set | cases | precision | recall | accuracy | mutants killed | checks/s |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| verifier.set | cases | precision | recall | accuracy | mutants killed | checks/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for key, r in results.items():
         killed = f"{r['mutant_kill_rate']:.4f} of {r['mutants']}" if "mutants" in r else ""
-        lines.append(f"| {key} | {r.get('cases', '')} | {r['precision']:.4f} | {r['recall']:.4f} | {r['accuracy']:.4f} "
-                     f"| {killed} | {r.get('checks_per_second', '')} |")
+        lines.append(
+            f"| {key} | {r.get('cases', '')} | {r['precision']:.4f} | {r['recall']:.4f} | {r['accuracy']:.4f} "
+            f"| {killed} | {r.get('checks_per_second', '')} |"
+        )
     if rm is not None:
         lines += ["", "## Reward model", "", *(f"- {k}: {v}" for k, v in rm.items())]
     for key, r in results.items():
         if r["confusions"]:
-            lines += ["", f"## Confusions: {key}", "", "```", *[json.dumps(c)[:400] for c in r["confusions"][:10]], "```"]
+            lines += [
+                "",
+                f"## Confusions: {key}",
+                "",
+                "```",
+                *[json.dumps(c)[:400] for c in r["confusions"][:10]],
+                "```",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -147,8 +167,9 @@ def main(args: argparse.Namespace, params: Params) -> None:
         sets = reference_sets(Path(args.data), params.verifier_gate.max_examples, params.experiment.seed)
         results: dict[str, dict] = {}
         for reward in (r for r in params.rewards if r.name != RM_REWARD):
-            verifier = verifiers.create(reward.name, reward.options, sandbox=params.sandbox,
-                                        workers=params.verifier_gate.workers)
+            verifier = verifiers.create(
+                reward.name, reward.options, sandbox=params.sandbox, workers=params.verifier_gate.workers
+            )
             for set_name, rows in sets.items():
                 mine = [r for r in rows if row_task(r) in verifier.tasks]
                 if mine:
@@ -159,12 +180,20 @@ def main(args: argparse.Namespace, params: Params) -> None:
             rm = reward_model_gate(params, sets["val"], Path(args.rm_metrics))
             failures += rm_failures(rm, params)
         text = report(results, failures, rm)
-        write_jsonl(out / "confusions.jsonl", ({"verifier": k, **c} for k, r in results.items() for c in r["confusions"]))
+        write_jsonl(
+            out / "confusions.jsonl", ({"verifier": k, **c} for k, r in results.items() for c in r["confusions"])
+        )
         with atomic_write(out / "report.md") as fh:
             fh.write(text)
-        summary = {k: {m: v for m, v in r.items() if m not in ("confusions", "reference_errors")} for k, r in results.items()}
-        metrics = {"verifiers": summary, **({"reward_model": rm} if rm else {}), "passed": not failures,
-                   "failures": failures}
+        summary = {
+            k: {m: v for m, v in r.items() if m not in ("confusions", "reference_errors")} for k, r in results.items()
+        }
+        metrics = {
+            "verifiers": summary,
+            **({"reward_model": rm} if rm else {}),
+            "passed": not failures,
+            "failures": failures,
+        }
         write_json(args.metrics, metrics)
         mlflow.set_tag("gate", "passed" if not failures else "failed")
         tracking.log_summary(metrics)
@@ -179,6 +208,9 @@ def main(args: argparse.Namespace, params: Params) -> None:
 if __name__ == "__main__":
     parser = stage_parser("validate_verifiers", __doc__)
     rm_metrics = stage("reward_model").file("metrics")
-    parser.add_argument("--rm-metrics", default=rm_metrics,
-                        help=f"the reward_model stage's metrics: its held-out pairwise accuracy (default: {rm_metrics})")
+    parser.add_argument(
+        "--rm-metrics",
+        default=rm_metrics,
+        help=f"the reward_model stage's metrics: its held-out pairwise accuracy (default: {rm_metrics})",
+    )
     run_stage_cli(parser, main)

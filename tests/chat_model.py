@@ -15,7 +15,11 @@ CHAT_TEMPLATE = (
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-TEXTS = [f"Tom has {a} apples and gets {b} more. How many?\n{a}+{b}={a + b}\n#### {a + b}" for a in range(9) for b in range(9)]
+TEXTS = [
+    f"Tom has {a} apples and gets {b} more. How many?\n{a}+{b}={a + b}\n#### {a + b}"
+    for a in range(9)
+    for b in range(9)
+]
 
 
 def build_chat_model(out: Path) -> Path:

@@ -76,10 +76,12 @@ def free_port() -> int:
 def prefect_query(project: Path, env: dict[str, str], body: str):
     """The JSON value that ``body`` (async Python, a Prefect client as ``c``, returning it) gives
     against the Prefect API that ``env`` points at."""
-    code = ("import asyncio, json\nfrom prefect.client.orchestration import get_client\n"
-            "async def main():\n    async with get_client() as c:\n"
-            + "\n".join("        " + line for line in body.strip().splitlines())
-            + "\nprint(json.dumps(asyncio.run(main()), default=str))")
+    code = (
+        "import asyncio, json\nfrom prefect.client.orchestration import get_client\n"
+        "async def main():\n    async with get_client() as c:\n"
+        + "\n".join("        " + line for line in body.strip().splitlines())
+        + "\nprint(json.dumps(asyncio.run(main()), default=str))"
+    )
     out = run([sys.executable, "-c", code], project, env, timeout=400)  # above run_env's 300 s server start
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -135,5 +137,9 @@ def use_params(project: Path, rel: str) -> None:
 def smoke(project: Path) -> tuple[Path, str]:
     rel = write_params(project, "smoke", SMOKE_OVERRIDES)
     use_params(project, rel)
-    subprocess.run(["git", "-c", "user.email=ci@grpoflow.local", "-c", "user.name=ci", "commit", "-qam", "smoke"], cwd=project, check=True)
+    subprocess.run(
+        ["git", "-c", "user.email=ci@grpoflow.local", "-c", "user.name=ci", "commit", "-qam", "smoke"],
+        cwd=project,
+        check=True,
+    )
     return project, rel

@@ -22,9 +22,24 @@ IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 
 
 def _serve(store: Path, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", f"sqlite:///{store}",
-                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "ui",
+            "--backend-store-uri",
+            f"sqlite:///{store}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -39,8 +54,12 @@ def _serve(store: Path, port: int) -> subprocess.Popen:
 def main(project: Path) -> None:
     store = project / "mlflow.db"
     client = MlflowClient(f"sqlite:///{store}")
-    (parent,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
-                                   "tags.`grpoflow.stage` = 'pipeline'", order_by=["attributes.start_time DESC"], max_results=1)
+    (parent,) = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()],
+        "tags.`grpoflow.stage` = 'pipeline'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     eid, pid = parent.info.experiment_id, parent.info.run_id
     (grpo,) = client.search_runs([eid], f"tags.`mlflow.parentRunId` = '{pid}' and tags.`grpoflow.stage` = 'grpo'")
     port = free_port()
@@ -56,8 +75,11 @@ def main(project: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    print(screenshot((project / "reports" / "run.html").resolve().as_uri(), IMAGES / "run-report.png", height=1800,
-                     wait_ms=3000))
+    print(
+        screenshot(
+            (project / "reports" / "run.html").resolve().as_uri(), IMAGES / "run-report.png", height=1800, wait_ms=3000
+        )
+    )
 
 
 if __name__ == "__main__":

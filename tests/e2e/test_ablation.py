@@ -23,9 +23,25 @@ PY = sys.executable
 def mlflow_server(tmp_path, run_env):
     port = free_port()
     proc = subprocess.Popen(
-        [PY, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination", str(tmp_path / "artifacts")],
-        env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            PY,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination",
+            str(tmp_path / "artifacts"),
+        ],
+        env=run_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -42,8 +58,9 @@ def mlflow_server(tmp_path, run_env):
 
 
 def rest(url: str, path: str, body: dict) -> dict:
-    req = urllib.request.Request(f"{url}/api/2.0/mlflow/{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{url}/api/2.0/mlflow/{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
         return json.loads(resp.read())
 
@@ -56,29 +73,44 @@ def test_arms_over_seeds_give_intervals_verdicts_and_comparable_runs_and_cache_p
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
 
     result = json.loads((project / "metrics" / "ablation.json").read_text())
-    assert result["baseline"] == "grpo" and result["order"] == ["grpo", "rloo", "ppo"] == sorted(result["arms"], key=result["order"].index)
+    assert result["baseline"] == "grpo" and result["order"] == ["grpo", "rloo", "ppo"] == sorted(
+        result["arms"], key=result["order"].index
+    )
     for arm, stats in result["arms"].items():
         score = stats["test_pass@1"]
         assert score["n"] == 2 and score["ci95"][0] <= score["mean"] <= score["ci95"][1], (arm, score)
         assert stats["seconds_per_step"]["mean"] > 0 and stats["peak_memory_mb"]["mean"] > 0 and "kl_final" in stats
         assert "heldout_loss_increase" in stats  # the forgetting check, per arm
     for arm in ("rloo", "ppo"):
-        assert result["verdicts"][arm]["verdict"] in ("better", "worse", "tie") and result["verdicts"][arm]["test"] == VERDICT_TEST
+        assert (
+            result["verdicts"][arm]["verdict"] in ("better", "worse", "tie")
+            and result["verdicts"][arm]["test"] == VERDICT_TEST
+        )
         assert result["forgetting_verdicts"][arm]["verdict"] in ("better", "worse", "tie")
     assert (project / "reports" / "ablation" / "curves.png").stat().st_size > 1000
-    assert "ppo" in result["arms"] and json.loads((project / "metrics" / "arms" / "ppo-s1.json").read_text())["algorithm"] == "ppo"
+    assert (
+        "ppo" in result["arms"]
+        and json.loads((project / "metrics" / "arms" / "ppo-s1.json").read_text())["algorithm"] == "ppo"
+    )
 
     # MLflow: one parent; a child per arm and seed with the same metric names (PPO adds its critic's).
-    with urllib.request.urlopen(f"{mlflow_server}/api/2.0/mlflow/experiments/get-by-name?experiment_name=grpoflow-default") as r:
+    with urllib.request.urlopen(
+        f"{mlflow_server}/api/2.0/mlflow/experiments/get-by-name?experiment_name=grpoflow-default"
+    ) as r:
         experiment_id = json.loads(r.read())["experiment"]["experiment_id"]
     runs = rest(mlflow_server, "runs/search", {"experiment_ids": [experiment_id], "max_results": 200})["runs"]
     tags = lambda run: {t["key"]: t["value"] for t in run["data"].get("tags", [])}  # noqa: E731
     params = lambda run: {p["key"]: p["value"] for p in run["data"].get("params", [])}  # noqa: E731
     arms = [r for r in runs if tags(r).get("grpoflow.stage") == "arm"]
-    assert sorted(r["info"]["run_name"] for r in arms) == sorted(f"arm/{a}/s{s}" for a in ("grpo", "rloo", "ppo") for s in (0, 1))
+    assert sorted(r["info"]["run_name"] for r in arms) == sorted(
+        f"arm/{a}/s{s}" for a in ("grpo", "rloo", "ppo") for s in (0, 1)
+    )
     assert len({tags(r)["mlflow.parentRunId"] for r in arms}) == 1
     keys = {params(r)["arm"]: {m["key"] for m in r["data"]["metrics"]} for r in arms}
-    assert keys["grpo"] == keys["rloo"] and keys["ppo"] - keys["grpo"] == {"learning/value_loss", "learning/explained_variance"}
+    assert keys["grpo"] == keys["rloo"] and keys["ppo"] - keys["grpo"] == {
+        "learning/value_loss",
+        "learning/explained_variance",
+    }
     assert {"learning/reward_mean", "learning/kl", "learning/grad_norm", "summary/test_pass_at_1"} <= keys["grpo"]
     assert {params(r)["algorithm"] for r in arms if params(r)["arm"] == "rloo"} == {"grpo"}
 

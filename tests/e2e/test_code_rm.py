@@ -54,11 +54,15 @@ def test_code_tasks_train_on_their_tests_and_a_reward_model(project, run_env):
 
     # Each component of the reward is logged per step: the tests' share and the reward model's.
     client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
-    grpo = client.search_runs([client.get_experiment_by_name("grpoflow-code-rm").experiment_id],
-                              "tags.`grpoflow.stage` = 'grpo'")[0]
+    grpo = client.search_runs(
+        [client.get_experiment_by_name("grpoflow-code-rm").experiment_id], "tags.`grpoflow.stage` = 'grpo'"
+    )[0]
     components = {k.rsplit("/", 1)[-1] for k in grpo.data.metrics if "reward/" in k}
     assert {"code", "rm"} <= components, sorted(grpo.data.metrics)
-    assert len(client.get_metric_history(grpo.info.run_id, next(k for k in grpo.data.metrics if k.endswith("reward/rm")))) == 4
+    assert (
+        len(client.get_metric_history(grpo.info.run_id, next(k for k in grpo.data.metrics if k.endswith("reward/rm"))))
+        == 4
+    )
 
     evaluation = json.loads((metrics / "evaluate.json").read_text())["models"]
     for model in ("sft", "grpo"):

@@ -38,12 +38,21 @@ def served(smoke, run_env, tmp_path):
     cron = f'cron: "0 {(datetime.now(UTC).hour + 12) % 24} * * *"'
     assert prefect_yaml.read_text().count('cron: "0 2 * * *"') == 1
     prefect_yaml.write_text(prefect_yaml.read_text().replace('cron: "0 2 * * *"', cron))
-    subprocess.run(["git", "-c", "user.email=ci@grpoflow.local", "-c", "user.name=ci", "commit", "-qam", "remote"], cwd=project, check=True)
+    subprocess.run(
+        ["git", "-c", "user.email=ci@grpoflow.local", "-c", "user.name=ci", "commit", "-qam", "remote"],
+        cwd=project,
+        check=True,
+    )
     port = free_port()
     env = {**run_env, "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
     log = open(tmp_path / "serve.log", "w")
-    proc = subprocess.Popen([PY, "-m", "flows.serve", "--params", params_file, "--port", str(port)], cwd=project,
-                            env=run_env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [PY, "-m", "flows.serve", "--params", params_file, "--port", str(port)],
+        cwd=project,
+        env=run_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 400  # Prefect's server alone may take 300 s to start on a loaded machine
     while "worker started" not in (tmp_path / "serve.log").read_text():
         assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
@@ -64,27 +73,44 @@ def trigger(project: Path, env: dict, deployment: str, **parameters) -> str:
 def wait_for(project: Path, env: dict, run_ids: list[str], timeout_s: float = 600) -> dict[str, str]:
     deadline = time.monotonic() + timeout_s
     while True:
-        states = prefect_query(project, env, f"""
+        states = prefect_query(
+            project,
+            env,
+            f"""
 ids = {run_ids!r}
-return {{i: (await c.read_flow_run(i)).state.type.value for i in ids}}""")
+return {{i: (await c.read_flow_run(i)).state.type.value for i in ids}}""",
+        )
         if all(s in TERMINAL for s in states.values()) or time.monotonic() > deadline:
             return states
         time.sleep(3)
 
 
 def flow_run_logs(project: Path, env: dict, run_id: str) -> str:
-    return "\n".join(prefect_query(project, env, f"""
+    return "\n".join(
+        prefect_query(
+            project,
+            env,
+            f"""
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 logs = await c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[{run_id!r}])), limit=200)
-return [log.message for log in logs]"""))
+return [log.message for log in logs]""",
+        )
+    )
 
 
 def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_overrides(served):
     project, params_file, env, remote, serve_log = served
-    first = trigger(project, env, "grpoflow-pipeline/scheduled", params_file=params_file,
-                    overrides={"orchestration.dvc_remote": "storage", "rl.steps": 3})
+    first = trigger(
+        project,
+        env,
+        "grpoflow-pipeline/scheduled",
+        params_file=params_file,
+        overrides={"orchestration.dvc_remote": "storage", "rl.steps": 3},
+    )
     second = trigger(project, env, "grpoflow-pipeline/scheduled", params_file=params_file, overrides={"rl.steps": 3})
-    bad = trigger(project, env, "grpoflow-pipeline/scheduled", params_file=params_file, overrides={"rl.num_generations": 1})
+    bad = trigger(
+        project, env, "grpoflow-pipeline/scheduled", params_file=params_file, overrides={"rl.num_generations": 1}
+    )
     states = wait_for(project, env, [first, second, bad], timeout_s=1200)  # two runs, one after the other
     assert states[first] == states[second] == "COMPLETED", {i: flow_run_logs(project, env, i)[-3000:] for i in states}
 
@@ -106,23 +132,36 @@ def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_
     assert rows["train"] + rows["val"] + rows["test"] == rows["kept"] > 0
     for stage in STAGES:
         for parent, cached in zip(parents, (False, True)):
-            (child,) = [r for r in runs if r.data.tags.get("grpoflow.stage") == stage
-                        and r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+            (child,) = [
+                r
+                for r in runs
+                if r.data.tags.get("grpoflow.stage") == stage
+                and r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+            ]
             assert (child.data.tags.get("dvc_cached") == "true") == cached, stage
             assert child.data.tags["git_commit"] == parent.data.tags["git_commit"] != "unknown"
             assert child.data.tags["verifier_hash"] == parent.data.tags["verifier_hash"] != ""
     # In Prefect, a stage DVC skipped ends in a state of its own name; every run links its page.
     ids = [p.data.tags["prefect_flow_run_id"] for p in parents]  # the run that ran, the run DVC skipped
-    stage_states = prefect_query(project, env, f"""
+    stage_states = prefect_query(
+        project,
+        env,
+        f"""
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 runs = await c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_={ids!r})))
-return [[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {list(STAGES)!r}]""")
+return [[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {list(STAGES)!r}]""",
+    )
     named = {(run_id, name): state for run_id, name, state in stage_states}
-    assert {named[ids[0], s] for s in STAGES} == {"Completed"} and {named[ids[1], s] for s in STAGES} == {"Cached"}, named
+    assert {named[ids[0], s] for s in STAGES} == {"Completed"} and {named[ids[1], s] for s in STAGES} == {"Cached"}, (
+        named
+    )
     assert {"run-report", "run-headline", "mlflow-run"} <= set(prefect_artifact_keys(project, env))
 
     first_prepare = next(r for r in runs if r.data.tags.get("grpoflow.stage") == "prepare")
-    assert first_prepare.data.tags["data_hash"] == prepare["data_hash"] and first_prepare.data.metrics["summary/rows.train"] == rows["train"]
+    assert (
+        first_prepare.data.tags["data_hash"] == prepare["data_hash"]
+        and first_prepare.data.metrics["summary/rows.train"] == rows["train"]
+    )
     validation = next(r for r in runs if r.data.tags.get("grpoflow.stage") == "validate_verifiers")
     assert validation.data.metrics["summary/verifiers.math.val.recall"] == 1.0
     grpo = next(r for r in runs if r.data.tags.get("grpoflow.stage") == "grpo")
@@ -133,8 +172,10 @@ return [[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {l
         assert [m.step for m in client.get_metric_history(grpo.info.run_id, name)] == [0, 1, 2], name
     # The true norm (DeepSpeed reports none at ZeRO 0): zero only at a step where no group had a learning
     # signal (equal rewards in every group; the smoke model often scores 0 throughout), positive elsewhere.
-    history = {name: {m.step: m.value for m in client.get_metric_history(grpo.info.run_id, name)}
-               for name in ("learning/grad_norm", "rollout/frac_zero_std_groups")}
+    history = {
+        name: {m.step: m.value for m in client.get_metric_history(grpo.info.run_id, name)}
+        for name in ("learning/grad_norm", "rollout/frac_zero_std_groups")
+    }
     for step, norm in history["learning/grad_norm"].items():
         assert norm > 0 or history["rollout/frac_zero_std_groups"][step] == 1.0, (step, history)
     assert not any(k.startswith("schedule/") for k in grpo.data.metrics)  # constants: params, not charts
@@ -152,7 +193,10 @@ return [[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {l
     for parent in parents:
         name = parent.data.tags["dvc_experiment"]
         record = exps[name]["metrics/run.json"]
-        assert record["mlflow_run_id"] == parent.info.run_id and record["prefect_flow_run_id"] == parent.data.tags["prefect_flow_run_id"]
+        assert (
+            record["mlflow_run_id"] == parent.info.run_id
+            and record["prefect_flow_run_id"] == parent.data.tags["prefect_flow_run_id"]
+        )
         assert record["git_commit"] == parent.data.tags["git_commit"] and record["overrides"]["rl.steps"] == 3
         assert exps[name]["metrics/grpo.json"]["steps"] == 3  # the run's metrics travel with it
         assert parent.data.tags["data_hash"] == prepare["data_hash"]
@@ -164,20 +208,32 @@ return [[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {l
     assert any(remote.rglob("*")), "nothing was pushed to the DVC remote"
 
     keys = set(prefect_artifact_keys(project, env))
-    assert {"grpo-progress", "sft-progress", "mlflow-run", "pipeline-stages", "pipeline-metrics", "prepare-report",
-            "validate-verifiers-report", "compare-report"} <= keys
+    assert {
+        "grpo-progress",
+        "sft-progress",
+        "mlflow-run",
+        "pipeline-stages",
+        "pipeline-metrics",
+        "prepare-report",
+        "validate-verifiers-report",
+        "compare-report",
+    } <= keys
     limits = prefect_query(project, env, "return [l.name for l in await c.read_global_concurrency_limits()]")
     assert "gpu" in limits
 
     # The cron deployment has its next runs scheduled (with SQLAlchemy 2.1 the server's scheduler failed
     # on every cycle and created none), and no server error of that kind reached the serve console.
-    scheduled = prefect_query(project, env, """
+    scheduled = prefect_query(
+        project,
+        env,
+        """
 from prefect.client.schemas.filters import (DeploymentFilter, DeploymentFilterName, FlowRunFilter, FlowRunFilterState,
                                             FlowRunFilterStateType)
 runs = await c.read_flow_runs(
     deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["scheduled"])),
     flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=["SCHEDULED"]))))
-return [r.expected_start_time.isoformat() for r in runs]""")
+return [r.expected_start_time.isoformat() for r in runs]""",
+    )
     assert scheduled and all(datetime.fromisoformat(t) > datetime.now(UTC) for t in scheduled), scheduled
     console = serve_log.read_text()
     assert "InvalidRequestError" not in console and "bulk DML" not in console, console[-3000:]
@@ -211,8 +267,18 @@ def test_a_transient_stage_failure_is_retried_and_a_lasting_one_reported_once(sm
     last_good = project / "metrics" / "validate_verifiers.json"  # of an earlier run; nothing else holds it
     last_good.parent.mkdir(exist_ok=True)
     last_good.write_text('{"from": "the last good run"}')
-    flow = [PY, "-m", "flows.pipeline", "--params", params_file, "--set", "orchestration.retry_delay_seconds=0",
-            "--stages", "prepare", "validate_verifiers"]
+    flow = [
+        PY,
+        "-m",
+        "flows.pipeline",
+        "--params",
+        params_file,
+        "--set",
+        "orchestration.retry_delay_seconds=0",
+        "--stages",
+        "prepare",
+        "validate_verifiers",
+    ]
     failed = run(flow, project, run_env)
     assert failed.returncode != 0
     assert last_good.read_text() == '{"from": "the last good run"}', "a failed stage lost the last good metrics"
@@ -220,11 +286,17 @@ def test_a_transient_stage_failure_is_retried_and_a_lasting_one_reported_once(sm
     assert (project / ".prepare-attempts").read_text() == "2" and (project / ".validate-attempts").read_text() == "2"
     assert (project / "data" / "prepared" / "train.jsonl").is_file()
     keys = prefect_artifact_keys(project, run_env)
-    assert "failed-prepare" not in keys and keys.count("failed-validate-verifiers") == 1  # only the last attempt reports
-    report = prefect_query(project, run_env, """
+    assert (
+        "failed-prepare" not in keys and keys.count("failed-validate-verifiers") == 1
+    )  # only the last attempt reports
+    report = prefect_query(
+        project,
+        run_env,
+        """
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 arts = await c.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["failed-validate-verifiers"])))
-return arts[0].data""")
+return arts[0].data""",
+    )
     assert "injected fault: attempt 2 fails" in report and "Health diagnosis" in report and "attempt 2" in report
 
 
@@ -237,8 +309,15 @@ def _as_in_a_terminal() -> None:
 
 def start_and_wait_for_checkpoint(project: Path, flow: list[str], env: dict, step: int, out: Path) -> subprocess.Popen:
     """The flow in its own process group (as a terminal runs it), once training has saved ``step``."""
-    proc = subprocess.Popen(flow, cwd=project, env=env, stdout=open(out, "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True, preexec_fn=_as_in_a_terminal)
+    proc = subprocess.Popen(
+        flow,
+        cwd=project,
+        env=env,
+        stdout=open(out, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_as_in_a_terminal,
+    )
     latest = project / "checkpoints" / "grpo"
     deadline = time.monotonic() + 400
     while (latest_step(latest) or 0) < step:
@@ -249,14 +328,39 @@ def start_and_wait_for_checkpoint(project: Path, flow: list[str], env: dict, ste
 
 def test_a_flow_interrupted_then_killed_mid_training_resumes_and_skips_finished_stages(smoke, run_env, tmp_path):
     project, _ = smoke
-    params_file = write_params(project, "long", {"rl.steps": 8, "rl.checkpoint_every": 2, "rl.eval_every": 8,
-                                                 "data.synthetic.num_examples": 400, "verifier_gate.max_examples": 50,
-                                                 "sft.epochs": 0.5, "sft.eval_examples": 16, "rl.prompts_per_step": 4,
-                                                 "rl.num_generations": 4, "rl.engine.micro_batch_size": 8})
+    params_file = write_params(
+        project,
+        "long",
+        {
+            "rl.steps": 8,
+            "rl.checkpoint_every": 2,
+            "rl.eval_every": 8,
+            "data.synthetic.num_examples": 400,
+            "verifier_gate.max_examples": 50,
+            "sft.epochs": 0.5,
+            "sft.eval_examples": 16,
+            "rl.prompts_per_step": 4,
+            "rl.num_generations": 4,
+            "rl.engine.micro_batch_size": 8,
+        },
+    )
     # Another params set and an override: the run edits dvc.yaml and the params file, and a kill
     # must not leave those edits behind for the next run to mistake for the user's.
-    flow = [PY, "-m", "flows.pipeline", "--params", params_file, "--set", "rl.sampling.temperature=0.9",
-            "--stages", "base_model", "prepare", "validate_verifiers", "sft", "grpo"]
+    flow = [
+        PY,
+        "-m",
+        "flows.pipeline",
+        "--params",
+        params_file,
+        "--set",
+        "rl.sampling.temperature=0.9",
+        "--stages",
+        "base_model",
+        "prepare",
+        "validate_verifiers",
+        "sft",
+        "grpo",
+    ]
     checkpoints = project / "checkpoints" / "grpo"
     # Ctrl-C in a terminal (SIGINT to the process group): a prompt exit, one line, the checkpoint intact,
     # nothing left running, the run's edits undone. (It took 153 s when Prefect's own temporary server,

@@ -17,13 +17,20 @@ PY = sys.executable
 def test_leakage_gate_fails_the_flow_with_a_report(project, run_env):
     fixtures = "tests/fixtures/gsm8k"
     params = (project / "params" / "default.yaml").read_text()
-    params = params.replace("  sources:\n    - kind: synthetic\n",
-                            f"  sources:\n    - {{kind: file, path: {fixtures}/train.jsonl, license: MIT, name: gsm8k_train}}\n")
-    params = params.replace("  benchmarks: []\n", f"  benchmarks:\n    - {{kind: file, path: {fixtures}/test.jsonl, license: MIT, name: gsm8k_test}}\n")
+    params = params.replace(
+        "  sources:\n    - kind: synthetic\n",
+        f"  sources:\n    - {{kind: file, path: {fixtures}/train.jsonl, license: MIT, name: gsm8k_train}}\n",
+    )
+    params = params.replace(
+        "  benchmarks: []\n",
+        f"  benchmarks:\n    - {{kind: file, path: {fixtures}/test.jsonl, license: MIT, name: gsm8k_test}}\n",
+    )
     params = params.replace("ngram_min_overlap: 0.8", "ngram_min_overlap: 0.5")
     (project / "params" / "gsm8k.yaml").write_text(params)
     dvc_yaml = project / "dvc.yaml"
-    dvc_yaml.write_text(dvc_yaml.read_text().replace("params_file: params/default.yaml", "params_file: params/gsm8k.yaml"))
+    dvc_yaml.write_text(
+        dvc_yaml.read_text().replace("params_file: params/default.yaml", "params_file: params/gsm8k.yaml")
+    )
     result = run([PY, "-m", "flows.pipeline", "--params", "params/gsm8k.yaml"], project, run_env)
     assert result.returncode != 0
     assert "starting Prefect's temporary API server" in result.stdout  # said before the wait for it
@@ -32,7 +39,9 @@ def test_leakage_gate_fails_the_flow_with_a_report(project, run_env):
     assert json.loads((project / "metrics" / "prepare.json").read_text())["leakage"]["leaking_train_rows"] >= 1
     assert "failed-prepare" in prefect_artifact_keys(project, run_env)
     # A gate's verdict is not retried (the same data gives the same answer), and says why at once.
-    attempts = prefect_query(project, run_env, "return [t.run_count for t in await c.read_task_runs() if t.name == 'prepare']")
+    attempts = prefect_query(
+        project, run_env, "return [t.run_count for t in await c.read_task_runs() if t.name == 'prepare']"
+    )
     assert attempts == [1]
     assert not (project / "data" / "verifier_validation").exists()  # nothing downstream ran
 
@@ -79,6 +88,9 @@ def test_bad_params_fail_fast_naming_the_key_and_write_nothing(project, run_env)
     flow = run([PY, "-m", "flows.pipeline", "--set", "rl.num_generatoins=4"], project, run_env, timeout=300)
     assert flow.returncode == 2 and "rl.num_generatoins: unknown key (did you mean 'num_generations'?)" in flow.stderr
     unknown = run([PY, "-m", "flows.pipeline", "--stages", "prepare", "trian"], project, run_env, timeout=120)
-    assert unknown.returncode == 2 and "invalid choice: 'trian'" in unknown.stderr and "validate_verifiers" in unknown.stderr
+    assert (
+        unknown.returncode == 2
+        and "invalid choice: 'trian'" in unknown.stderr
+        and "validate_verifiers" in unknown.stderr
+    )
     assert not (project / "data" / "prepared").exists() and not (project / "mlflow.db").exists()
-

@@ -37,8 +37,9 @@ def test_the_smollm2_set_rehearses_every_stage(project: Path, run_env: dict[str,
     assert not (project / "models").exists() and not (project / "metrics").exists()
 
 
-def test_the_qwen_set_rehearses_with_a_local_smollm2_folder(project: Path, run_env: dict[str, str],
-                                                          tmp_path: Path) -> None:
+def test_the_qwen_set_rehearses_with_a_local_smollm2_folder(
+    project: Path, run_env: dict[str, str], tmp_path: Path
+) -> None:
     """The GPU set's own prompt style, rewards and batch arithmetic, with its hub model swapped for a
     local folder and its hub data for the GSM8K slice the project ships: what a user does before
     spending a cluster job."""
@@ -53,7 +54,11 @@ def test_the_qwen_set_rehearses_with_a_local_smollm2_folder(project: Path, run_e
         f"data.sources=[{{kind: file, path: {train}, license: MIT, name: gsm8k_train}}]",
         f"data.benchmarks=[{{kind: file, path: {test}, license: MIT, name: gsm8k_test}}]",
     ]
-    ran = run(["python", "-m", "flows.pipeline", "--params", QWEN, "--rehearse", "--set", *overrides],
-              project, run_env, timeout=1800)
+    ran = run(
+        ["python", "-m", "flows.pipeline", "--params", QWEN, "--rehearse", "--set", *overrides],
+        project,
+        run_env,
+        timeout=1800,
+    )
     assert ran.returncode == 0, ran
     assert f"rehearsal of {QWEN}: passed" in ran.stdout

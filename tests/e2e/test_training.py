@@ -22,7 +22,9 @@ PY = sys.executable
 @pytest.fixture
 def prepared(project, run_env):
     """A project with data and the SFT reference built (by dvc), ready for the grpo stage."""
-    rel = write_params(project, "resume", {**SMOKE_OVERRIDES, "rl.steps": 6, "rl.checkpoint_every": 2, "rl.eval_every": 6})
+    rel = write_params(
+        project, "resume", {**SMOKE_OVERRIDES, "rl.steps": 6, "rl.checkpoint_every": 2, "rl.eval_every": 6}
+    )
     use_params(project, rel)
     out = run([PY, "-m", "dvc", "repro", "sft"], project, run_env)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -30,8 +32,20 @@ def prepared(project, run_env):
 
 
 def grpo_cmd(rel: str, name: str) -> list[str]:
-    return ["-m", "tasks.grpo", "--params", rel, "--out", f"models/{name}", "--checkpoints", f"checkpoints/{name}",
-            "--metrics", f"metrics/{name}.json", "--history", f"metrics/{name}_history.csv"]
+    return [
+        "-m",
+        "tasks.grpo",
+        "--params",
+        rel,
+        "--out",
+        f"models/{name}",
+        "--checkpoints",
+        f"checkpoints/{name}",
+        "--metrics",
+        f"metrics/{name}.json",
+        "--history",
+        f"metrics/{name}_history.csv",
+    ]
 
 
 def weights(project, name):
@@ -43,8 +57,14 @@ def test_resumed_run_reaches_the_same_state_as_an_uninterrupted_one(prepared, ru
     whole = run([PY, *grpo_cmd(rel, "whole")], project, run_env)
     assert whole.returncode == 0, whole.stdout + whole.stderr
 
-    proc = subprocess.Popen([PY, *grpo_cmd(rel, "killed")], cwd=project, env=run_env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [PY, *grpo_cmd(rel, "killed")],
+        cwd=project,
+        env=run_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     latest = project / "checkpoints" / "killed" / "latest"  # written after the checksum manifest
     deadline = time.monotonic() + 300
     while not (latest.is_file() and latest.read_text().strip() >= "step_000002") and time.monotonic() < deadline:
@@ -79,7 +99,9 @@ def test_resumed_run_reaches_the_same_state_as_an_uninterrupted_one(prepared, ru
 
 def test_a_checkpoint_of_other_params_is_never_loaded(prepared, run_env):
     project, rel = prepared
-    other = write_params(project, "other", {**SMOKE_OVERRIDES, "rl.steps": 3, "rl.checkpoint_every": 1, "rl.engine.lr": 0.01})
+    other = write_params(
+        project, "other", {**SMOKE_OVERRIDES, "rl.steps": 3, "rl.checkpoint_every": 1, "rl.engine.lr": 0.01}
+    )
     first = run([PY, *grpo_cmd(other, "mixed")], project, run_env)  # leaves checkpoints of other params
     assert first.returncode == 0, first.stdout + first.stderr
     mixed = run([PY, *grpo_cmd(rel, "mixed")], project, run_env)
@@ -92,7 +114,14 @@ def test_a_checkpoint_of_other_params_is_never_loaded(prepared, run_env):
 
 def test_two_processes_under_torchrun(prepared, run_env):
     project, rel = prepared
-    cmd = [PY, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}", *grpo_cmd(rel, "ddp")]
+    cmd = [
+        PY,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        *grpo_cmd(rel, "ddp"),
+    ]
     out = run(cmd, project, run_env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = json.loads((project / "metrics" / "ddp.json").read_text())

@@ -15,7 +15,10 @@ from grpoflow.rollout.hf import HFRolloutEngine
 vllm = pytest.importorskip("vllm")
 pytestmark = pytest.mark.e2e
 
-TEXTS = [f"Ava has {i} apples. She gets {i % 7} more.\nAnswer:\n{i}+{i % 7}={i + i % 7}\n#### {i + i % 7}" for i in range(300)]
+TEXTS = [
+    f"Ava has {i} apples. She gets {i % 7} more.\nAnswer:\n{i}+{i % 7}={i + i % 7}\n#### {i + i % 7}"
+    for i in range(300)
+]
 PROMPTS = ["Ava has 3 apples. She gets 2 more.\nAnswer:\n", "Ava has 12 apples. She gets 5 more.\nAnswer:\n"]
 
 
@@ -32,7 +35,11 @@ def setup(tmp_path_factory):
     from grpoflow.rollout.vllm_engine import VLLMRolloutEngine
 
     tok = train_tokenizer(TEXTS, 300)
-    model = build_tiny_model(ModelConfig(vocab_size=300, hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128, max_length=128), tok, seed=0)
+    model = build_tiny_model(
+        ModelConfig(vocab_size=300, hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128, max_length=128),
+        tok,
+        seed=0,
+    )
     path = tmp_path_factory.mktemp("model")
     save_pretrained(model, tok, path)
     engine = VLLMRolloutEngine(str(path), tok, seed=0, max_model_len=128)
@@ -88,8 +95,11 @@ def test_a_lora_policy_reaches_vllm_as_merged_weights_and_chat_prompts_stop_at_t
     engine.sync_weights(policy)
     prompts = [prompter.prompt("Tom has 3 apples and gets 2 more. How many?")]
     ro = engine.generate(prompts, 4, Sampling(temperature=1.0, max_new_tokens=16), seed=3)
-    assert ro.prompt_ids[0, -len(prompter.prompt_ids("Tom has 3 apples and gets 2 more. How many?")):].tolist() == \
-        prompter.prompt_ids("Tom has 3 apples and gets 2 more. How many?")  # the same tokens as every other path
+    assert ro.prompt_ids[
+        0, -len(prompter.prompt_ids("Tom has 3 apples and gets 2 more. How many?")) :
+    ].tolist() == prompter.prompt_ids(
+        "Tom has 3 apples and gets 2 more. How many?"
+    )  # the same tokens as every other path
     mask = ro.completion_mask.bool()
     policy.eval()
     assert torch.allclose(ro.sampler_logprobs[mask], trainer_logprobs(policy, ro)[mask], atol=1e-4)

@@ -14,7 +14,9 @@ def _tiny(tmp_path):
 
     texts = [f"{i}+{i}={2 * i}\n#### {2 * i}" for i in range(300)]
     tok = train_tokenizer(texts, 300)
-    model = build_tiny_model(ModelConfig(vocab_size=300, hidden_size=128, num_layers=2, num_heads=2, intermediate_size=256), tok, seed=0)
+    model = build_tiny_model(
+        ModelConfig(vocab_size=300, hidden_size=128, num_layers=2, num_heads=2, intermediate_size=256), tok, seed=0
+    )
     save_pretrained(model, tok, tmp_path)
     return model, tok
 
@@ -35,7 +37,9 @@ def _project_with_sft(tmp_path, name: str, overrides: dict):
     rel = write_params(project, name, {**SMOKE_OVERRIDES, **overrides})
     use_params(project, rel)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1"}
-    sft = subprocess.run([sys.executable, "-m", "dvc", "repro", "sft"], cwd=project, env=env, capture_output=True, text=True)
+    sft = subprocess.run(
+        [sys.executable, "-m", "dvc", "repro", "sft"], cwd=project, env=env, capture_output=True, text=True
+    )
     assert sft.returncode == 0, sft.stdout[-3000:] + sft.stderr[-3000:]
     return project, rel, env
 
@@ -84,10 +88,24 @@ def test_grpo_zero2_across_two_gpus_with_vllm_rollouts(tmp_path):
 
     from tests.e2e.conftest import SMOKE_OVERRIDES, free_port
 
-    project, rel, env = _project_with_sft(tmp_path, "gpu2", {"rl.rollout_engine": "vllm", "rl.engine.zero_stage": 2,
-                                                            "rl.engine.bf16": "auto"})
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-           "-m", "tasks.grpo", "--params", rel, "--metrics", "metrics/gpu2.json", "--history", "metrics/gpu2.csv"]
+    project, rel, env = _project_with_sft(
+        tmp_path, "gpu2", {"rl.rollout_engine": "vllm", "rl.engine.zero_stage": 2, "rl.engine.bf16": "auto"}
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        "-m",
+        "tasks.grpo",
+        "--params",
+        rel,
+        "--metrics",
+        "metrics/gpu2.json",
+        "--history",
+        "metrics/gpu2.csv",
+    ]
     out = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = json.loads((project / "metrics" / "gpu2.json").read_text())
@@ -104,9 +122,22 @@ def test_tis_sees_the_bf16_vllm_sampler_mismatch_and_trains_through_it(tmp_path)
     pytest.importorskip("vllm")
     from tests.e2e.conftest import SMOKE_OVERRIDES
 
-    project, rel, env = _project_with_sft(tmp_path, "tis", {"rl.rollout_engine": "vllm", "rl.engine.bf16": "auto",
-                                                           "rl.rollout_correction.mode": "token_truncate"})
-    cmd = [sys.executable, "-m", "tasks.grpo", "--params", rel, "--metrics", "metrics/tis.json", "--history", "metrics/tis.csv"]
+    project, rel, env = _project_with_sft(
+        tmp_path,
+        "tis",
+        {"rl.rollout_engine": "vllm", "rl.engine.bf16": "auto", "rl.rollout_correction.mode": "token_truncate"},
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "tasks.grpo",
+        "--params",
+        rel,
+        "--metrics",
+        "metrics/tis.json",
+        "--history",
+        "metrics/tis.csv",
+    ]
     out = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     with open(project / "metrics" / "tis.csv") as fh:

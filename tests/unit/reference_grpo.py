@@ -46,8 +46,20 @@ def grpo_objective(logp, old_logp, ref_logp, adv, mask, beta: float, clip_eps: f
     return (per_token.sum(1) / mask.sum(1)).mean()  # 1/|o_i| sum_t, then 1/G sum_i (over all groups)
 
 
-def reference_step(policy, ref, optimizer, rollouts, rewards, *, g: int, beta: float, clip_eps: float,
-                   adv_eps: float, max_grad_norm: float, iterations: int = 1) -> list[float]:
+def reference_step(
+    policy,
+    ref,
+    optimizer,
+    rollouts,
+    rewards,
+    *,
+    g: int,
+    beta: float,
+    clip_eps: float,
+    adv_eps: float,
+    max_grad_norm: float,
+    iterations: int = 1,
+) -> list[float]:
     """``iterations`` (mu) AdamW steps of GRPO on one batch; the loss (-J) of each."""
     batch = (rollouts.prompt_ids, rollouts.prompt_mask, rollouts.completion_ids, rollouts.completion_mask)
     mask = rollouts.completion_mask.float()

@@ -100,7 +100,9 @@ def test_group_scale_is_invariant_to_affine_reward_changes(gr, a, b):
 
 
 def test_gae_hand_computed():
-    adv, ret = gae(torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.5, 0.6, 0.7]]), torch.ones(1, 3), gamma=1.0, lam=0.5)
+    adv, ret = gae(
+        torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.5, 0.6, 0.7]]), torch.ones(1, 3), gamma=1.0, lam=0.5
+    )
     assert close(adv, [[0.225, 0.25, 0.3]])
     assert close(ret, [[0.725, 0.85, 1.0]])
 
@@ -144,6 +146,7 @@ def test_masked_whiten_zero_mean_unit_var_on_mask():
 
 # --- the critic-free relatives, each against a computation written out independently --------------
 
+
 def _cfg(**kw):
     from grpoflow.config import validate_params
 
@@ -163,16 +166,22 @@ def test_dr_grpo_only_centres_and_reinforce_pp_normalises_over_the_batch_by_hand
     from grpoflow.rl.advantages import ESTIMATORS
 
     rewards = torch.tensor([1.0, 0.0, 2.0, 2.0])
-    assert torch.allclose(ESTIMATORS["dr_grpo"](rewards, 2, _cfg(advantage_scale="group")),
-                          torch.tensor([0.5, -0.5, 0.0, 0.0]))
+    assert torch.allclose(
+        ESTIMATORS["dr_grpo"](rewards, 2, _cfg(advantage_scale="group")), torch.tensor([0.5, -0.5, 0.0, 0.0])
+    )
     # batch mean 1.25, population std sqrt(((-.25)^2 + 1.25^2 + .75^2 + .75^2) / 4) = sqrt(0.6875)
-    std = 0.6875 ** 0.5
+    std = 0.6875**0.5
     expected = torch.tensor([-0.25, -1.25, 0.75, 0.75]) / (std + 1e-4)
     assert torch.allclose(ESTIMATORS["reinforce_pp"](rewards, 2, _cfg()), expected)
 
 
-@given(st.integers(2, 6).flatmap(lambda g: st.tuples(st.just(g), st.lists(st.floats(-5, 5), min_size=g, max_size=4 * g)
-                                                         .filter(lambda r: len(r) % g == 0))))
+@given(
+    st.integers(2, 6).flatmap(
+        lambda g: st.tuples(
+            st.just(g), st.lists(st.floats(-5, 5), min_size=g, max_size=4 * g).filter(lambda r: len(r) % g == 0)
+        )
+    )
+)
 def test_rloo_is_dr_grpo_scaled_by_g_over_g_minus_one(case):
     from grpoflow.rl.advantages import ESTIMATORS
 
@@ -212,8 +221,10 @@ def test_each_estimator_receives_only_its_own_typed_options_from_the_flat_keys()
     rewards = torch.tensor([1.0, 0.0, 2.0, 2.0])
     # The section and the estimator's own options give one result.
     assert torch.equal(ESTIMATORS["grpo"](rewards, 2, cfg), grpo_estimator(rewards, 2, cfg.estimator_options("grpo")))
-    assert torch.equal(ESTIMATORS["grpo"](rewards, 2, cfg.estimator_options("grpo")),
-                       group_advantages(rewards, 2, scale="batch", ddof=1, eps=0.5))
+    assert torch.equal(
+        ESTIMATORS["grpo"](rewards, 2, cfg.estimator_options("grpo")),
+        group_advantages(rewards, 2, scale="batch", ddof=1, eps=0.5),
+    )
 
 
 def test_gae_is_a_registered_critic_estimator_with_its_own_options():

@@ -56,8 +56,9 @@ def test_a_set_the_model_cannot_serve_stops_with_the_key(chat_dir, tmp_path):
     plain_dir = save_pretrained(build_tiny_model(validate_params({}).model, tok, 0), tok, tmp_path / "plain")
     assert has_chat_template(str(plain_dir)) is False
     with pytest.raises(PromptError, match="no chat template"):
-        prepare_base(validate_params({"model": {"name_or_path": str(plain_dir)}, "prompt": {"style": "chat"}}),
-                     tmp_path / "b")
+        prepare_base(
+            validate_params({"model": {"name_or_path": str(plain_dir)}, "prompt": {"style": "chat"}}), tmp_path / "b"
+        )
     tok.add_tokens([f"extra{i}" for i in range(500)])  # now larger than the model's embedding
     tok.save_pretrained(plain_dir)
     with pytest.raises(ValueError, match="tokenizer has .* tokens but the model's embedding only"):

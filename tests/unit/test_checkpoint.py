@@ -49,8 +49,15 @@ class FakeEngine:
 def save(directory: Path, fingerprint: str, *steps: int, keep: int = 2, **kw) -> None:
     """Checkpoints of ``steps`` as a run of ``fingerprint`` makes them; the weight is the step."""
     for step in steps:
-        checkpoint.save(FakeEngine(float(step)), directory, LoopState(step=step, beta=0.1), fingerprint, keep=keep,
-                        extra={"note": f"step {step}"}, **kw)
+        checkpoint.save(
+            FakeEngine(float(step)),
+            directory,
+            LoopState(step=step, beta=0.1),
+            fingerprint,
+            keep=keep,
+            extra={"note": f"step {step}"},
+            **kw,
+        )
 
 
 def resume(directory: Path, fingerprint: str, **kw) -> tuple[int | None, list[str]]:
@@ -97,17 +104,20 @@ def test_a_resumed_run_gets_back_its_loop_state_rng_and_extra(ckpt):
 # ---------------------------------------------------------------- manifests
 
 
-@pytest.mark.parametrize("content, reason", [
-    (b'{"step": 4}', "field 'files' is missing"),
-    (b"[]", "expected a JSON object, found a list"),
-    (b'{"step": 4, "files": []}', "field 'files' is missing or not an object"),
-    (b"\xff\xfe{\x00", "is not UTF-8 text"),
-    (b'{"step": 4, "fi', "is not valid JSON"),
-    (b"[" * 100_000, "cannot be read (RecursionError)"),
-    (b'{"step": 4, "files": {}}', "the manifest does not list step_000004/fingerprint.json"),
-    (b'{"step": "4", "files": {}}', "field 'step' is '4', expected 4"),
-    (b'{"step": 4, "files": {"step_000004/fingerprint.json": 5}}', "is not a sha256 hex digest"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b'{"step": 4}', "field 'files' is missing"),
+        (b"[]", "expected a JSON object, found a list"),
+        (b'{"step": 4, "files": []}', "field 'files' is missing or not an object"),
+        (b"\xff\xfe{\x00", "is not UTF-8 text"),
+        (b'{"step": 4, "fi', "is not valid JSON"),
+        (b"[" * 100_000, "cannot be read (RecursionError)"),
+        (b'{"step": 4, "files": {}}', "the manifest does not list step_000004/fingerprint.json"),
+        (b'{"step": "4", "files": {}}', "field 'step' is '4', expected 4"),
+        (b'{"step": 4, "files": {"step_000004/fingerprint.json": 5}}', "is not a sha256 hex digest"),
+    ],
+)
 def test_a_damaged_manifest_falls_back_to_the_previous_checkpoint(ckpt, content, reason):
     save(ckpt, F, 2, 4)
     manifest_of(ckpt, 4).write_bytes(content)
@@ -144,13 +154,16 @@ def add_entry(ckpt: Path, step: int, rel: str, target: Path) -> None:
     manifest_of(ckpt, step).write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("rel, reason", [
-    ("../outside.txt", "is not a plain relative path"),
-    ("step_000004/../../outside.txt", "is not a plain relative path"),
-    ("/OUTSIDE", "is not a plain relative path"),
-    ("step_000002/mp_rank_00_model_states.pt", "is outside checkpoint step_000004"),
-    ("notes.txt", "is outside checkpoint step_000004"),
-])
+@pytest.mark.parametrize(
+    "rel, reason",
+    [
+        ("../outside.txt", "is not a plain relative path"),
+        ("step_000004/../../outside.txt", "is not a plain relative path"),
+        ("/OUTSIDE", "is not a plain relative path"),
+        ("step_000002/mp_rank_00_model_states.pt", "is outside checkpoint step_000004"),
+        ("notes.txt", "is outside checkpoint step_000004"),
+    ],
+)
 def test_manifest_entries_must_stay_inside_the_checkpoint(ckpt, monkeypatch, rel, reason):
     save(ckpt, F, 2, 4)
     outside = ckpt.parent / "outside.txt"

@@ -22,14 +22,20 @@ print("LOADED", sorted(m for m in {heavy!r} if m in sys.modules))
 
 
 def _help(module: str, heavy: tuple[str, ...] = HEAVY) -> tuple[str, str]:
-    out = subprocess.run([sys.executable, "-c", PROBE.format(module=module, heavy=heavy)],
-                         capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(module=module, heavy=heavy)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     text, _, loaded = out.stdout.rpartition("LOADED ")
     return text, loaded.strip()
 
 
-@pytest.mark.parametrize("module", [s.module for s in STAGES] + ["tasks.arm", "tasks.ablation_report", "tasks.stages",
-                                                                  "flows.serve"])
+@pytest.mark.parametrize(
+    "module", [s.module for s in STAGES] + ["tasks.arm", "tasks.ablation_report", "tasks.stages", "flows.serve"]
+)
 def test_a_stage_cli_answers_help_without_loading_torch_mlflow_or_matplotlib(module):
     text, loaded = _help(module)
     assert text.startswith("usage: python -m") and loaded == "[]", (text[-500:], loaded)

@@ -1,4 +1,3 @@
-
 import pytest
 
 from grpoflow.evaluation.compare import memory_breakdown, model_state_mb, stability, winner
@@ -38,8 +37,9 @@ def test_the_verdict_is_welchs_test_against_the_baseline_by_hand():
     assert verdict([0.7, 0.8, 0.9], [0.4, 0.5, 0.6])["verdict"] == "worse"
     assert verdict([0.4, 0.5, 0.6], [0.45, 0.55, 0.5])["verdict"] == "tie"
     assert verdict([0.4], [0.9, 0.8])["verdict"] == "undecided"
-    assert verdict([0.5, 0.5], [0.5, 0.5])["verdict"] == "tie" and verdict([0.5, 0.5], [0.6, 0.6])["verdict"] == "better"
+    assert (
+        verdict([0.5, 0.5], [0.5, 0.5])["verdict"] == "tie" and verdict([0.5, 0.5], [0.6, 0.6])["verdict"] == "better"
+    )
     # a cost (less is better): the same test, the words turned round
     assert verdict([0.4, 0.5, 0.6], [0.7, 0.8, 0.9], higher_is_better=False)["verdict"] == "worse"
     assert verdict([0.7, 0.8, 0.9], [0.4, 0.5, 0.6], higher_is_better=False)["verdict"] == "better"
-

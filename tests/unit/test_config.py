@@ -45,7 +45,10 @@ def test_wrong_type_names_key_and_value():
         ({"data": {"synthetic": {"ops": ["^"]}}}, r"data.synthetic.ops.0"),
         ({"model": {"hidden_size": 100, "num_heads": 3}}, "divisible"),
         ({"rl": {"num_generations": 1}}, r"rl.num_generations: Input should be greater than or equal to 2"),
-        ({"rl": {"generation_schedule": [{"from_step": 5, "num_generations": 1}]}}, r"rl.generation_schedule.0.num_generations"),
+        (
+            {"rl": {"generation_schedule": [{"from_step": 5, "num_generations": 1}]}},
+            r"rl.generation_schedule.0.num_generations",
+        ),
         ({"rewards": [{"name": "maths"}]}, r"rewards.0: .*unknown verifier 'maths' \(did you mean 'math'\?\)"),
         ({"evaluate": {"k": 8, "n_samples": 4}}, r"k \(8\) must be <= n_samples \(4\)"),
     ],
@@ -101,16 +104,27 @@ def test_the_schema_defaults_are_the_demo_except_the_leakage_thresholds():
 
 
 def test_generation_schedule_anneals_g():
-    cfg = RLConfig(num_generations=16, generation_schedule=[{"from_step": 10, "num_generations": 8}, {"from_step": 20, "num_generations": 4}])
+    cfg = RLConfig(
+        num_generations=16,
+        generation_schedule=[{"from_step": 10, "num_generations": 8}, {"from_step": 20, "num_generations": 4}],
+    )
     assert [cfg.generations_at(s) for s in (0, 9, 10, 19, 20, 99)] == [16, 16, 8, 8, 4, 4]
 
 
-@pytest.mark.parametrize("raw, message", [
-    ({"rl": {"prompts_per_step": 6, "num_generations": 4, "engine": {"micro_batch_size": 16}}},
-     r"24 sequences per process .* not a multiple of rl.engine.micro_batch_size=16"),
-    ({"rl": {"sampling": {"temperature": 0.0}}}, "temperature 0 makes every completion of a group identical"),
-    ({"rl": {"adaptive_kl": {"enabled": True}}, "grpo": {"beta": 0}, "ppo": {"kl_coef": 0}}, "adaptive_kl needs a starting"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (
+            {"rl": {"prompts_per_step": 6, "num_generations": 4, "engine": {"micro_batch_size": 16}}},
+            r"24 sequences per process .* not a multiple of rl.engine.micro_batch_size=16",
+        ),
+        ({"rl": {"sampling": {"temperature": 0.0}}}, "temperature 0 makes every completion of a group identical"),
+        (
+            {"rl": {"adaptive_kl": {"enabled": True}}, "grpo": {"beta": 0}, "ppo": {"kl_coef": 0}},
+            "adaptive_kl needs a starting",
+        ),
+    ],
+)
 def test_config_errors_that_need_no_model_fail_when_the_params_are_loaded(raw, message):
     with pytest.raises(ConfigError, match=message):
         validate_params(raw)
@@ -127,8 +141,14 @@ def test_the_dapo_preset_sets_its_recipe_except_what_the_file_sets_itself():
     from grpoflow.config import ConfigError, validate_params
 
     p = validate_params({"rl": {"preset": "dapo", "sampling": {"max_completion_length": 100}}})
-    assert (p.rl.clip_eps, p.rl.clip_eps_high, p.rl.aggregation, p.rl.dynamic_sampling.enabled, p.rl.overlong_buffer,
-            p.grpo.beta) == (0.2, 0.28, "bnpo", True, 20, 0.0)  # the buffer: a fifth of the cap, as in the paper
+    assert (
+        p.rl.clip_eps,
+        p.rl.clip_eps_high,
+        p.rl.aggregation,
+        p.rl.dynamic_sampling.enabled,
+        p.rl.overlong_buffer,
+        p.grpo.beta,
+    ) == (0.2, 0.28, "bnpo", True, 20, 0.0)  # the buffer: a fifth of the cap, as in the paper
     mine = validate_params({"rl": {"preset": "dapo", "clip_eps_high": 0.3}, "grpo": {"beta": 0.01}})
     assert mine.rl.clip_eps_high == 0.3 and mine.grpo.beta == 0.01 and mine.rl.aggregation == "bnpo"
     assert validate_params({}).rl.dynamic_sampling.enabled is False  # no preset: the paper's GRPO
@@ -142,7 +162,10 @@ def test_reward_entries_name_a_verifier_or_the_reward_model():
     from grpoflow.config import ConfigError, validate_params
 
     rm = [validate_params({"rewards": [{"name": "rm", **path}]}).rewards[0] for path in ({}, {"path": "x/rm"})]
-    assert [r.model_path for r in rm] == ["models/reward_model", "x/rm"]  # two rm components: grpoflow.config.rules refuses
+    assert [r.model_path for r in rm] == [
+        "models/reward_model",
+        "x/rm",
+    ]  # two rm components: grpoflow.config.rules refuses
     with pytest.raises(ConfigError, match="path is for a reward model"):
         validate_params({"rewards": [{"name": "math", "path": "models/reward_model"}]})
     with pytest.raises(ConfigError, match="rm takes no options"):
@@ -208,14 +231,31 @@ def test_the_schema_imports_no_maths_and_no_verifier_implementation():
 
     # The import graph (dvc.yaml's code deps of every stage): names only, no implementation.
     graph = module_files("grpoflow.config")
-    assert [f for f in graph if f in ("grpoflow/rl/advantages.py", "verifiers/math.py", "verifiers/code.py",
-                                      "verifiers/format.py", "verifiers/sandbox.py")] == []
+    assert [
+        f
+        for f in graph
+        if f
+        in (
+            "grpoflow/rl/advantages.py",
+            "verifiers/math.py",
+            "verifiers/code.py",
+            "verifiers/format.py",
+            "verifiers/sandbox.py",
+        )
+    ] == []
     # At run time a set loads without torch; a verifier's module is imported only to check its options.
-    code = ("import sys; from grpoflow.config import load_params; p = load_params('params/default.yaml'); "
-            "print([m for m in ('torch', 'grpoflow.rl.advantages', 'verifiers.code', 'verifiers.sandbox') "
-            "if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2])
+    code = (
+        "import sys; from grpoflow.config import load_params; p = load_params('params/default.yaml'); "
+        "print([m for m in ('torch', 'grpoflow.rl.advantages', 'verifiers.code', 'verifiers.sandbox') "
+        "if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.stdout.strip() == "[]"
 
 

@@ -10,7 +10,10 @@ def test_a_log_gets_one_line_per_step_and_every_message(capsys):
     console.step("grpo step 2/2: reward 0.7", {"reward_mean": 0.7})
     console.close()
     assert capsys.readouterr().out.splitlines() == [
-        "grpo step 1/2: reward 0.5", "grpo: HEALTH step 1: entropy_collapse", "grpo step 2/2: reward 0.7"]
+        "grpo step 1/2: reward 0.5",
+        "grpo: HEALTH step 1: entropy_collapse",
+        "grpo step 2/2: reward 0.7",
+    ]
 
 
 def test_a_terminal_gets_a_bar_that_counts_from_a_resumed_step(capsys):

@@ -29,8 +29,9 @@ def test_the_configuration_reference_documents_every_key():
 
 
 def test_the_configuration_table_is_the_generated_one():
-    assert schema_markdown(load_params(REPO / "params" / "default.yaml")) in CONFIGURATION, \
+    assert schema_markdown(load_params(REPO / "params" / "default.yaml")) in CONFIGURATION, (
         "regenerate it: python -m grpoflow.config.docs"
+    )
 
 
 def test_the_reference_shows_each_fields_constraints_and_expands_nested_sections():

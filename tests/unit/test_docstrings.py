@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CORE = sorted(p for pkg in ("grpoflow", "verifiers") for p in (REPO / pkg).rglob("*.py") if "__pycache__" not in p.parts)
+CORE = sorted(
+    p for pkg in ("grpoflow", "verifiers") for p in (REPO / pkg).rglob("*.py") if "__pycache__" not in p.parts
+)
 
 
 def _public_without_docstring(path: Path) -> list[str]:

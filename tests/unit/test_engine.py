@@ -1,6 +1,5 @@
 """The training loop's parts, on hand-made inputs."""
 
-
 import pytest
 
 from grpoflow.config import validate_params

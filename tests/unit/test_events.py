@@ -20,8 +20,10 @@ def test_events_round_trip_and_a_partial_line_waits(tmp_path, monkeypatch):
     with open(path, "a") as fh:
         fh.write('{"event": "exit", "stage"')  # a write still under way
     got, offset = events.read(path)
-    assert got == [{"event": "progress", "stage": "grpo", "step": 1, "total": 2},
-                   {"event": "health", "stage": "grpo", "name": "kl_rising_fast", "step": 0, "evidence": "kl 0.1 -> 0.9"}]
+    assert got == [
+        {"event": "progress", "stage": "grpo", "step": 1, "total": 2},
+        {"event": "health", "stage": "grpo", "name": "kl_rising_fast", "step": 0, "evidence": "kl 0.1 -> 0.9"},
+    ]
     with open(path, "a") as fh:
         fh.write(': "grpo", "code": 3}\n')
     more, _ = events.read(path, offset)

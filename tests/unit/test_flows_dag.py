@@ -55,11 +55,14 @@ def _dvc_upstream(text: str) -> dict[str, set[str]]:
     """Each dvc.yaml stage's upstream stages, read from the file the way DVC reads it (deps on outs)."""
     stages = yaml.safe_load(text)["stages"]
     writes = {name: _dvc_paths(s.get("outs")) + _dvc_paths(s.get("metrics")) for name, s in stages.items()}
+
     def feeds(outs, deps):
         return any(d == out or d.startswith(out.rstrip("/") + "/") for d in deps for out in outs)
 
-    return {name: {o for o, outs in writes.items() if o != name and feeds(outs, _dvc_paths(s.get("deps")))}
-            for name, s in stages.items()}
+    return {
+        name: {o for o, outs in writes.items() if o != name and feeds(outs, _dvc_paths(s.get("deps")))}
+        for name, s in stages.items()
+    }
 
 
 def _assert_flow_order_fits(text: str, params) -> list[str]:
@@ -78,10 +81,13 @@ def test_the_flows_order_is_an_order_of_the_committed_dvc_yaml():
     assert order == list(yaml.safe_load(text)["stages"])  # and, as generated, its file order
 
 
-@pytest.mark.parametrize("overrides", [
-    {"experiment.stages": ["base_model", "prepare", "sft"]},
-    ablation_overrides(["grpo", "rloo"], [0, 1], None),
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"experiment.stages": ["base_model", "prepare", "sft"]},
+        ablation_overrides(["grpo", "rloo"], [0, 1], None),
+    ],
+)
 def test_the_flows_order_fits_the_dvc_yaml_generated_for_other_runs(overrides):
     params = load_params(ROOT / "params" / "default.yaml", overrides)
     _assert_flow_order_fits(for_params("params/default.yaml", params), params)

@@ -40,16 +40,29 @@ def project(tmp_path, monkeypatch):
 
 
 def test_overrides_parse_as_yaml_values():
-    assert parse_overrides(["rl.steps=20", "grpo.beta=0.02", "rl.rollout_engine=vllm", "data.synthetic.ops=['+']",
-                            "orchestration.dvc_remote=null"]) == {
-        "rl.steps": 20, "grpo.beta": 0.02, "rl.rollout_engine": "vllm", "data.synthetic.ops": ["+"],
-        "orchestration.dvc_remote": None}
+    assert parse_overrides(
+        [
+            "rl.steps=20",
+            "grpo.beta=0.02",
+            "rl.rollout_engine=vllm",
+            "data.synthetic.ops=['+']",
+            "orchestration.dvc_remote=null",
+        ]
+    ) == {
+        "rl.steps": 20,
+        "grpo.beta": 0.02,
+        "rl.rollout_engine": "vllm",
+        "data.synthetic.ops": ["+"],
+        "orchestration.dvc_remote": None,
+    }
     with pytest.raises(ConfigError, match="expected KEY=VALUE"):
         parse_overrides(["rl.steps"])
 
 
 def test_bad_overrides_and_stages_fail_naming_them(project):
-    with pytest.raises(ConfigError, match=r"(?s)rl.num_generations: Input should be greater than or equal to 2.*overrides"):
+    with pytest.raises(
+        ConfigError, match=r"(?s)rl.num_generations: Input should be greater than or equal to 2.*overrides"
+    ):
         _check_params_file("params/default.yaml", {"rl.num_generations": 1})
     with pytest.raises(ConfigError, match=r"rl.num_generatoins: unknown key \(did you mean 'num_generations'\?\)"):
         _check_params_file("params/default.yaml", {"rl.num_generatoins": 4})
@@ -74,11 +87,25 @@ def test_data_files_inside_packages_are_checked_before_any_stage(project):
     _check_params_file("params/code-rm.yaml")
     bench = "data.benchmarks"
     with pytest.raises(ConfigError, match=r"data.benchmarks\[0\].path: .*package 'no-such-wheel' is not installed"):
-        _check_params_file("params/code-rm.yaml", {bench: [{"kind": "file", "path": "package:no-such-wheel/x.jsonl",
-                                                           "format": "code", "license": "MIT", "name": "x"}]})
+        _check_params_file(
+            "params/code-rm.yaml",
+            {
+                bench: [
+                    {
+                        "kind": "file",
+                        "path": "package:no-such-wheel/x.jsonl",
+                        "format": "code",
+                        "license": "MIT",
+                        "name": "x",
+                    }
+                ]
+            },
+        )
     with pytest.raises(ConfigError, match=r"data.pairs\[0\].path: data file 'data/raw/pairs.jsonl' does not exist"):
-        _check_params_file("params/code-rm.yaml", {"data.pairs": [{"kind": "file", "path": "data/raw/pairs.jsonl",
-                                                                    "format": "pairs", "license": "MIT"}]})
+        _check_params_file(
+            "params/code-rm.yaml",
+            {"data.pairs": [{"kind": "file", "path": "data/raw/pairs.jsonl", "format": "pairs", "license": "MIT"}]},
+        )
 
 
 def test_no_edits_for_the_wired_set_without_overrides(project):
@@ -98,10 +125,21 @@ def test_an_ablation_wires_its_arms_and_seeds_into_dvc_yaml_and_one_more_seed_ad
 
     two = run_edits("params/default.yaml", ablation_overrides(["grpo", "rloo"], [0, 1], None))
     stages = list(yaml.safe_load(two["dvc.yaml"])["stages"])
-    assert stages == ["base_model", "prepare", "validate_verifiers", "sft", "arm_grpo_s0", "arm_grpo_s1", "arm_rloo_s0",
-                      "arm_rloo_s1", "ablation_report"]
+    assert stages == [
+        "base_model",
+        "prepare",
+        "validate_verifiers",
+        "sft",
+        "arm_grpo_s0",
+        "arm_grpo_s1",
+        "arm_rloo_s0",
+        "arm_rloo_s1",
+        "ablation_report",
+    ]
     (project / "dvc.yaml").write_text(two["dvc.yaml"])
-    three = yaml.safe_load(run_edits("params/default.yaml", ablation_overrides(["grpo", "rloo"], [0, 1, 2], None))["dvc.yaml"])
+    three = yaml.safe_load(
+        run_edits("params/default.yaml", ablation_overrides(["grpo", "rloo"], [0, 1, 2], None))["dvc.yaml"]
+    )
     before = yaml.safe_load(two["dvc.yaml"])["stages"]
     assert all(three["stages"][name] == before[name] for name in stages if name.startswith("arm_"))  # unchanged: cached
     assert {"arm_grpo_s2", "arm_rloo_s2"} <= set(three["stages"])
@@ -149,8 +187,10 @@ def test_the_set_is_validated_as_it_will_run_with_the_workspace_held(project):
 def test_the_fast_check_leaves_a_failure_that_another_runs_edits_may_cause_to_the_lock(project):
     combined = {"data.synthetic.max_ops": 2}  # valid on the set as it is, not beside the other run's min_ops: 3
     precheck("params/default.yaml", combined)
-    with workspace.exclusive("first"), workspace.edits(
-            run_edits("params/default.yaml", {"data.synthetic.min_ops": 3, "data.synthetic.max_ops": 3})):
+    with (
+        workspace.exclusive("first"),
+        workspace.edits(run_edits("params/default.yaml", {"data.synthetic.min_ops": 3, "data.synthetic.max_ops": 3})),
+    ):
         with pytest.raises(ConfigError, match="min_ops"):
             _check_params_file("params/default.yaml", combined)
         precheck("params/default.yaml", combined)  # deferred to the check under the lock
@@ -161,9 +201,13 @@ def test_the_fast_check_leaves_a_failure_that_another_runs_edits_may_cause_to_th
 def test_every_named_input_file_is_checked_before_any_stage(project):
     (project / "data").mkdir()
     (project / "data" / "there.jsonl").write_text("{}\n")
-    overrides = {"data.sources": [{"kind": "synthetic"}, {"kind": "file", "path": "data/gone.jsonl", "license": "MIT"}],
-                 "data.benchmarks": [{"kind": "file", "path": "data/there.jsonl", "license": "MIT", "name": "a"},
-                                     {"kind": "file", "path": "data/nope.jsonl", "license": "MIT", "name": "b"}]}
+    overrides = {
+        "data.sources": [{"kind": "synthetic"}, {"kind": "file", "path": "data/gone.jsonl", "license": "MIT"}],
+        "data.benchmarks": [
+            {"kind": "file", "path": "data/there.jsonl", "license": "MIT", "name": "a"},
+            {"kind": "file", "path": "data/nope.jsonl", "license": "MIT", "name": "b"},
+        ],
+    }
     with pytest.raises(ConfigError) as err:
         _check_params_file("params/default.yaml", overrides)
     where = f"does not exist (relative paths are read from {project})"
@@ -173,18 +217,25 @@ def test_every_named_input_file_is_checked_before_any_stage(project):
     ]
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"", "the params file is empty"),
-    (b"# only a comment\n", "the params file is empty"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00", "not a text params file (byte 0 is not UTF-8: b'\\x89')"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "the params file is empty"),
+        (b"# only a comment\n", "the params file is empty"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "not a text params file (byte 0 is not UTF-8: b'\\x89')"),
+    ],
+)
 def test_an_empty_or_binary_params_file_is_one_clear_line_and_exit_2(project, capsys, content, message):
     (project / "params" / "odd.yaml").write_bytes(content)
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_params("params/odd.yaml")
     assert main(["--params", "params/odd.yaml"]) == 2
-    assert capsys.readouterr().err == f"error: params/odd.yaml: {message}" + (
-        " (copy params/default.yaml to start one)" if "empty" in message else "") + "\n"
+    assert (
+        capsys.readouterr().err
+        == f"error: params/odd.yaml: {message}"
+        + (" (copy params/default.yaml to start one)" if "empty" in message else "")
+        + "\n"
+    )
 
 
 def _stage(name: str):
@@ -212,17 +263,22 @@ def test_a_failed_stage_puts_back_the_metrics_of_the_last_good_run(project):
 
 
 # A stage command that stops cleanly on SIGINT, under a parent that ignores SIGINT while it runs (as DVC does).
-STAGE = ("import signal, sys, time\n"
-         "signal.signal(signal.SIGINT, lambda *_: (print('stage: interrupted', flush=True), sys.exit(130)))\n"
-         "print('ready', flush=True)\ntime.sleep(600)\n")
-DVC_LIKE = ("import signal, subprocess, sys\n"
-            f"child = subprocess.Popen([sys.executable, '-c', {STAGE!r}])\n"
-            "signal.signal(signal.SIGINT, signal.SIG_IGN)\nsys.exit(child.wait())\n")
+STAGE = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGINT, lambda *_: (print('stage: interrupted', flush=True), sys.exit(130)))\n"
+    "print('ready', flush=True)\ntime.sleep(600)\n"
+)
+DVC_LIKE = (
+    "import signal, subprocess, sys\n"
+    f"child = subprocess.Popen([sys.executable, '-c', {STAGE!r}])\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN)\nsys.exit(child.wait())\n"
+)
 
 
 def test_an_interrupted_flow_stops_its_stage_even_when_only_the_flow_got_the_signal():
-    proc = subprocess.Popen([sys.executable, "-c", DVC_LIKE], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DVC_LIKE], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     assert proc.stdout.readline().strip() == "ready"  # type: ignore[union-attr]
     said: list[str] = []
     _stop_stage(proc, said.append, grace_s=5)  # a bound: the stage exits at once
@@ -256,31 +312,46 @@ def test_a_chat_prompt_for_a_model_without_a_chat_template_fails_before_any_stag
 def test_only_dvcs_git_advice_is_dropped_from_a_stage_log():
     from flows.stage_run import DvcAdvice
 
-    lines = ["Running stage 'grpo':", "grpo step 1/2: reward 0.5", "git add is what the stage printed itself",
-             "Updating lock file 'dvc.lock'", "To track the changes with git, run:", "\tgit add dvc.lock models/.gitignore",
-             "To enable auto staging, run:", "\tdvc config core.autostage true",
-             "Use `dvc push` to send your updates to remote storage.", "git add after the block is shown again"]
+    lines = [
+        "Running stage 'grpo':",
+        "grpo step 1/2: reward 0.5",
+        "git add is what the stage printed itself",
+        "Updating lock file 'dvc.lock'",
+        "To track the changes with git, run:",
+        "\tgit add dvc.lock models/.gitignore",
+        "To enable auto staging, run:",
+        "\tdvc config core.autostage true",
+        "Use `dvc push` to send your updates to remote storage.",
+        "git add after the block is shown again",
+    ]
     advice = DvcAdvice()
     assert [line for line in lines if not advice.hides(line)] == [
-        "Running stage 'grpo':", "grpo step 1/2: reward 0.5", "git add is what the stage printed itself",
-        "Updating lock file 'dvc.lock'", "git add after the block is shown again"]
-
+        "Running stage 'grpo':",
+        "grpo step 1/2: reward 0.5",
+        "git add is what the stage printed itself",
+        "Updating lock file 'dvc.lock'",
+        "git add after the block is shown again",
+    ]
 
 
 # ---------------------------------------------------------------- hostile inputs (issue 23, items 6, 8 and 11)
 
 
-@pytest.mark.parametrize("name, message", [
-    ("params/x$(id>pwned).yaml", "may contain only letters"),
-    ("params/x`id`.yaml", "may contain only letters"),
-    ("params/my set.yaml", "may contain only letters"),
-    ("params/default.yaml;id", "may contain only letters"),
-    ("../params/default.yaml", "may not contain '..'"),
-    ("params/../params/default.yaml", "may not contain '..'"),
-    ("/etc/passwd", "relative to the checkout"),
-])
-def test_the_flow_refuses_a_params_file_name_a_shell_would_misread_or_outside_the_checkout(project, capsys, name,
-                                                                                           message):
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("params/x$(id>pwned).yaml", "may contain only letters"),
+        ("params/x`id`.yaml", "may contain only letters"),
+        ("params/my set.yaml", "may contain only letters"),
+        ("params/default.yaml;id", "may contain only letters"),
+        ("../params/default.yaml", "may not contain '..'"),
+        ("params/../params/default.yaml", "may not contain '..'"),
+        ("/etc/passwd", "relative to the checkout"),
+    ],
+)
+def test_the_flow_refuses_a_params_file_name_a_shell_would_misread_or_outside_the_checkout(
+    project, capsys, name, message
+):
     if "$(" in name or "`" in name or " " in name or ";" in name:
         (project / name).write_text((project / "params" / "default.yaml").read_text())  # it exists: still refused
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -304,7 +375,9 @@ def test_the_mlflow_link_and_its_description_never_show_the_tracking_servers_cre
     from flows.pipeline import _mlflow_link, _mlflow_ui
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://user:secret@mlflow.example.org/?token=t0ken")
-    assert _mlflow_link("3", "abc") == "https://mlflow.example.org/#/experiments/3/runs/abc?workflowType=machine_learning"
+    assert (
+        _mlflow_link("3", "abc") == "https://mlflow.example.org/#/experiments/3/runs/abc?workflowType=machine_learning"
+    )
     assert "secret" not in " ".join(_mlflow_ui()) and "t0ken" not in " ".join(_mlflow_ui())
 
 

@@ -128,7 +128,8 @@ def test_server_errors_reach_the_serve_console_once_each(tmp_path):
     assert shown[:2] == [
         "Prefect server: ERROR docket.dependencies - ↩ [    41ms] schedule_recent_deployments()",
         "Prefect server: sqlalchemy.exc.InvalidRequestError: Can't evaluate bulk DML statement; please supply a "
-        "bulk_dml decorated function"]
+        "bulk_dml decorated function",
+    ]
     locked = [m for m in shown if "database is locked" in m]
     assert locked and locked[0].endswith("PostgreSQL (PREFECT_API_DATABASE_CONNECTION_URL))")
     assert len(shown) == 6 and shown[-1].startswith("(each server error is shown once")

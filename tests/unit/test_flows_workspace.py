@@ -38,11 +38,14 @@ def start(code: str, ready: Path) -> subprocess.Popen:
 
 
 def test_a_second_run_waits_for_the_first_and_a_killed_holder_frees_the_workspace(in_tmp):
-    holder = start("""
+    holder = start(
+        """
 with workspace.exclusive("first-run"):
     Path("ready").touch()
     import time; time.sleep(60)
-""", in_tmp / "ready")
+""",
+        in_tmp / "ready",
+    )
     messages: list[str] = []
     killer = subprocess.Popen(["sh", "-c", f"sleep 0.5; kill -9 {holder.pid}"])
     t0 = time.monotonic()
@@ -61,11 +64,14 @@ def test_edits_are_undone_after_the_run_and_after_a_kill(in_tmp):
     assert (in_tmp / "params.yaml").read_text() == "a: 1\n" and not (in_tmp / "params" / "new.yaml").exists()
     assert not workspace.JOURNAL.exists()
 
-    run = start("""
+    run = start(
+        """
 with workspace.edits({"params.yaml": "a: 3\\n"}):
     Path("ready").touch()
     import time; time.sleep(60)
-""", in_tmp / "ready")
+""",
+        in_tmp / "ready",
+    )
     run.send_signal(signal.SIGKILL)
     run.wait()
     assert (in_tmp / "params.yaml").read_text() == "a: 3\n"  # the kill left the edit behind
@@ -86,14 +92,17 @@ def write_journal(files: dict) -> None:
     workspace.JOURNAL.write_text(json.dumps({"version": 2, "files": files}))
 
 
-@pytest.mark.parametrize("damage, named", [
-    (b'{"version": 2, "files": {"params.yaml": {"original": "a: 1\\n", "wri', "params.yaml"),  # truncated
-    (b'{"version": 2, "files": {"params.yaml": {"original": 1}}}', "params.yaml"),
-    (b'{"version": 9, "files": {"params.yaml": {"original": "a: 1"}}}', "params.yaml"),
-    (b"\xff\xfe\x00{", "dvc.yaml and the params file"),
-    (b'["params.yaml"]', "dvc.yaml and the params file"),
-    (b"", "dvc.yaml and the params file"),
-])
+@pytest.mark.parametrize(
+    "damage, named",
+    [
+        (b'{"version": 2, "files": {"params.yaml": {"original": "a: 1\\n", "wri', "params.yaml"),  # truncated
+        (b'{"version": 2, "files": {"params.yaml": {"original": 1}}}', "params.yaml"),
+        (b'{"version": 9, "files": {"params.yaml": {"original": "a: 1"}}}', "params.yaml"),
+        (b"\xff\xfe\x00{", "dvc.yaml and the params file"),
+        (b'["params.yaml"]', "dvc.yaml and the params file"),
+        (b"", "dvc.yaml and the params file"),
+    ],
+)
 def test_a_damaged_journal_is_moved_aside_with_a_warning_and_never_blocks_a_run(in_tmp, damage, named):
     (in_tmp / "params.yaml").write_text("a: 3\n")  # as the interrupted run left it
     workspace.STATE_DIR.mkdir()
@@ -116,10 +125,20 @@ def test_only_dvc_yaml_and_params_files_inside_the_workspace_are_restored(in_tmp
     (in_tmp / "link.yaml").symlink_to(elsewhere / "target.yaml")
     (in_tmp / "params.yaml").write_text("a: 3\n")
     (in_tmp / ".git").mkdir()
-    hostile = ["../outside.yaml", str(elsewhere / "abs.yaml"), ".git/config", "notes.txt", "params/../../up.yaml",
-               "link.yaml"]
-    write_journal({"params.yaml": {"original": "a: 1\n", "written": "a: 3\n"},
-                   **{p: {"original": "overwritten", "written": None} for p in hostile}})
+    hostile = [
+        "../outside.yaml",
+        str(elsewhere / "abs.yaml"),
+        ".git/config",
+        "notes.txt",
+        "params/../../up.yaml",
+        "link.yaml",
+    ]
+    write_journal(
+        {
+            "params.yaml": {"original": "a: 1\n", "written": "a: 3\n"},
+            **{p: {"original": "overwritten", "written": None} for p in hostile},
+        }
+    )
     messages: list[str] = []
     restored = workspace.restore_interrupted(messages.append)
     assert restored == ["params.yaml"] and (in_tmp / "params.yaml").read_text() == "a: 1\n"
@@ -155,11 +174,14 @@ def test_a_hand_edit_during_the_run_is_kept_aside_with_a_warning(in_tmp):
 
 def test_a_hand_edit_after_a_killed_run_is_kept_aside_too(in_tmp):
     (in_tmp / "params.yaml").write_text("a: 1\n")
-    run = start("""
+    run = start(
+        """
 with workspace.edits({"params.yaml": "a: 3\\n"}):
     Path("ready").touch()
     import time; time.sleep(60)
-""", in_tmp / "ready")
+""",
+        in_tmp / "ready",
+    )
     run.send_signal(signal.SIGKILL)
     run.wait()
     (in_tmp / "params.yaml").write_text("a: 7\n")
@@ -182,8 +204,14 @@ def test_a_journal_of_the_previous_version_is_still_restored(in_tmp):
 
 def test_an_experiment_carries_metrics_plots_and_lock_but_not_checkpoints(in_tmp):
     shutil.copy(ROOT / "dvc.yaml", in_tmp / "dvc.yaml")
-    for path in ["dvc.lock", "metrics/grpo.json", "metrics/grpo_history.csv", "reports/compare/table.json",
-                 "checkpoints/grpo/latest", "metrics/run.json"]:
+    for path in [
+        "dvc.lock",
+        "metrics/grpo.json",
+        "metrics/grpo_history.csv",
+        "reports/compare/table.json",
+        "checkpoints/grpo/latest",
+        "metrics/run.json",
+    ]:
         (in_tmp / path).parent.mkdir(parents=True, exist_ok=True)
         (in_tmp / path).write_text("{}")
     carried = experiments.untracked_outputs()
@@ -193,10 +221,13 @@ def test_an_experiment_carries_metrics_plots_and_lock_but_not_checkpoints(in_tmp
     assert "metrics/ppo.json" not in carried  # absent files are not named
 
 
-@pytest.mark.parametrize("name, run_id, expected", [
-    ("witty-penguin", "0865752c-8375-4d4e-b000-000000000000", "witty-penguin-0865752c"),
-    ("odd name/with:chars", "abc", "odd-name-with-chars-abc"),
-    ("", "12345678-9", "run-12345678"),
-])
+@pytest.mark.parametrize(
+    "name, run_id, expected",
+    [
+        ("witty-penguin", "0865752c-8375-4d4e-b000-000000000000", "witty-penguin-0865752c"),
+        ("odd name/with:chars", "abc", "odd-name-with-chars-abc"),
+        ("", "12345678-9", "run-12345678"),
+    ],
+)
 def test_experiment_names_are_git_ref_safe_and_unique_per_run(name, run_id, expected):
     assert experiments.experiment_name(name, run_id) == expected

@@ -12,8 +12,15 @@ def feed(monitor, rows):
     return seen
 
 
-BASE = {"loss": 0.01, "kl": 0.01, "reward_mean": 0.5, "frac_zero_std_groups": 0.2, "entropy": 1.0, "frac_truncated": 0.0,
-        "num_generations": 8}
+BASE = {
+    "loss": 0.01,
+    "kl": 0.01,
+    "reward_mean": 0.5,
+    "frac_zero_std_groups": 0.2,
+    "entropy": 1.0,
+    "frac_truncated": 0.0,
+    "num_generations": 8,
+}
 
 
 def test_healthy_run_has_no_symptoms():

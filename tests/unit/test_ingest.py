@@ -224,7 +224,7 @@ def test_csv_rows_report_the_file_line_they_start_on(tmp_path):
 def test_csv_bad_bytes_and_an_over_long_line_are_rows_not_the_file(tmp_path):
     f = tmp_path / "d.csv"
     long_field = b'"' + b"x" * 3000 + b"\n" + b"x" * 10 + b'"'  # opens a quote on line 4, closes it on line 5
-    f.write_bytes(b"question,answer\nq1?,#### 1\n\"caf\xe9?\",#### 2\n" + long_field + b",#### 3\nq6?,#### 6\n")
+    f.write_bytes(b'question,answer\nq1?,#### 1\n"caf\xe9?",#### 2\n' + long_field + b",#### 3\nq6?,#### 6\n")
     got = ingest_file(f, max_row_bytes=1024)
     assert [r.prompt for r in got.records] == ["q1?", "q6?"]
     assert kinds(got) == [(3, "invalid_utf8"), (4, "row_too_long")]
@@ -389,9 +389,17 @@ def test_an_unterminated_string_in_a_json_list_costs_linear_time(tmp_path):
     assert time.process_time() - start < 2.0
 
 
-@given(st.lists(st.recursive(st.none() | st.integers() | st.text(alphabet='ab",]}[{\\ ') | st.floats(allow_nan=False),
-                             lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(alphabet='k,"]'), kids, max_size=3),
-                             max_leaves=8), min_size=1, max_size=5))
+@given(
+    st.lists(
+        st.recursive(
+            st.none() | st.integers() | st.text(alphabet='ab",]}[{\\ ') | st.floats(allow_nan=False),
+            lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(alphabet='k,"]'), kids, max_size=3),
+            max_leaves=8,
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
 def test_list_elements_are_split_where_json_says(items):
     from grpoflow.data.json_list import _value_end
 

@@ -11,16 +11,20 @@ REF = [
 
 
 def test_exact_after_normalisation():
-    train = ["NATALIA sold clips to 48 of her friends in April,   and then she sold half as many clips in May! "
-             "How many clips did she sell",
-             "Something unrelated about trains and distances."]
+    train = [
+        "NATALIA sold clips to 48 of her friends in April,   and then she sold half as many clips in May! "
+        "How many clips did she sell",
+        "Something unrelated about trains and distances.",
+    ]
     leaks = leakage(train, REF)
     assert [(leak.train_index, leak.reference_index, leak.kind) for leak in leaks] == [(0, 0, "exact")]
 
 
 def test_ngram_overlap_any_and_thresholded():
-    train = ["Before anything else: a robe takes 2 bolts of blue fiber and half that much white fiber, "
-             "then we dye it red and sell it at the market for profit."]
+    train = [
+        "Before anything else: a robe takes 2 bolts of blue fiber and half that much white fiber, "
+        "then we dye it red and sell it at the market for profit."
+    ]
     assert [leak.kind for leak in leakage(train, REF, ngram_min_overlap=0.0, near_threshold=None)] == ["ngram"]
     assert leakage(train, REF, ngram_min_overlap=0.9, near_threshold=None) == []
     assert find_leaks(train, REF, ngram=8) == [0]  # the public API flags any shared 8-gram
@@ -28,8 +32,10 @@ def test_ngram_overlap_any_and_thresholded():
 
 
 def test_near_duplicate_with_a_few_words_changed():
-    train = ["Natalia sold clips to 48 of her friends in April and then she sold half as many clips in May. "
-             "How many clips did she sell overall?"]
+    train = [
+        "Natalia sold clips to 48 of her friends in April and then she sold half as many clips in May. "
+        "How many clips did she sell overall?"
+    ]
     leaks = leakage(train, REF, ngram=50)  # long n-grams: only the near-duplicate rule can fire
     assert [(leak.kind, leak.reference_index) for leak in leaks] == [("near", 0)]
     assert 0.8 <= leaks[0].score < 1.0

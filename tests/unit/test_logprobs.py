@@ -1,6 +1,5 @@
 """The training loop's parts, on hand-made inputs."""
 
-
 import torch
 
 from grpoflow.rl.logprobs import completion_logprobs
@@ -26,7 +25,6 @@ def test_completion_logprobs_match_a_hand_computation():
     expected = [table[3, 1], table[1, 2], table[2, 4]]
     assert torch.allclose(logp[0], torch.stack(expected))
     assert torch.allclose(ent[0, 0], -(table[3].exp() * table[3]).sum())
-
 
 
 def test_chunked_logprobs_and_entropy_equal_a_full_log_softmax(monkeypatch):

@@ -58,5 +58,7 @@ def test_merged_weights_equal_peft_merge_and_keep_the_adapters(chat_dir):
 
 def test_unknown_target_modules_are_named_with_the_ones_the_model_has(chat_dir):
     base, _ = load_pretrained(chat_dir)
-    with pytest.raises(LoraTargetError, match=r"\['qkv_proj'\] are not linear layers of this model; it has \[.*'q_proj'"):
+    with pytest.raises(
+        LoraTargetError, match=r"\['qkv_proj'\] are not linear layers of this model; it has \[.*'q_proj'"
+    ):
         add_adapters(base, LoraConfig(target_modules=["q_proj", "qkv_proj"]))

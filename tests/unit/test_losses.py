@@ -165,6 +165,7 @@ def test_clipped_tokens_get_no_policy_gradient(b):
 
 # --- KL estimators, KL in the reward, entropy bonus ------------------------------------------------
 
+
 def test_the_three_kl_estimators_by_hand():
     from grpoflow.rl.losses import KL_ESTIMATORS
 
@@ -225,6 +226,7 @@ def test_the_entropy_bonus_lowers_the_loss_and_its_gradient_raises_entropy():
 
 
 # --- rollout/trainer mismatch: TIS and MIS, against a perturbed sampler -----------------------------
+
 
 def _mismatch_case():
     trainer = torch.zeros(2, 3, dtype=torch.float64)

@@ -149,8 +149,13 @@ def test_hostile_rows_end_in_a_strict_json_quarantine(tmp_path):
     source = {"kind": "file", "path": str(src), "license": "MIT"}
     result = prepare(0, data_cfg(sources=[source], max_rejected_fraction=1.0, max_prompt_chars=60), tmp_path)
     assert result.summary()["quarantine_reasons"] == {
-        "control_character": 1, "invalid_json": 1, "invalid_utf8": 1, "number_too_large": 1,
-        "prompt_too_long": 1, "too_deeply_nested": 1, "wrong_type": 1,
+        "control_character": 1,
+        "invalid_json": 1,
+        "invalid_utf8": 1,
+        "number_too_large": 1,
+        "prompt_too_long": 1,
+        "too_deeply_nested": 1,
+        "wrong_type": 1,
     }
     assert [q.line for q in result.quarantine] == list(range(21, 28))
     too_long = next(q.reason for q in result.quarantine if q.reason.startswith("prompt_too_long"))

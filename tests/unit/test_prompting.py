@@ -33,8 +33,10 @@ def test_chat_prompts_render_the_template_and_stop_at_the_end_of_turn(chat):
     model, tok = chat
     p = prompter_for(model, tok, CHAT)
     text = p.prompt("How many?")
-    assert text == "<|im_start|>system\nAnswer with #### <number>.<|im_end|>\n<|im_start|>user\nHow many?<|im_end|>\n" \
-                   "<|im_start|>assistant\n"
+    assert (
+        text == "<|im_start|>system\nAnswer with #### <number>.<|im_end|>\n<|im_start|>user\nHow many?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
     im_end = tok.convert_tokens_to_ids(IM_END)
     assert p.stop_ids[0] == im_end and tok.eos_token_id in p.stop_ids
     # The same ids whichever way a path asks for them: tokenizing the text (HF and vLLM rollouts,
@@ -45,7 +47,7 @@ def test_chat_prompts_render_the_template_and_stop_at_the_end_of_turn(chat):
     assert ids == list(templated)
     from grpoflow.trainers.sft import build_examples
 
-    (example, labels), = build_examples([{"prompt": "How many?", "solution": "2+2=4\n#### 4"}], p, 256)
+    ((example, labels),) = build_examples([{"prompt": "How many?", "solution": "2+2=4\n#### 4"}], p, 256)
     assert example[: len(ids)] == ids and labels[-1] == im_end and example[-1] == im_end
 
 

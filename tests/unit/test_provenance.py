@@ -14,22 +14,31 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 def test_the_closure_follows_absolute_relative_lazy_and_submodule_imports(tmp_path):
-    _write(tmp_path, {
-        "tasks/__init__.py": "",
-        "tasks/stage.py": "from grpoflow import core\nimport json\n",
-        "grpoflow/__init__.py": "",
-        "grpoflow/core.py": "from .util import helper\n\ndef f():\n    from grpoflow.lazy import x  # lazy\n",
-        "grpoflow/util.py": "from verifiers import math\n",
-        "grpoflow/lazy.py": "x = 1\n",
-        "grpoflow/unused.py": "",
-        "verifiers/__init__.py": "from verifiers.registry import names\n",
-        "verifiers/registry.py": "",
-        "verifiers/math.py": "",
-    })
+    _write(
+        tmp_path,
+        {
+            "tasks/__init__.py": "",
+            "tasks/stage.py": "from grpoflow import core\nimport json\n",
+            "grpoflow/__init__.py": "",
+            "grpoflow/core.py": "from .util import helper\n\ndef f():\n    from grpoflow.lazy import x  # lazy\n",
+            "grpoflow/util.py": "from verifiers import math\n",
+            "grpoflow/lazy.py": "x = 1\n",
+            "grpoflow/unused.py": "",
+            "verifiers/__init__.py": "from verifiers.registry import names\n",
+            "verifiers/registry.py": "",
+            "verifiers/math.py": "",
+        },
+    )
     assert module_files("tasks.stage", root=tmp_path) == [
-        "grpoflow/__init__.py", "grpoflow/core.py", "grpoflow/lazy.py", "grpoflow/util.py",
-        "tasks/__init__.py", "tasks/stage.py",
-        "verifiers/__init__.py", "verifiers/math.py", "verifiers/registry.py",
+        "grpoflow/__init__.py",
+        "grpoflow/core.py",
+        "grpoflow/lazy.py",
+        "grpoflow/util.py",
+        "tasks/__init__.py",
+        "tasks/stage.py",
+        "verifiers/__init__.py",
+        "verifiers/math.py",
+        "verifiers/registry.py",
     ]
 
 

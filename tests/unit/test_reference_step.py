@@ -38,8 +38,10 @@ def workspace(tmp_path_factory):
     from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
 
     root = tmp_path_factory.mktemp("reference_step")
-    rows = [{"id": str(i), "prompt": f"Tom has {i} apples. How many?", "reference_answer": str(i),
-             "solution": f"#### {i}"} for i in range(4)]
+    rows = [
+        {"id": str(i), "prompt": f"Tom has {i} apples. How many?", "reference_answer": str(i), "solution": f"#### {i}"}
+        for i in range(4)
+    ]
     write_jsonl(root / "data" / "train.jsonl", rows)
     write_jsonl(root / "data" / "val.jsonl", rows[:2])
     tok = train_tokenizer([r["prompt"] + r["solution"] for r in rows] * 5, vocab_size=96)
@@ -61,14 +63,28 @@ def injected_rollouts(vocab: int, pad: int) -> Rollouts:
     for i, length in enumerate(COMPLETION_LENGTHS):
         completion_ids[i, :length] = torch.randint(3, vocab, (length,), generator=gen)
         completion_mask[i, :length] = 1
-    return Rollouts(prompt_ids, prompt_mask, completion_ids, completion_mask, [f"c{i}" for i in range(n)],
-                    torch.zeros(n, dtype=torch.bool))
+    return Rollouts(
+        prompt_ids,
+        prompt_mask,
+        completion_ids,
+        completion_mask,
+        [f"c{i}" for i in range(n)],
+        torch.zeros(n, dtype=torch.bool),
+    )
 
 
 @pytest.mark.parametrize("iterations, micro", [(1, 8), (1, 4), (2, 8)])
 def test_one_trainer_step_equals_the_reference_grpo_step(workspace, iterations, micro):
-    params = validate_params({"rl": {"prompts_per_step": len(PROMPT_LENGTHS), "num_generations": G,
-                                     "num_iterations": iterations, "engine": {"micro_batch_size": micro}}})
+    params = validate_params(
+        {
+            "rl": {
+                "prompts_per_step": len(PROMPT_LENGTHS),
+                "num_generations": G,
+                "num_iterations": iterations,
+                "engine": {"micro_batch_size": micro},
+            }
+        }
+    )
     run = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
     trainer = run.trainer
     with torch.no_grad():  # a reference apart from the policy, so that the KL term has a gradient
@@ -77,15 +93,27 @@ def test_one_trainer_step_equals_the_reference_grpo_step(workspace, iterations, 
             w.add_(0.05 * torch.randn(w.shape, generator=gen))
     ro = injected_rollouts(len(run.tokenizer), run.tokenizer.pad_token_id)
     rewards = torch.tensor(REWARDS)
-    trainer._scored = lambda step, g, draw=0: Scored(ro, [{"id": str(i // G)} for i in range(len(REWARDS))],
-                                                     rewards, {"math": rewards})
+    trainer._scored = lambda step, g, draw=0: Scored(
+        ro, [{"id": str(i // G)} for i in range(len(REWARDS))], rewards, {"math": rewards}
+    )
 
     policy = AutoModelForCausalLM.from_pretrained(workspace / "ref", dtype=torch.float32)
     ref = copy.deepcopy(trainer.ref)
     e, g = params.rl.engine, params.grpo
     optimizer = torch.optim.AdamW(policy.parameters(), lr=e.lr, betas=e.betas, weight_decay=e.weight_decay)
-    losses = reference_step(policy, ref, optimizer, ro, rewards, g=G, beta=g.beta, clip_eps=params.rl.clip_eps,
-                            adv_eps=g.advantage_eps, max_grad_norm=e.gradient_clipping, iterations=iterations)
+    losses = reference_step(
+        policy,
+        ref,
+        optimizer,
+        ro,
+        rewards,
+        g=G,
+        beta=g.beta,
+        clip_eps=params.rl.clip_eps,
+        adv_eps=g.advantage_eps,
+        max_grad_norm=e.gradient_clipping,
+        iterations=iterations,
+    )
 
     metrics = trainer.step(0)
 

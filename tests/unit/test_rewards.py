@@ -1,16 +1,17 @@
 """The training loop's parts, on hand-made inputs."""
 
-
 import torch
 
 from grpoflow.rl.rewards import RewardComponent, WeightedReward
 
 
 def test_weighted_reward_keeps_each_component():
-    reward = WeightedReward([
-        RewardComponent("a", lambda c, r: [1.0 if x == y else 0.0 for x, y in zip(c, r)], 1.0),
-        RewardComponent("b", lambda c, r: [0.5] * len(c), 0.2),
-    ])
+    reward = WeightedReward(
+        [
+            RewardComponent("a", lambda c, r: [1.0 if x == y else 0.0 for x, y in zip(c, r)], 1.0),
+            RewardComponent("b", lambda c, r: [0.5] * len(c), 0.2),
+        ]
+    )
     total, parts = reward(["x", "y"], ["x", "z"])
     assert torch.allclose(total, torch.tensor([1.1, 0.1]))
     assert parts["a"].tolist() == [1.0, 0.0]
@@ -22,8 +23,9 @@ def test_the_reward_runs_code_with_the_params_sandbox_limits():
     from grpoflow.config import validate_params
     from grpoflow.rl.rewards import build_reward, create_verifier
 
-    params = validate_params({"rewards": [{"name": "code"}], "sandbox": {"wall_seconds": 1.5, "workers": 1,
-                                                                        "allow_unsandboxed": True}})
+    params = validate_params(
+        {"rewards": [{"name": "code"}], "sandbox": {"wall_seconds": 1.5, "workers": 1, "allow_unsandboxed": True}}
+    )
     assert create_verifier(params, "code").sandbox == params.sandbox
     component = build_reward(params).components[0]
     assert component.score.__self__.sandbox.wall_seconds == 1.5
@@ -62,11 +64,13 @@ class _Verifier:
 
 def test_each_component_scores_only_the_rows_of_its_tasks():
     code, math, everything = _Verifier(), _Verifier(), _Verifier()
-    reward = WeightedReward([
-        RewardComponent("code", code, 1.0, frozenset({"code"})),
-        RewardComponent("math", math, 2.0, frozenset({"math"})),
-        RewardComponent("rm", everything, 0.5),
-    ])
+    reward = WeightedReward(
+        [
+            RewardComponent("code", code, 1.0, frozenset({"code"})),
+            RewardComponent("math", math, 2.0, frozenset({"math"})),
+            RewardComponent("rm", everything, 0.5),
+        ]
+    )
     rows = [{"id": "a", "task": "code"}, {"id": "b"}, {"id": "c", "task": "math"}]  # no task: a math row
     total, parts = reward(["x", "yy", "zzz"], rows)
     assert code.seen == ["a"] and math.seen == ["b", "c"] and everything.seen == ["a", "b", "c"]
@@ -93,8 +97,12 @@ class _Shift:
 
 def test_normalised_components_keep_their_state_across_a_resume():
     def make():
-        return WeightedReward([RewardComponent("rm", lambda c, r: [1.0] * len(c), 1.0, None, _Shift()),
-                               RewardComponent("plain", lambda c, r: [1.0] * len(c), 1.0)])
+        return WeightedReward(
+            [
+                RewardComponent("rm", lambda c, r: [1.0] * len(c), 1.0, None, _Shift()),
+                RewardComponent("plain", lambda c, r: [1.0] * len(c), 1.0),
+            ]
+        )
 
     first = make()
     first(["a", "b"], [{}, {}])
@@ -111,15 +119,21 @@ def test_correctness_takes_each_row_to_its_task_judge_and_is_binary():
     from grpoflow.config import validate_params
     from grpoflow.rl.rewards import correctness_scorer, judge_name
 
-    params = validate_params({"rewards": [{"name": "rm"}, {"name": "format"}, {"name": "math"}],
-                              "sandbox": {"allow_unsandboxed": True}})
+    params = validate_params(
+        {"rewards": [{"name": "rm"}, {"name": "format"}, {"name": "math"}], "sandbox": {"allow_unsandboxed": True}}
+    )
     assert judge_name(params, "code") == "code" and judge_name(params, "math") == "format"
     assert judge_name(validate_params({"rewards": [{"name": "rm"}]}), "math") == "math"
     score = correctness_scorer(validate_params({"sandbox": {"allow_unsandboxed": True}}))
     rows = [
         {"id": "m", "reference_answer": "7", "prompt": "3+4?"},
-        {"id": "c", "task": "code", "reference_answer": "", "prompt": "add",
-         "tests": ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 0"]},
+        {
+            "id": "c",
+            "task": "code",
+            "reference_answer": "",
+            "prompt": "add",
+            "tests": ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 0"],
+        },
     ]
     half = "```python\ndef add(a, b):\n    return 3 if a == 1 else 4\n```"  # passes 2 of 3 tests
     assert score(["#### 7", half], rows) == [1.0, 0.0]

@@ -1,6 +1,5 @@
 """The training loop's parts, on hand-made inputs."""
 
-
 import pytest
 
 from grpoflow.rl.trainer import adapt_beta, prompt_indices
@@ -31,9 +30,17 @@ def test_dynamic_sampling_keeps_groups_of_unequal_rewards_and_fills_up_with_the_
 
     def batch(tag: str, rewards: list[float]) -> Scored:
         n = len(rewards)
-        ro = Rollouts(torch.zeros(n, 1, dtype=torch.long), torch.ones(n, 1, dtype=torch.long), torch.zeros(n, 1, dtype=torch.long),
-                      torch.ones(n, 1, dtype=torch.long), [f"{tag}{i}" for i in range(n)], torch.zeros(n, dtype=torch.bool))
-        return Scored(ro, [{"id": f"{tag}{i // 2}"} for i in range(n)], torch.tensor(rewards), {"math": torch.tensor(rewards)})
+        ro = Rollouts(
+            torch.zeros(n, 1, dtype=torch.long),
+            torch.ones(n, 1, dtype=torch.long),
+            torch.zeros(n, 1, dtype=torch.long),
+            torch.ones(n, 1, dtype=torch.long),
+            [f"{tag}{i}" for i in range(n)],
+            torch.zeros(n, dtype=torch.bool),
+        )
+        return Scored(
+            ro, [{"id": f"{tag}{i // 2}"} for i in range(n)], torch.tensor(rewards), {"math": torch.tensor(rewards)}
+        )
 
     # G = 2, two groups per step. First draw: equal, unequal; the next ones: unequal, equal / equal, equal.
     draws = {1: batch("b", [1.0, 0.0, 1.0, 1.0]), 2: batch("c", [0.0, 0.0, 0.0, 0.0])}

@@ -20,13 +20,18 @@ from grpoflow.rollout.hf import HFRolloutEngine
 def test_backoff_order_is_generations_then_length_then_micro_batch():
     settings = {"num_generations": 8, "max_completion_length": 64, "micro_batch_size": 4}
     seen = []
-    while (change := next_backoff(settings["num_generations"], settings["max_completion_length"], settings["micro_batch_size"], 16)):
+    while change := next_backoff(
+        settings["num_generations"], settings["max_completion_length"], settings["micro_batch_size"], 16
+    ):
         settings[change[0]] = change[1]
         seen.append(change)
     assert seen == [
-        ("num_generations", 4), ("num_generations", 2),
-        ("max_completion_length", 32), ("max_completion_length", 16),
-        ("micro_batch_size", 2), ("micro_batch_size", 1),
+        ("num_generations", 4),
+        ("num_generations", 2),
+        ("max_completion_length", 32),
+        ("max_completion_length", 16),
+        ("micro_batch_size", 2),
+        ("micro_batch_size", 1),
     ]
 
 
@@ -41,8 +46,11 @@ def test_backoff_always_shrinks_stays_valid_and_ends(g, max_len, micro, min_len)
         key, value = change
         old = {"num_generations": g, "max_completion_length": max_len, "micro_batch_size": micro}[key]
         assert value < old
-        g, max_len, micro = (value if key == "num_generations" else g, value if key == "max_completion_length" else max_len,
-                             value if key == "micro_batch_size" else micro)
+        g, max_len, micro = (
+            value if key == "num_generations" else g,
+            value if key == "max_completion_length" else max_len,
+            value if key == "micro_batch_size" else micro,
+        )
         assert g >= 2 and max_len >= min_len and micro >= 1
     pytest.fail("back-off did not end")
 
@@ -64,16 +72,26 @@ class MemoryBudget:
 def parts():
     texts = [f"Tom has {a} apples and gets {b} more. How many? #### {a + b}" for a in range(10) for b in range(10)]
     tok = train_tokenizer(texts, vocab_size=96)
-    model = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=128), tok, seed=0)
+    model = build_tiny_model(
+        ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=128), tok, seed=0
+    )
     prompts = [{"prompt": t.split(" How")[0] + " How many?", "reference_answer": t.split("#### ")[1]} for t in texts]
     return tok, model, prompts
 
 
 def trainer_with_budget(parts, budget: MemoryBudget, **cfg_overrides) -> GRPOTrainer:
     tok, model, prompts = parts
-    cfg = RLConfig(steps=2, prompts_per_step=2, num_generations=8, checkpoint_every=100, eval_every=100,
-                   sampling={"max_completion_length": 32}, engine={"micro_batch_size": 4, "lr": 1e-3},
-                   oom_min_completion_length=8, **cfg_overrides)
+    cfg = RLConfig(
+        steps=2,
+        prompts_per_step=2,
+        num_generations=8,
+        checkpoint_every=100,
+        eval_every=100,
+        sampling={"max_completion_length": 32},
+        engine={"micro_batch_size": 4, "lr": 1e-3},
+        oom_min_completion_length=8,
+        **cfg_overrides,
+    )
     engine = build_engine(model, cfg.engine, cfg.prompts_per_step * cfg.num_generations)
     rollout = HFRolloutEngine(engine.module, tok)
     generate = rollout.generate
@@ -84,7 +102,9 @@ def trainer_with_budget(parts, budget: MemoryBudget, **cfg_overrides) -> GRPOTra
 
     rollout.generate = generate_within_budget
     reward = WeightedReward([RewardComponent("len", lambda c, r: [float(len(x) % 3) for x in c], 1.0)])
-    trainer = GRPOTrainer(TrainerInputs(cfg, engine, None, rollout, tok, reward, prompts, seed=0), grpo=GRPOConfig(beta=0.0))
+    trainer = GRPOTrainer(
+        TrainerInputs(cfg, engine, None, rollout, tok, reward, prompts, seed=0), grpo=GRPOConfig(beta=0.0)
+    )
     update = trainer.update
 
     def update_within_budget(step, batch):
@@ -101,19 +121,34 @@ def test_trainer_backs_off_in_order_records_each_change_and_finishes(parts):
     budget = MemoryBudget(max_rollout_tokens=64, max_micro_batch=1)
     trainer = trainer_with_budget(parts, budget)
     steps = []
-    trainer.train(on_step=lambda step, m: steps.append((step, m["num_generations"], m["max_completion_length"], m["micro_batch_size"])))
+    trainer.train(
+        on_step=lambda step, m: steps.append(
+            (step, m["num_generations"], m["max_completion_length"], m["micro_batch_size"])
+        )
+    )
     assert steps == [(0, 2, 8, 1), (1, 2, 8, 1)]
     assert trainer.state.backoff == {"num_generations": 2, "max_completion_length": 8, "micro_batch_size": 1}
-    events = sorted(s.evidence.split("; ")[1] for s in trainer.health.symptoms.values() if s.name.startswith("oom_backoff"))
-    assert events == sorted(["num_generations 8 -> 4", "num_generations 4 -> 2", "max_completion_length 32 -> 16",
-                             "max_completion_length 16 -> 8",
-                             "micro_batch_size 4 -> 2", "micro_batch_size 2 -> 1"])
+    events = sorted(
+        s.evidence.split("; ")[1] for s in trainer.health.symptoms.values() if s.name.startswith("oom_backoff")
+    )
+    assert events == sorted(
+        [
+            "num_generations 8 -> 4",
+            "num_generations 4 -> 2",
+            "max_completion_length 32 -> 16",
+            "max_completion_length 16 -> 8",
+            "micro_batch_size 4 -> 2",
+            "micro_batch_size 2 -> 1",
+        ]
+    )
     assert budget.raised == 6
 
 
 def test_trainer_fails_clearly_when_nothing_fits(parts):
     trainer = trainer_with_budget(parts, MemoryBudget(max_rollout_tokens=10, max_micro_batch=1))
-    with pytest.raises(OutOfMemoryAfterBackoff, match=r"num_generations=2, max_completion_length=8, micro_batch_size=1"):
+    with pytest.raises(
+        OutOfMemoryAfterBackoff, match=r"num_generations=2, max_completion_length=8, micro_batch_size=1"
+    ):
         trainer.train()
 
 
@@ -126,12 +161,24 @@ def test_backoff_can_be_switched_off(parts):
 def _two_process_worker(rank: int, port: int, results) -> None:
     import os
 
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     tok = train_tokenizer([f"Tom has {a} apples. How many? #### {a}" for a in range(50)], vocab_size=96)
-    model = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=128), tok, seed=0)
+    model = build_tiny_model(
+        ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=128), tok, seed=0
+    )
     prompts = [{"prompt": f"Tom has {a} apples. How many?", "reference_answer": str(a)} for a in range(50)]
-    cfg = RLConfig(steps=2, prompts_per_step=2, num_generations=8, checkpoint_every=100, eval_every=100,
-                   sampling={"max_completion_length": 8}, engine={"micro_batch_size": 8, "lr": 1e-3}, oom_min_completion_length=8)
+    cfg = RLConfig(
+        steps=2,
+        prompts_per_step=2,
+        num_generations=8,
+        checkpoint_every=100,
+        eval_every=100,
+        sampling={"max_completion_length": 8},
+        engine={"micro_batch_size": 8, "lr": 1e-3},
+        oom_min_completion_length=8,
+    )
     engine = build_engine(model, cfg.engine, cfg.prompts_per_step * cfg.num_generations)
     rollout = HFRolloutEngine(engine.module, tok)
     generate = rollout.generate
@@ -143,8 +190,10 @@ def _two_process_worker(rank: int, port: int, results) -> None:
 
     rollout.generate = generate_rank1_oom_at_g8
     reward = WeightedReward([RewardComponent("len", lambda c, r: [float(len(x) % 3) for x in c], 1.0)])
-    trainer = GRPOTrainer(TrainerInputs(cfg, engine, None, rollout, tok, reward, prompts, seed=0, rank=rank, world=2),
-                          grpo=GRPOConfig(beta=0.0))
+    trainer = GRPOTrainer(
+        TrainerInputs(cfg, engine, None, rollout, tok, reward, prompts, seed=0, rank=rank, world=2),
+        grpo=GRPOConfig(beta=0.0),
+    )
     gs = []
     trainer.train(on_step=lambda step, m: gs.append(m["num_generations"]))
     results[rank] = (gs, dict(trainer.state.backoff))

@@ -14,9 +14,18 @@ from grpoflow.rl.grpo import ALGORITHM as GRPO
 from grpoflow.rl.ppo import ALGORITHM as PPO
 from grpoflow.rl.run import build_rl_run, fingerprint, needs_reference
 
-TINY = {"rl": {"steps": 1, "prompts_per_step": 2, "num_generations": 2, "checkpoint_every": 100, "eval_every": 100,
-               "sampling": {"max_completion_length": 4}, "engine": {"micro_batch_size": 4}},
-        "ppo": {"critic_engine": {"micro_batch_size": 4}}}
+TINY = {
+    "rl": {
+        "steps": 1,
+        "prompts_per_step": 2,
+        "num_generations": 2,
+        "checkpoint_every": 100,
+        "eval_every": 100,
+        "sampling": {"max_completion_length": 4},
+        "engine": {"micro_batch_size": 4},
+    },
+    "ppo": {"critic_engine": {"micro_batch_size": 4}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -25,22 +34,32 @@ def workspace(tmp_path_factory):
     from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
 
     root = tmp_path_factory.mktemp("run")
-    rows = [{"id": str(i), "prompt": f"Tom has {i} apples. How many?", "reference_answer": str(i), "solution": f"#### {i}"}
-            for i in range(8)]
+    rows = [
+        {"id": str(i), "prompt": f"Tom has {i} apples. How many?", "reference_answer": str(i), "solution": f"#### {i}"}
+        for i in range(8)
+    ]
     write_jsonl(root / "data" / "train.jsonl", rows)
     write_jsonl(root / "data" / "val.jsonl", rows[:2])
     tok = train_tokenizer([r["prompt"] + r["solution"] for r in rows] * 5, vocab_size=96)
-    model = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=1, intermediate_size=64, max_length=64), tok, 0)
+    model = build_tiny_model(
+        ModelConfig(hidden_size=32, num_layers=1, num_heads=1, intermediate_size=64, max_length=64), tok, 0
+    )
     save_pretrained(model, tok, root / "ref")
     return root
 
 
-@pytest.mark.parametrize("raw, algorithm, expected", [
-    ({}, GRPO, True), ({"grpo": {"beta": 0}}, GRPO, False),
-    ({}, PPO, True), ({"ppo": {"kl_coef": 0}}, PPO, False),
-    # Each algorithm reads only its own coefficient.
-    ({"grpo": {"beta": 0}}, PPO, True), ({"ppo": {"kl_coef": 0}}, GRPO, True),
-])
+@pytest.mark.parametrize(
+    "raw, algorithm, expected",
+    [
+        ({}, GRPO, True),
+        ({"grpo": {"beta": 0}}, GRPO, False),
+        ({}, PPO, True),
+        ({"ppo": {"kl_coef": 0}}, PPO, False),
+        # Each algorithm reads only its own coefficient.
+        ({"grpo": {"beta": 0}}, PPO, True),
+        ({"ppo": {"kl_coef": 0}}, GRPO, True),
+    ],
+)
 def test_the_reference_is_needed_exactly_when_the_algorithm_penalises_kl(raw, algorithm, expected):
     assert needs_reference(validate_params(raw), algorithm) is expected
 
@@ -84,8 +103,14 @@ def test_a_lora_run_checkpoints_its_adapters_resumes_them_and_exports_a_merged_m
     from tests.chat_model import build_chat_model
 
     ref = build_chat_model(tmp_path / "chat")
-    params = validate_params({**TINY, "rl": {**TINY["rl"], "engine": {"micro_batch_size": 4, "lr": 0.05}},
-                              "model": {"lora": {"rank": 4, "alpha": 8}}, "prompt": {"style": "chat"}})
+    params = validate_params(
+        {
+            **TINY,
+            "rl": {**TINY["rl"], "engine": {"micro_batch_size": 4, "lr": 0.05}},
+            "model": {"lora": {"rank": 4, "alpha": 8}},
+            "prompt": {"style": "chat"},
+        }
+    )
     run = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=ref)
     with torch.no_grad():  # B starts at zero; moved off it, the KL term has a gradient whatever the rewards
         for name, param in run.engine.module.named_parameters():
@@ -117,9 +142,15 @@ def test_a_lora_run_checkpoints_its_adapters_resumes_them_and_exports_a_merged_m
 def test_a_run_with_the_grpo_family_options_trains_and_reports_them(workspace, algorithm):
     # KL folded into the reward (k2), RLOO advantages, an entropy bonus, DAPO's overlong buffer and
     # dynamic sampling, all at once on the real engines: one step trains, and reports each.
-    rl = {**TINY["rl"], "entropy_coef": 0.01, "overlong_buffer": 2, "dynamic_sampling": {"enabled": True, "max_draws": 1}}
-    params = validate_params({**TINY, "rl": rl, "grpo": {"advantage_estimator": "rloo", "kl_estimator": "k2",
-                                                         "kl_placement": "reward"}})
+    rl = {
+        **TINY["rl"],
+        "entropy_coef": 0.01,
+        "overlong_buffer": 2,
+        "dynamic_sampling": {"enabled": True, "max_draws": 1},
+    }
+    params = validate_params(
+        {**TINY, "rl": rl, "grpo": {"advantage_estimator": "rloo", "kl_estimator": "k2", "kl_placement": "reward"}}
+    )
     run = build_rl_run(params, algorithm, data_dir=workspace / "data", reference_dir=workspace / "ref")
     before = [p.detach().clone() for p in run.trainer.engine.module.parameters()]
     steps = []
@@ -157,8 +188,18 @@ def test_a_perturbed_sampler_is_measured_and_corrected_on_the_real_engines(works
 def test_a_refreshed_reference_is_checkpointed_and_resumed(workspace, tmp_path):
     import torch
 
-    params = validate_params({**TINY, "rl": {**TINY["rl"], "steps": 2, "ref_sync_every": 1, "ref_sync_alpha": 0.5,
-                                             "engine": {"micro_batch_size": 4, "lr": 0.05}}})
+    params = validate_params(
+        {
+            **TINY,
+            "rl": {
+                **TINY["rl"],
+                "steps": 2,
+                "ref_sync_every": 1,
+                "ref_sync_alpha": 0.5,
+                "engine": {"micro_batch_size": 4, "lr": 0.05},
+            },
+        }
+    )
     run = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
     with torch.no_grad():  # a policy away from the reference, whatever the rewards
         for p in run.engine.module.parameters():

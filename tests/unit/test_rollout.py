@@ -21,8 +21,15 @@ def _rollouts(prompt_width: int, texts: list[str]):
     from grpoflow.rollout import Rollouts
 
     n = len(texts)
-    return Rollouts(torch.arange(n * prompt_width).view(n, prompt_width), torch.ones(n, prompt_width, dtype=torch.long),
-                    torch.full((n, 2), 7), torch.ones(n, 2, dtype=torch.long), texts, torch.zeros(n, dtype=torch.bool), 1.5)
+    return Rollouts(
+        torch.arange(n * prompt_width).view(n, prompt_width),
+        torch.ones(n, prompt_width, dtype=torch.long),
+        torch.full((n, 2), 7),
+        torch.ones(n, 2, dtype=torch.long),
+        texts,
+        torch.zeros(n, dtype=torch.bool),
+        1.5,
+    )
 
 
 def test_rollouts_of_different_prompt_widths_join_left_padded():
@@ -44,7 +51,7 @@ WORDS = "Ann has 2 cats and 13 dogs . How many pets does she have ? Answer : ###
 @pytest.fixture(scope="module")
 def tiny():
     from grpoflow.config import ModelConfig
-    from grpoflow.modeling import build_tiny_model, train_tokenizer
+    from grpoflow.models.modeling import build_tiny_model, train_tokenizer
 
     tok = train_tokenizer([" ".join(WORDS)] * 20, 160)
     return build_tiny_model(ModelConfig(), tok, seed=0), tok
@@ -117,7 +124,7 @@ def test_sampled_groups_differ_within_and_keep_the_layout(tiny):
 
 def test_shared_prefill_with_lora_adapters_matches(tiny):
     from grpoflow.config import LoraConfig
-    from grpoflow.lora import add_adapters
+    from grpoflow.models.lora import add_adapters
 
     model, tok = tiny
     policy = add_adapters(copy.deepcopy(model), LoraConfig(rank=4, alpha=8, target_modules=["q_proj", "v_proj"]))

@@ -170,6 +170,9 @@ def test_check_lists_every_violation_at_once():
 
 
 def test_the_rules_and_the_schema_load_without_torch():
-    code = "import sys; import grpoflow.config.rules, grpoflow.config; grpoflow.config.Params(); print('torch' in sys.modules)"
+    code = (
+        "import sys; import grpoflow.config.rules, grpoflow.config; grpoflow.config.Params(); "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -10,11 +10,19 @@ from flows.run_report import StageResult
 from tasks.html_report import table
 from tasks.stages import stage
 
-EVALUATION = {"k": 4, "n_samples": 4, "models": {
-    "grpo": {"test": {"pass@1": 0.5, "pass@4": 0.75, "maj@4": 0.5}, "heldout_loss_increase": 0.01, "forgetting_flagged": False,
-             "humaneval": {"pass@1": 0.0625, "pass@4": 0.125, "examples": 164}},
-    "sft": {"test": {"pass@1": 0.3125, "pass@4": 0.5, "maj@4": 0.25}, "heldout_loss_increase": 0.0},
-}}
+EVALUATION = {
+    "k": 4,
+    "n_samples": 4,
+    "models": {
+        "grpo": {
+            "test": {"pass@1": 0.5, "pass@4": 0.75, "maj@4": 0.5},
+            "heldout_loss_increase": 0.01,
+            "forgetting_flagged": False,
+            "humaneval": {"pass@1": 0.0625, "pass@4": 0.125, "examples": 164},
+        },
+        "sft": {"test": {"pass@1": 0.3125, "pass@4": 0.5, "maj@4": 0.25}, "heldout_loss_increase": 0.0},
+    },
+}
 
 
 def test_the_headline_names_each_models_score_the_winner_and_the_step_time():
@@ -22,8 +30,11 @@ def test_the_headline_names_each_models_score_the_winner_and_the_step_time():
     assert head == {"test_pass@1": {"sft": 0.3125, "grpo": 0.5}, "winner": "grpo", "seconds_per_step": {"grpo": 1.25}}
     assert list(head["test_pass@1"]) == ["sft", "grpo"]  # the reference first, whatever the file's order
     assert run_report.headline_text(head) == "Test pass@1: sft 31.2%, grpo 50.0%; winner: grpo; grpo 1.25 s/step."
-    assert run_report.headline_metrics(head) == {"test_pass_at_1/sft": 0.3125, "test_pass_at_1/grpo": 0.5,
-                                                 "seconds_per_step/grpo": 1.25}
+    assert run_report.headline_metrics(head) == {
+        "test_pass_at_1/sft": 0.3125,
+        "test_pass_at_1/grpo": 0.5,
+        "seconds_per_step/grpo": 1.25,
+    }
 
 
 def test_a_run_without_evaluation_says_so():
@@ -40,9 +51,12 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     split = {"rollout": {"mean_s": 1.5, "share": 0.75}, "update": {"mean_s": 0.5, "share": 0.25}}
     Path(stage("grpo").option("metrics").path).write_text(json.dumps({"seconds_per_step": 2.0, "phases": split}))
     Path(stage("evaluate").option("metrics").path).write_text(json.dumps(EVALUATION))
-    rows = [StageResult("prepare", False, 0.5, {"passed": True, "failures": []}),
-            StageResult("validate_verifiers", True, 3.0, {"passed": False, "failures": ["math.val: recall 0.9 < 0.99"]}),
-            StageResult("grpo", True, 20.0, {}), StageResult("evaluate", True, 9.0, {})]
+    rows = [
+        StageResult("prepare", False, 0.5, {"passed": True, "failures": []}),
+        StageResult("validate_verifiers", True, 3.0, {"passed": False, "failures": ["math.val: recall 0.9 < 0.99"]}),
+        StageResult("grpo", True, 20.0, {}),
+        StageResult("evaluate", True, 9.0, {}),
+    ]
     # An earlier run's comparison is still in the workspace; this run has no compare stage.
     Path(stage("compare").option("metrics").path).write_text(json.dumps({"winner_on_test_pass@1": "ppo"}))
     head = run_report.write(rows, "grpoflow-pipeline-test")
@@ -64,9 +78,15 @@ def test_the_page_shows_the_reward_model_where_it_ran(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rm = stage("reward_model")
     Path(rm.option("metrics").path).parent.mkdir(parents=True)
-    Path(rm.option("metrics").path).write_text(json.dumps({
-        "heldout_accuracy": 0.976, "pairs": {"self_built": 2985, "heldout": 573},
-        "margins": {"margin_mean": 1.5, "p50": 0.8, "pairs": 573}}))
+    Path(rm.option("metrics").path).write_text(
+        json.dumps(
+            {
+                "heldout_accuracy": 0.976,
+                "pairs": {"self_built": 2985, "heldout": 573},
+                "margins": {"margin_mean": 1.5, "p50": 0.8, "pairs": 573},
+            }
+        )
+    )
     run_report.write([StageResult("reward_model", True, 300.0, {})], "grpoflow-pipeline-test")
     page = run_report.REPORT.read_text()
     assert "No step timing in this run." in page  # no training stage

@@ -10,7 +10,7 @@ def test_sft_labels_cover_only_the_completion():
     from grpoflow.models.modeling import train_tokenizer
 
     tok = train_tokenizer(["Ann has 2 cats.\nAnswer:\n2+1=3\n#### 3"] * 20, 300)
-    (ids, labels), = build_examples([{"prompt": "Ann has 2 cats.", "solution": "2+1=3\n#### 3"}], Prompter(tok), 128)
+    ((ids, labels),) = build_examples([{"prompt": "Ann has 2 cats.", "solution": "2+1=3\n#### 3"}], Prompter(tok), 128)
     n_prompt = len(tok("Ann has 2 cats.\nAnswer:\n", add_special_tokens=False)["input_ids"])
     assert labels[:n_prompt] == [-100] * n_prompt and labels[n_prompt:] == ids[n_prompt:]
     assert ids[-1] == tok.eos_token_id

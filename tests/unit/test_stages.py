@@ -27,8 +27,9 @@ def test_deps_cover_every_project_module_the_command_imports(declared, monkeypat
     monkeypatch.chdir(REPO)
     every = dvc_spec(COMMITTED["vars"][0]["params_file"], [s.name for s in STAGES])  # opt-in stages too
     deps = COMMITTED["stages"].get(declared.name, every["stages"][declared.name])["deps"]
-    uncovered = [f for f in module_files(declared.module)
-                 if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)]
+    uncovered = [
+        f for f in module_files(declared.module) if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)
+    ]
     assert uncovered == [], f"{declared.name}'s deps in dvc.yaml miss {uncovered}"
 
 
@@ -58,7 +59,9 @@ def test_collapse_lists_a_directory_only_when_all_of_it_is_used(tmp_path, monkey
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f).write_text("")
     assert collapse(["grpoflow/a.py", "grpoflow/sub/__init__.py", "grpoflow/sub/b.py", "verifiers/__init__.py"]) == [
-        "grpoflow", "verifiers"]
+        "grpoflow",
+        "verifiers",
+    ]
     assert collapse(["grpoflow/sub/__init__.py", "grpoflow/sub/b.py"]) == ["grpoflow/sub"]
     assert collapse(["grpoflow/a.py", "grpoflow/sub/b.py"]) == ["grpoflow/a.py", "grpoflow/sub/b.py"]
 
@@ -66,7 +69,9 @@ def test_collapse_lists_a_directory_only_when_all_of_it_is_used(tmp_path, monkey
 def test_the_rl_stages_read_only_their_own_algorithm_section():
     assert "ppo" not in stage("grpo").params and "grpo" not in stage("ppo").params
     assert "rl" in stage("grpo").params and "rl" in stage("ppo").params
-    assert "grpoflow/rl/ppo.py" not in module_files("tasks.grpo") and "grpoflow/rl/grpo.py" not in module_files("tasks.ppo")
+    assert "grpoflow/rl/ppo.py" not in module_files("tasks.grpo") and "grpoflow/rl/grpo.py" not in module_files(
+        "tasks.ppo"
+    )
 
 
 def test_a_set_may_leave_stages_out_and_their_consumers_adapt():
@@ -144,14 +149,21 @@ def test_only_the_stages_that_score_depend_on_the_verifiers_and_the_advantage_ma
 
     def deps(name):
         code = stage(name).code()
-        return {f for f in ("verifiers/code.py", "verifiers/math.py", "grpoflow/rl/advantages.py")
-                if f in code or any(f.startswith(d + "/") for d in code)}
+        return {
+            f
+            for f in ("verifiers/code.py", "verifiers/math.py", "grpoflow/rl/advantages.py")
+            if f in code or any(f.startswith(d + "/") for d in code)
+        }
 
     assert deps("prepare") == deps("base_model") == set()
     assert deps("validate_verifiers") == {"verifiers/code.py", "verifiers/math.py"}
     assert deps("grpo") == {"verifiers/code.py", "verifiers/math.py", "grpoflow/rl/advantages.py"}
     # Every module that builds verifiers by name is declared, so its stages keep those deps.
     root = Path(__file__).resolve().parents[2]
-    building = sorted(p.relative_to(root).as_posix() for d in ("grpoflow", "tasks", "flows")
-                      for p in (root / d).rglob("*.py") if "verifiers.create(" in p.read_text())
+    building = sorted(
+        p.relative_to(root).as_posix()
+        for d in ("grpoflow", "tasks", "flows")
+        for p in (root / d).rglob("*.py")
+        if "verifiers.create(" in p.read_text()
+    )
     assert building == sorted(BUILDS_VERIFIERS)

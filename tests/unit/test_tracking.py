@@ -26,8 +26,16 @@ def test_curves_go_to_their_section_at_their_step_and_summaries_under_their_own_
     with mlflow.start_run() as run:
         steps = tracking.StepLogger()
         for step in range(3):
-            steps.log(step, {"reward_mean": step / 10, "val_accuracy": 0.5, "peak_memory_mb": 100.0 + step,
-                             "frac_truncated": 0.0, "health_symptoms": 1})
+            steps.log(
+                step,
+                {
+                    "reward_mean": step / 10,
+                    "val_accuracy": 0.5,
+                    "peak_memory_mb": 100.0 + step,
+                    "frac_truncated": 0.0,
+                    "health_symptoms": 1,
+                },
+            )
         steps.finish()
         tracking.log_summary({"val_accuracy": 0.9, "peak_memory_mb": 102.0, "algorithm": "grpo"})
     rid = run.info.run_id
@@ -36,8 +44,13 @@ def test_curves_go_to_their_section_at_their_step_and_summaries_under_their_own_
     assert _history(client, rid, "perf/peak_memory_mb") == [(0, 100.0), (1, 101.0), (2, 102.0)]
     assert _history(client, rid, "summary/val_accuracy") == [(0, 0.9)]
     assert set(client.get_run(rid).data.metrics) == {
-        "learning/reward_mean", "eval/val_accuracy", "perf/peak_memory_mb", "rollout/frac_truncated",
-        "summary/val_accuracy", "summary/peak_memory_mb"}  # the symptom count stays in the history CSV
+        "learning/reward_mean",
+        "eval/val_accuracy",
+        "perf/peak_memory_mb",
+        "rollout/frac_truncated",
+        "summary/val_accuracy",
+        "summary/peak_memory_mb",
+    }  # the symptom count stays in the history CSV
 
 
 def test_a_schedule_value_is_charted_only_where_it_moves(client):
@@ -62,7 +75,12 @@ def test_a_schedule_value_that_moves_twice_is_drawn_as_steps_not_slopes(client):
             steps.log(step, {"num_generations": value})
         steps.finish()
     assert _history(client, run.info.run_id, "schedule/num_generations") == [
-        (1, 8.0), (2, 4.0), (5, 4.0), (6, 2.0), (7, 2.0)]
+        (1, 8.0),
+        (2, 4.0),
+        (5, 4.0),
+        (6, 2.0),
+        (7, 2.0),
+    ]
 
 
 def test_the_sets_experiment_opens_on_mlflows_model_training_view(client):

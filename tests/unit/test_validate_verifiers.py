@@ -8,8 +8,14 @@ from grpoflow.config import validate_params
 from tasks.validate_verifiers import perturbed_solution, reward_model_gate, rm_failures
 
 MATH_ROW = {"id": "m", "prompt": "48/2?", "reference_answer": "24", "solution": "48/2=24\n#### 24"}
-CODE_ROW = {"id": "c", "task": "code", "prompt": "Write f(x) returning x plus 3.", "reference_answer": "",
-            "solution": "def f(x):\n    return x + 3", "tests": ["assert f(1) == 4"]}
+CODE_ROW = {
+    "id": "c",
+    "task": "code",
+    "prompt": "Write f(x) returning x plus 3.",
+    "reference_answer": "",
+    "solution": "def f(x):\n    return x + 3",
+    "tests": ["assert f(1) == 4"],
+}
 
 
 def test_a_perturbed_solution_is_the_gold_one_made_wrong():
@@ -21,16 +27,20 @@ def test_a_perturbed_solution_is_the_gold_one_made_wrong():
 
 
 def test_the_reward_model_gate_names_each_failure():
-    params = validate_params({"rewards": [{"name": "rm"}], "verifier_gate": {"min_rm_accuracy": 0.7,
-                                                                             "min_rm_win_rate": 0.9}})
+    params = validate_params(
+        {"rewards": [{"name": "rm"}], "verifier_gate": {"min_rm_accuracy": 0.7, "min_rm_win_rate": 0.9}}
+    )
     assert rm_failures({"win_rate": 0.95, "cases": 20, "heldout_accuracy": 0.8}, params) == []
     failures = rm_failures({"win_rate": 0.5, "cases": 20, "heldout_accuracy": 0.6}, params)
-    assert [f.split(" < ")[1] for f in failures] == ["verifier_gate.min_rm_win_rate 0.9",
-                                                     "verifier_gate.min_rm_accuracy 0.7"]
+    assert [f.split(" < ")[1] for f in failures] == [
+        "verifier_gate.min_rm_win_rate 0.9",
+        "verifier_gate.min_rm_accuracy 0.7",
+    ]
     # An RM from elsewhere has no held-out accuracy here: it is judged on the win rate alone.
     assert rm_failures({"win_rate": 0.95, "cases": 20}, params) == []
     assert rm_failures({"error": "no val row has a gold solution to perturb"}, params) == [
-        "rm: no val row has a gold solution to perturb"]
+        "rm: no val row has a gold solution to perturb"
+    ]
 
 
 def test_a_path_that_is_no_reward_model_fails_the_gate_before_training(tmp_path):
@@ -38,8 +48,9 @@ def test_a_path_that_is_no_reward_model_fails_the_gate_before_training(tmp_path)
     from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
 
     tok = train_tokenizer(["def f(x):\n    return x + 3", "48/2=24\n#### 24"], vocab_size=280)
-    policy = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
-                                          max_length=64), tok, seed=0)
+    policy = build_tiny_model(
+        ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=64), tok, seed=0
+    )
     save_pretrained(policy, tok, tmp_path / "policy")
     params = validate_params({"rewards": [{"name": "code"}, {"name": "rm", "path": str(tmp_path / "policy")}]})
     result = reward_model_gate(params, [MATH_ROW, CODE_ROW], tmp_path / "absent.json")

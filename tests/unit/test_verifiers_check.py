@@ -16,8 +16,14 @@ def test_surface_forms_hand_cases():
 
 def test_wrong_answers_differ_from_gold():
     w = wrong_answers("72")
-    assert w == {"off_by_one_up": "73", "off_by_one_down": "71", "wrong_sign": "-72", "digits_swapped": "27",
-                 "scale_x10": "720", "scale_div100": "0.72"}
+    assert w == {
+        "off_by_one_up": "73",
+        "off_by_one_down": "71",
+        "wrong_sign": "-72",
+        "digits_swapped": "27",
+        "scale_x10": "720",
+        "scale_div100": "0.72",
+    }
     assert "wrong_sign" not in wrong_answers("0") and "digits_swapped" not in wrong_answers("77")
 
 
@@ -48,16 +54,22 @@ def test_validate_counts_a_case_accepted_by_the_given_rule():
     assert (default.tp, default.fp) == (1, 1) and default.confusions[0]["id"] == "r1"
     strict = validate(score, [right, wrong], accepts=lambda s: s >= 1 - 1e-9)  # the code verifier's rule
     assert (strict.tp, strict.tn, strict.precision) == (1, 1, 1.0) and not strict.confusions
-    assert strict.to_dict()["by_kind"] == {"gold": {"accepted": 1, "rejected": 0},
-                                           "wrong:one_test_left": {"accepted": 0, "rejected": 1}}
+    assert strict.to_dict()["by_kind"] == {
+        "gold": {"accepted": 1, "rejected": 0},
+        "wrong:one_test_left": {"accepted": 0, "rejected": 1},
+    }
 
 
 def test_mutants_are_tallied_apart_from_the_confusion_matrix():
     # A surviving mutant is a weakness of the row's tests, not a verifier that accepts a wrong answer.
     from verifiers.check import MUTANT
 
-    cases = [Case("right", ROW, True, "gold"), Case("killed", ROW, False, f"{MUTANT}a"),
-             Case("survivor", ROW, False, f"{MUTANT}b"), Case("wrong", ROW, False, "wrong")]
+    cases = [
+        Case("right", ROW, True, "gold"),
+        Case("killed", ROW, False, f"{MUTANT}a"),
+        Case("survivor", ROW, False, f"{MUTANT}b"),
+        Case("wrong", ROW, False, "wrong"),
+    ]
     result = validate(lambda c, r: [0.0 if x in ("killed", "wrong") else 1.0 for x in c], cases)
     assert (result.tp, result.fp, result.tn, result.fn) == (1, 0, 1, 0)
     assert (result.mutants, result.mutants_killed, result.mutant_kill_rate) == (2, 1, 0.5)

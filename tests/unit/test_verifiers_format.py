@@ -32,8 +32,28 @@ def _best_time(text: str) -> float:
     return min(times)
 
 
-PIECES = ["####", " ", "\n", "\r\n", "\r", "\x0b", "\u2028", "\x1c", "\t", "-", "$", "1", "0", ",", ".",
-          "\\boxed{", "{", "}", "x", "answer"]
+PIECES = [
+    "####",
+    " ",
+    "\n",
+    "\r\n",
+    "\r",
+    "\x0b",
+    "\u2028",
+    "\x1c",
+    "\t",
+    "-",
+    "$",
+    "1",
+    "0",
+    ",",
+    ".",
+    "\\boxed{",
+    "{",
+    "}",
+    "x",
+    "answer",
+]
 
 
 @settings(max_examples=1500)
@@ -42,12 +62,15 @@ def test_same_verdict_as_the_previous_implementation(completion):
     assert score(completion) == _previous_score(completion)
 
 
-@pytest.mark.parametrize("text", [
-    "\\boxed{" * 20_000,  # every '\boxed{' rescanned the rest of the line before
-    "#### " + "1," * 50_000 + "x",
-    "x\n" * 50_000,
-    " " * 100_000,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\boxed{" * 20_000,  # every '\boxed{' rescanned the rest of the line before
+        "#### " + "1," * 50_000 + "x",
+        "x\n" * 50_000,
+        " " * 100_000,
+    ],
+)
 def test_hostile_completions_are_linear(text):
     assert _best_time(text) < BOUND_S
 

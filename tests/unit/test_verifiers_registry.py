@@ -7,8 +7,10 @@ import verifiers
 from verifiers.check import validate
 from verifiers.sandbox import isolation_available
 
-MATH_ROWS = [{"id": "a", "reference_answer": "1,234", "solution": "1000+234=1234\n#### 1,234"},
-             {"id": "b", "reference_answer": "0.5", "solution": "1/2 = 0.5\n#### 0.5"}]
+MATH_ROWS = [
+    {"id": "a", "reference_answer": "1,234", "solution": "1000+234=1234\n#### 1,234"},
+    {"id": "b", "reference_answer": "0.5", "solution": "1/2 = 0.5\n#### 0.5"},
+]
 
 
 def test_names_create_and_unknown_names():
@@ -38,13 +40,18 @@ def test_every_verifier_passes_its_own_gate(name):
 
 
 def test_rows_a_verifier_cannot_use_are_named():
-    assert verifiers.create("math").check_rows([{"reference_answer": ""}, MATH_ROWS[0]]) == [(0, "reference answer '' is empty")]
+    assert verifiers.create("math").check_rows([{"reference_answer": ""}, MATH_ROWS[0]]) == [
+        (0, "reference answer '' is empty")
+    ]
     assert [i for i, _ in verifiers.create("code").check_rows([{"id": "x", "tests": ["assert 1"]}, {"id": "y"}])] == [1]
 
 
 def test_each_verifier_names_its_tasks_and_its_acceptance():
     assert {n: verifiers.create(n).tasks for n in ("math", "format", "code")} == {
-        "math": frozenset({"math"}), "format": frozenset({"math"}), "code": frozenset({"code"})}
+        "math": frozenset({"math"}),
+        "format": frozenset({"math"}),
+        "code": frozenset({"code"}),
+    }
     math, code = verifiers.create("math"), verifiers.create("code")
     assert math.accepts(0.5) and not math.accepts(0.49)  # the default
     assert code.accepts(1.0) and not code.accepts(0.99)  # every test must pass
@@ -67,8 +74,12 @@ def test_a_verifier_without_tasks_is_refused():
 
 @pytest.mark.skipif(not isolation_available(), reason="namespaces cannot be created here")
 def test_the_code_gate_on_code_rows_judges_with_the_verifiers_own_accepts():
-    row = {"id": "c", "task": "code", "solution": "def sq(x):\n    return x * x",
-           "tests": ["assert sq(3) == 9", "assert sq(1) == 1"]}  # x // x passes one test of two
+    row = {
+        "id": "c",
+        "task": "code",
+        "solution": "def sq(x):\n    return x * x",
+        "tests": ["assert sq(3) == 9", "assert sq(1) == 1"],
+    }  # x // x passes one test of two
     v = verifiers.create("code")
     cases = v.gate_cases([row, *MATH_ROWS])
     strict = validate(v.score, cases, accepts=v.accepts)

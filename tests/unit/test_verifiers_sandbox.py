@@ -65,14 +65,18 @@ def test_correct_partial_and_broken_code():
 @needs_isolation
 def test_infinite_loop_times_out_and_keeps_earlier_verdicts():
     # CPU time never exceeds wall time for one process, so a CPU rlimit above the wall limit cannot fire first
-    result = run_tests("def f():\n    while True: pass", ["assert 1 == 1", "f()"], Limits(wall_seconds=3.0, cpu_seconds=30))
+    result = run_tests(
+        "def f():\n    while True: pass", ["assert 1 == 1", "f()"], Limits(wall_seconds=3.0, cpu_seconds=30)
+    )
     assert result.timed_out and result.passed == [True, False]
 
 
 @needs_isolation
 def test_the_cpu_limit_ends_a_busy_loop_before_the_wall_limit_and_says_so():
     start = time.monotonic()
-    result = run_tests("def f():\n    while True: pass", ["assert 1 == 1", "f()"], Limits(wall_seconds=60, cpu_seconds=1))
+    result = run_tests(
+        "def f():\n    while True: pass", ["assert 1 == 1", "f()"], Limits(wall_seconds=60, cpu_seconds=1)
+    )
     assert result.passed == [True, False] and not result.timed_out
     assert time.monotonic() - start < 60
     assert any("candidate unreachable" in note for note in result.notes)
@@ -82,7 +86,9 @@ def test_the_cpu_limit_ends_a_busy_loop_before_the_wall_limit_and_says_so():
 def test_fork_bomb_is_contained_and_cleaned_up():
     before = nobody_processes()
     start = time.monotonic()
-    result = run_tests("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", ["assert True"], FAST)
+    result = run_tests(
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", ["assert True"], FAST
+    )
     assert result.passed == [False]
     assert time.monotonic() - start < 60  # bounded: ended by the 3 s wall limit, not by the bomb
     assert nobody_processes_settle(before) <= before
@@ -173,17 +179,21 @@ def test_refuses_without_isolation_unless_allowed(monkeypatch):
     assert not set(Path("/tmp").glob("grpoflow-sandbox-*")) - workdirs
 
 
-FORKS = "import os\ndef f():\n    pid = os.fork()\n    if pid == 0:\n        os._exit(7)\n" \
-        "    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])"
+FORKS = (
+    "import os\ndef f():\n    pid = os.fork()\n    if pid == 0:\n        os._exit(7)\n"
+    "    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])"
+)
 
 
 @needs_isolation
 def test_no_process_outlives_a_check():
     # The process that runs the completion leaves its session too: a parent-death signal does not reach
     # it once it is nobody, so only the PID namespace's end can.
-    code = ("import os, time\nos.setsid()\nfor _ in range(100):\n    try:\n        if os.fork() == 0:\n"
-            "            os.setsid()\n            time.sleep(30)\n            os._exit(0)\n    except OSError:\n"
-            "        break\ntime.sleep(30)")
+    code = (
+        "import os, time\nos.setsid()\nfor _ in range(100):\n    try:\n        if os.fork() == 0:\n"
+        "            os.setsid()\n            time.sleep(30)\n            os._exit(0)\n    except OSError:\n"
+        "        break\ntime.sleep(30)"
+    )
     before = nobody_processes()
     result = run_tests(code, ["assert True"], FAST)
     assert result.timed_out and result.passed == [False]
@@ -194,8 +204,10 @@ def test_no_process_outlives_a_check():
 @needs_isolation
 def test_sysv_ipc_objects_stay_inside():
     key = 0x5EED0000 + os.getpid() % 0xFFFF
-    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-            f"made = libc.shmget({key}, 4096, 0o1000 | 0o600) >= 0 and libc.semget({key}, 1, 0o1000 | 0o600) >= 0")
+    code = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"made = libc.shmget({key}, 4096, 0o1000 | 0o600) >= 0 and libc.semget({key}, 1, 0o1000 | 0o600) >= 0"
+    )
     assert run_tests(code, ["assert made"]).passed == [True]
     for table in ("/proc/sysvipc/shm", "/proc/sysvipc/sem"):
         keys = [int(line.split()[0]) for line in Path(table).read_text().splitlines()[1:] if line.split()]
@@ -204,8 +216,10 @@ def test_sysv_ipc_objects_stay_inside():
 
 @needs_isolation
 def test_output_is_capped_and_the_stream_closed():
-    code = ("import sys\nstopped = False\ntry:\n    while True:\n        sys.stdout.write('x' * 65536)\n"
-            "        sys.stdout.flush()\nexcept BrokenPipeError:\n    stopped = True")
+    code = (
+        "import sys\nstopped = False\ntry:\n    while True:\n        sys.stdout.write('x' * 65536)\n"
+        "        sys.stdout.flush()\nexcept BrokenPipeError:\n    stopped = True"
+    )
     result = run_tests(code, ["assert stopped"], Limits(wall_seconds=20, max_output_kb=256))
     assert result.passed == [True] and not result.timed_out  # the writer saw the pipe close, nothing buffered it
     assert any("256 KiB" in note for note in result.notes) and len(result.stderr_tail) <= 2000
@@ -213,16 +227,20 @@ def test_output_is_capped_and_the_stream_closed():
 
 @needs_isolation
 def test_host_processes_are_invisible():
-    code = "import os\npids = [p for p in os.listdir('/proc') if p.isdigit()]\n" \
-           "cmdlines = [open(f'/proc/{p}/cmdline', 'rb').read() for p in pids]"
+    code = (
+        "import os\npids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+        "cmdlines = [open(f'/proc/{p}/cmdline', 'rb').read() for p in pids]"
+    )
     result = run_tests(code, ["assert len(pids) <= 3", "assert not any(b'pytest' in c for c in cmdlines)"])
     assert result.passed == [True, True]
 
 
 @needs_isolation
 def test_batch_checks_are_isolated_and_leave_nothing():
-    marker = "import os\nos.makedirs('/tmp/m', exist_ok=True)\nmine = str(os.getpid()) + '-' + os.urandom(4).hex()\n" \
-             "open('/tmp/m/' + mine, 'w').close()\nseen = os.listdir('/tmp/m')"
+    marker = (
+        "import os\nos.makedirs('/tmp/m', exist_ok=True)\nmine = str(os.getpid()) + '-' + os.urandom(4).hex()\n"
+        "open('/tmp/m/' + mine, 'w').close()\nseen = os.listdir('/tmp/m')"
+    )
     items = [(marker, ["assert seen == [mine]"])] * 8 + [(FORKS, ["assert f() == 7"])] * 4
     before = nobody_processes()
     results = run_batch(items, workers=3)
@@ -250,15 +268,21 @@ def test_checks_of_one_session_see_nothing_of_the_earlier_ones(monkeypatch):
     sessions = []
     open_session = sandbox._open_session
     monkeypatch.setattr(sandbox, "_open_session", lambda *args: sessions.append(open_session(*args)) or sessions[-1])
-    leaves = ("import os, time\nopen('/tmp/left', 'w').write('x')\nopen('/dev/shm/left', 'w').write('x')\n"
-              "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\n"
-              "print('SECRET-141421')")
-    looks = SCAN + ("import os\nleft = [p for p in ('/tmp/left', '/dev/shm/left') if os.path.exists(p)]\n"
-                    "others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) > os.getpid()]")
+    leaves = (
+        "import os, time\nopen('/tmp/left', 'w').write('x')\nopen('/dev/shm/left', 'w').write('x')\n"
+        "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\n"
+        "print('SECRET-141421')"
+    )
+    looks = SCAN + (
+        "import os\nleft = [p for p in ('/tmp/left', '/dev/shm/left') if os.path.exists(p)]\n"
+        "others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) > os.getpid()]"
+    )
     control = SCAN + "OWN = 'SECRET-000000'"  # the scan does find what is in the candidate's memory
-    items = [(leaves, ["assert 'SECRET-271828'"]), (looks, ["assert secrets() == []", "assert left == []",
-                                                            "assert others == []"]),
-             (control, ["assert secrets() == ['SECRET-000000']"])]
+    items = [
+        (leaves, ["assert 'SECRET-271828'"]),
+        (looks, ["assert secrets() == []", "assert left == []", "assert others == []"]),
+        (control, ["assert secrets() == ['SECRET-000000']"]),
+    ]
     before = nobody_processes()
     results = run_batch(items, workers=1)
     assert [r.passed for r in results] == [[True], [True, True, True], [True]] and len(sessions) == 1
@@ -268,22 +292,34 @@ def test_checks_of_one_session_see_nothing_of_the_earlier_ones(monkeypatch):
 
 @needs_isolation
 def test_a_session_goes_on_after_a_check_that_timed_out_or_crashed():
-    items = [("while True: pass", ["assert True"]), ("import os\nos._exit(3)", ["assert True"]),
-             ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", ["assert True"]), ("x = 1", ["assert x == 1"])]
+    items = [
+        ("while True: pass", ["assert True"]),
+        ("import os\nos._exit(3)", ["assert True"]),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", ["assert True"]),
+        ("x = 1", ["assert x == 1"]),
+    ]
     results = run_batch(items, Limits(wall_seconds=4.0, cpu_seconds=60), workers=1)
-    assert [(r.passed, r.timed_out) for r in results] == [([False], True), ([False], False), ([False], False),
-                                                          ([True], False)]
+    assert [(r.passed, r.timed_out) for r in results] == [
+        ([False], True),
+        ([False], False),
+        ([False], False),
+        ([True], False),
+    ]
 
 
 @pytest.mark.skipif(not sandbox.user_namespaces_available(), reason="user namespaces cannot be created here")
 def test_a_fork_bomb_does_not_starve_the_checks_beside_it():
     # RLIMIT_NPROC counts a uid's processes per user namespace: each candidate has its own, so a bomb in one
     # parallel check cannot make fork fail in another (it did while every sandbox shared nobody's count).
-    bomb = ("import os, time\nstart = time.monotonic()\nwhile time.monotonic() - start < 3:\n    try:\n"
-            "        os.fork()\n    except OSError:\n        time.sleep(0.01)")
-    forks = ("import os\ndef f(n):\n    ok = 0\n    for _ in range(n):\n        pid = os.fork()\n"
-             "        if pid == 0:\n            os._exit(7)\n"
-             "        ok += os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7\n    return ok")
+    bomb = (
+        "import os, time\nstart = time.monotonic()\nwhile time.monotonic() - start < 3:\n    try:\n"
+        "        os.fork()\n    except OSError:\n        time.sleep(0.01)"
+    )
+    forks = (
+        "import os\ndef f(n):\n    ok = 0\n    for _ in range(n):\n        pid = os.fork()\n"
+        "        if pid == 0:\n            os._exit(7)\n"
+        "        ok += os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7\n    return ok"
+    )
     before = nobody_processes()
     limits = Limits(wall_seconds=10, cpu_seconds=5)  # the bomb gives up after 3 s; honest checks have time
     results = run_batch([(bomb, ["assert True"])] + [(forks, ["assert f(100) == 100"])] * 4, limits, workers=3)
@@ -366,8 +402,9 @@ def test_every_world_writable_dir_is_a_private_tmpfs(monkeypatch):
     # (test_sandbox_jail).
     monkeypatch.setattr(sandbox, "jail_available", lambda: False)
     dirs = sandbox_runtime.existing_writable_dirs()
-    code = ("fs = {}\nfor line in open('/proc/self/mountinfo'):\n"
-            "    fs[line.split()[4]] = line.split(' - ')[1].split()[0]")
+    code = (
+        "fs = {}\nfor line in open('/proc/self/mountinfo'):\n    fs[line.split()[4]] = line.split(' - ')[1].split()[0]"
+    )
     result = run_tests(code, [f"assert fs.get({d!r}) == 'tmpfs', fs.get({d!r})" for d in dirs])
     assert dirs and result.passed == [True] * len(dirs)
 
@@ -382,8 +419,23 @@ def test_a_dead_fork_server_is_replaced():
 
 
 def test_plain_data_round_trips_with_exact_types():
-    values = [None, True, 0, -(2**80), 2**53, 1.5, float("inf"), -0.0, 1 + 2j, "é\ud800", b"\x00", (1, [2, {3: (4,)}]),
-              {frozenset({1}), (2,)}, range(1, 9, 2), {"a": [None]}]
+    values = [
+        None,
+        True,
+        0,
+        -(2**80),
+        2**53,
+        1.5,
+        float("inf"),
+        -0.0,
+        1 + 2j,
+        "é\ud800",
+        b"\x00",
+        (1, [2, {3: (4,)}]),
+        {frozenset({1}), (2,)},
+        range(1, 9, 2),
+        {"a": [None]},
+    ]
     for value in values:
         back = decode(encode(value))
         assert back == value and type(back) is type(value)
@@ -392,8 +444,9 @@ def test_plain_data_round_trips_with_exact_types():
     assert nan != nan
 
 
-@pytest.mark.parametrize("value", [type("I", (int,), {})(1), type("L", (list,), {})(), object(), [object()],
-                                   {1: print}, lambda: 1])
+@pytest.mark.parametrize(
+    "value", [type("I", (int,), {})(1), type("L", (list,), {})(), object(), [object()], {1: print}, lambda: 1]
+)
 def test_non_plain_values_are_refused(value):
     with pytest.raises(NotPlain):
         encode(value)
@@ -409,8 +462,21 @@ def test_deep_or_huge_values_are_refused():
         encode(iter(range(sandbox_runtime.MAX_ITEMS + 1)))
 
 
-@pytest.mark.parametrize("tree", [{"a": 1}, [], ["x", 1], ["d", 1], ["s", ["l"]], ["i", 5], ["b", "zz"],
-                                  ["ref", "f"], ["r", 1, 2, 0.5], ["l"] * 3 + [[]]])
+@pytest.mark.parametrize(
+    "tree",
+    [
+        {"a": 1},
+        [],
+        ["x", 1],
+        ["d", 1],
+        ["s", ["l"]],
+        ["i", 5],
+        ["b", "zz"],
+        ["ref", "f"],
+        ["r", 1, 2, 0.5],
+        ["l"] * 3 + [[]],
+    ],
+)
 def test_malformed_trees_are_refused(tree):
     with pytest.raises(NotPlain):
         decode(tree)
@@ -431,13 +497,15 @@ CONTROL_FLOW_CASES = {
 @pytest.mark.parametrize("kind", sorted(CONTROL_FLOW_CASES))
 def test_an_exception_of_the_candidate_fails_the_test_that_called_it(kind):
     code = f"def f(x):\n    {CONTROL_FLOW_CASES[kind]}"
-    tests = ["assert all(map(lambda x: f(x) == x * x, [1, 2, 3]))",  # StopIteration would end map() quietly
-             "assert not any(filter(lambda x: f(x) != x * x, [1, 2]))",
-             "assert list(zip([1], map(f, [1]))) == []",
-             "import asyncio\nclass It:\n    def __aiter__(self):\n        return self\n"
-             "    async def __anext__(self):\n        return f(1)\n"
-             "async def main():\n    async for _ in It():\n        return 'looped'\n    return 'ended'\n"
-             "assert asyncio.run(main()) == 'ended'"]  # StopAsyncIteration would end the async for quietly
+    tests = [
+        "assert all(map(lambda x: f(x) == x * x, [1, 2, 3]))",  # StopIteration would end map() quietly
+        "assert not any(filter(lambda x: f(x) != x * x, [1, 2]))",
+        "assert list(zip([1], map(f, [1]))) == []",
+        "import asyncio\nclass It:\n    def __aiter__(self):\n        return self\n"
+        "    async def __anext__(self):\n        return f(1)\n"
+        "async def main():\n    async for _ in It():\n        return 'looped'\n    return 'ended'\n"
+        "assert asyncio.run(main()) == 'ended'",
+    ]  # StopAsyncIteration would end the async for quietly
     assert run_tests(code, tests).passed == [False] * len(tests)
 
 
@@ -450,8 +518,7 @@ def test_the_iteration_protocol_s_signals_do_not_cross_the_boundary_as_themselve
 @needs_isolation
 def test_an_expected_builtin_exception_still_passes():
     code = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x"
-    tests = ["try:\n    f(-1)\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError",
-             "assert f(2) == 2"]
+    tests = ["try:\n    f(-1)\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError", "assert f(2) == 2"]
     assert run_tests(code, tests).passed == [True, True]
 
 
