@@ -97,6 +97,21 @@ def _ours(path: Path, rows: list[dict], params) -> list[float]:
     return times
 
 
+def _trl_lora(lo):
+    """Our LoRA settings as peft's config for TRL, or None without LoRA."""
+    if not lo:
+        return None
+    import peft
+
+    return peft.LoraConfig(
+        r=lo.rank,
+        lora_alpha=lo.alpha,
+        lora_dropout=lo.dropout,
+        target_modules=list(lo.target_modules),
+        task_type="CAUSAL_LM",
+    )
+
+
 def _trl(path: Path, rows: list[dict], params) -> list[float]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
@@ -123,18 +138,7 @@ def _trl(path: Path, rows: list[dict], params) -> list[float]:
         return [score(c, r) for c, r in zip(completions, reference_answer)]
 
     rl = params.rl
-    peft_config = None
-    if params.model.lora:
-        import peft
-
-        lo = params.model.lora
-        peft_config = peft.LoraConfig(
-            r=lo.rank,
-            lora_alpha=lo.alpha,
-            lora_dropout=lo.dropout,
-            target_modules=list(lo.target_modules),
-            task_type="CAUSAL_LM",
-        )
+    peft_config = _trl_lora(params.model.lora)
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(),
         per_device_train_batch_size=rl.prompts_per_step * rl.num_generations,

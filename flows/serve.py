@@ -324,6 +324,19 @@ def _served_env(api_url: str, work_pool: str) -> dict[str, str]:
     }
 
 
+def _start_worker(env: dict[str, str], pool: str, pool_type: str, api_url: str) -> subprocess.Popen:
+    """A Prefect worker on ``pool``, and how to trigger a run for it."""
+    cmd = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", pool_type]
+    worker = subprocess.Popen(cmd, env=env)
+    print(
+        f"worker started on pool {pool}; trigger a run with:\n"
+        f"  PREFECT_API_URL={api_url} prefect deployment run grpoflow-pipeline/scheduled "
+        f"-p 'overrides={{\"rl.steps\": 20}}'",
+        flush=True,
+    )
+    return worker
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -370,28 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_worker:
         print("set up; the server keeps running until Ctrl-C", flush=True)
     else:
-        children.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "prefect",
-                    "worker",
-                    "start",
-                    "--pool",
-                    orch.work_pool,
-                    "--type",
-                    args.pool_type,
-                ],
-                env=env,
-            )
-        )
-        print(
-            f"worker started on pool {orch.work_pool}; trigger a run with:\n"
-            f"  PREFECT_API_URL={api_url} prefect deployment run grpoflow-pipeline/scheduled "
-            f"-p 'overrides={{\"rl.steps\": 20}}'",
-            flush=True,
-        )
+        children.append(_start_worker(env, orch.work_pool, args.pool_type, api_url))
     while all(child.poll() is None for child in children):
         for message in watch.poll():
             print(message, file=sys.stderr, flush=True)

@@ -122,6 +122,26 @@ def train(params: Params, pairs: list, policy_dir: Path, history: list[dict]):
     return engine.module, tokenizer, prompter, too_long
 
 
+def _split_or_exit(pairs: list, params: Params) -> tuple[list, list]:
+    """Train and held-out pairs, or exit with what to change when there are too few of either."""
+    from grpoflow.trainers.reward_model import split_pairs
+
+    if not pairs:
+        print(
+            "error: no preference pairs: the SFT policy's samples never differed in reward, and data.pairs is "
+            "empty. Sample more (reward_model.prompts, samples_per_prompt, temperature) or give data.pairs."
+        )
+        raise SystemExit(EXIT_BAD_INPUT)
+    train_pairs, heldout = split_pairs(pairs, params.reward_model.heldout_share, params.experiment.seed)
+    if not train_pairs or not heldout:
+        print(
+            f"error: {len(pairs)} preference pairs leave {len(train_pairs)} to train on and {len(heldout)} to "
+            "hold out: sample more prompts (reward_model.prompts) or give data.pairs"
+        )
+        raise SystemExit(EXIT_BAD_INPUT)
+    return train_pairs, heldout
+
+
 def main(args: argparse.Namespace, params: Params) -> None:
     # Here, not above: --help answers without loading torch, DeepSpeed or MLflow.
     import mlflow
@@ -129,7 +149,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
 
     from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
     from grpoflow.models.modeling import save_pretrained
-    from grpoflow.trainers.reward_model import encode_pairs, pairwise_eval, split_pairs
+    from grpoflow.trainers.reward_model import encode_pairs, pairwise_eval
     from tasks import tracking
 
     torch.manual_seed(params.experiment.seed)
@@ -140,19 +160,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
         from_file = file_pairs(data)
         built = self_built_pairs(params, policy_dir, read_jsonl(data / "train.jsonl")) if cfg.self_pairs else []
         pairs = from_file + built
-        if not pairs:
-            print(
-                "error: no preference pairs: the SFT policy's samples never differed in reward, and data.pairs is "
-                "empty. Sample more (reward_model.prompts, samples_per_prompt, temperature) or give data.pairs."
-            )
-            raise SystemExit(EXIT_BAD_INPUT)
-        train_pairs, heldout = split_pairs(pairs, cfg.heldout_share, params.experiment.seed)
-        if not train_pairs or not heldout:
-            print(
-                f"error: {len(pairs)} preference pairs leave {len(train_pairs)} to train on and {len(heldout)} to "
-                "hold out: sample more prompts (reward_model.prompts) or give data.pairs"
-            )
-            raise SystemExit(EXIT_BAD_INPUT)
+        train_pairs, heldout = _split_or_exit(pairs, params)
         report.mkdir(parents=True, exist_ok=True)
         write_jsonl(report / "pairs_train.jsonl", (vars(p) for p in train_pairs))
         write_jsonl(report / "pairs_heldout.jsonl", (vars(p) for p in heldout))
