@@ -51,7 +51,7 @@ def test_editing_a_module_reruns_exactly_the_stages_that_import_it(smoke, run_en
     # the RL stages only. (Every stage that imports a file re-runs on its edit: tests/unit/test_stages.py.)
     project, _ = smoke
     assert run([PY, "-m", "dvc", "repro", "grpo"], project, run_env).returncode == 0
-    losses = project / "grpoflow" / "losses.py"
+    losses = project / "grpoflow" / "rl" / "losses.py"
     losses.write_text(losses.read_text() + "\n# an edit\n")
     again = run([PY, "-m", "dvc", "repro", "grpo"], project, run_env)
     assert again.returncode == 0, again.stdout + again.stderr
