@@ -24,8 +24,9 @@ from pathlib import Path
 
 from verifiers import sandbox
 from verifiers.code import program_for, trusted_setup
+from verifiers.limits import Limits
 from verifiers.mutants import mutants
-from verifiers.sandbox import Limits, Result, run_batch, run_tests
+from verifiers.sandbox import Result, run_batch, run_tests
 
 # A short MBPP-style program: one function, three asserts.
 CODE = "def add(a, b):\n    return a + b"

@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from verifiers.check import MUTANT, Case
+from verifiers.limits import Limits
 from verifiers.mutants import mutants
 from verifiers.registry import Row, Verifier, register
-from verifiers.sandbox import Limits, SandboxUnavailable, run_batch, run_tests
+from verifiers.sandbox import SandboxUnavailable, run_batch, run_tests
 
 __all__ = [
     "CodeVerifier",

@@ -15,7 +15,7 @@ from grpoflow import metric_names as M
 from grpoflow.config import Params, PPOConfig, rules
 from grpoflow.models.engine import build_engine, optimizer_step
 from grpoflow.rl import shared_prefix as sp
-from grpoflow.rl.advantages import gae, masked_whiten
+from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS, masked_whiten
 from grpoflow.rl.algorithm import Algorithm, BuiltTrainer
 from grpoflow.rl.losses import grpo_loss, kl_k3
 from grpoflow.rl.trainer import Batch, MicroBatch, PolicyTrainer, TrainerInputs, masked_mean
@@ -103,7 +103,7 @@ class PPOTrainer(PolicyTrainer):
         kl = kl_k3(old_logp, ref_logp) if ref_logp is not None else None
         old_values = self._old_values(b) * b.mask
         rewards = token_rewards(b.rewards, b.mask, kl, self.state.beta)
-        adv, returns = gae(rewards, old_values, b.mask, gamma=ppo.gamma, lam=ppo.lam)
+        adv, returns = CRITIC_ESTIMATOR_FNS["gae"](rewards, old_values, b.mask, ppo)
         if ppo.whiten_advantages:
             adv = masked_whiten(adv, b.mask)
 

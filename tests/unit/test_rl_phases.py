@@ -13,7 +13,7 @@ from grpoflow.io import write_jsonl
 from grpoflow.rl.grpo import ALGORITHM as GRPO
 from grpoflow.rl.ppo import ALGORITHM as PPO
 from grpoflow.rl.run import build_rl_run
-from grpoflow.rl.trainer import PhaseTimer
+from grpoflow.rl.step_timing import PhaseTimer
 
 TINY = {
     "rl": {

@@ -19,7 +19,8 @@ import pytest
 
 from verifiers import sandbox, sandbox_runtime
 from verifiers.code import CodeVerifier, program_for, trusted_setup
-from verifiers.sandbox import Limits, run_batch, run_tests
+from verifiers.limits import Limits
+from verifiers.sandbox import run_batch, run_tests
 
 needs_jail = pytest.mark.skipif(not sandbox.jail_available(), reason="the jail cannot be built here (see its probe)")
 needs_cgroups = pytest.mark.skipif(not sandbox.cgroups_available(), reason="no cgroup can be made here")

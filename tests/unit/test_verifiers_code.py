@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from verifiers import sandbox
 from verifiers.check import Validation, validate
 from verifiers.code import CodeVerifier, extract_code, fenced_blocks, program_for, score_code, score_code_batch
-from verifiers.sandbox import Limits
+from verifiers.limits import Limits
 
 needs_isolation = pytest.mark.skipif(not sandbox.isolation_available(), reason="namespaces cannot be created here")
 

@@ -13,7 +13,8 @@ import pytest
 
 from verifiers import sandbox, sandbox_runtime
 from verifiers.code import extract_code, score_code
-from verifiers.sandbox import Limits, SandboxUnavailable, run_batch, run_tests
+from verifiers.limits import Limits
+from verifiers.sandbox import SandboxUnavailable, run_batch, run_tests
 from verifiers.sandbox_runtime import NotPlain, decode, encode
 
 needs_isolation = pytest.mark.skipif(not sandbox.isolation_available(), reason="namespaces cannot be created here")
