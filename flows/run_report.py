@@ -49,6 +49,7 @@ def headline(evaluation: dict | None, compare: dict | None, trains: dict[str, di
     models = (evaluation or {}).get("models", {})
     return {
         "test_pass@1": {m: models[m].get("test", {}).get(M.PASS_AT_1) for m in reference_first(models)},
+        "test_pass@1_se": {m: models[m].get("test", {}).get(M.stderr_of(M.PASS_AT_1)) for m in reference_first(models)},
         "winner": (compare or {}).get("winner_on_test_pass@1"),
         "seconds_per_step": {a: t.get(M.SECONDS_PER_STEP) for a, t in trains.items()},
     }
@@ -56,7 +57,12 @@ def headline(evaluation: dict | None, compare: dict | None, trains: dict[str, di
 
 def headline_text(head: dict[str, Any]) -> str:
     """The headline as one sentence."""
-    scores = ", ".join(f"{m} {v:.1%}" for m, v in head["test_pass@1"].items() if v is not None)
+    se = head.get("test_pass@1_se", {})
+    scores = ", ".join(
+        f"{m} {v:.1%}" + (f" ± {se[m]:.1%}" if se.get(m) is not None else "")
+        for m, v in head["test_pass@1"].items()
+        if v is not None
+    )
     speed = ", ".join(f"{a} {v:.2f} s/step" for a, v in head["seconds_per_step"].items() if v is not None)
     parts = [
         f"Test pass@1: {scores}" if scores else "Not evaluated in this run",
@@ -110,8 +116,8 @@ def _curves(histories: dict[str, list[dict]]) -> str:
 
 
 def _evaluation(evaluation: dict | None) -> str:
-    """One row per model and set (the test split first, then each benchmark); maj@k is blank on a
-    code set, whose programs are not voted on."""
+    """One row per model and set (the test split first, then each benchmark), each score with its
+    standard error over prompts; maj@k is blank on a code set, whose programs are not voted on."""
     if not evaluation:
         return '<p class="muted">No evaluation in this run.</p>'
     k = evaluation["k"]
@@ -124,7 +130,12 @@ def _evaluation(evaluation: dict | None) -> str:
                 "model": m,
                 "set": n,
                 "pass@1": r[n].get(M.PASS_AT_1),
-                f"pass@{k}": r[n].get(f"pass@{k}"),
+                "± se": r[n].get(M.stderr_of(M.PASS_AT_1)),
+                **(
+                    {f"pass@{k}": r[n].get(f"pass@{k}"), f"pass@{k} ± se": r[n].get(M.stderr_of(f"pass@{k}"))}
+                    if k > 1
+                    else {}
+                ),
                 f"maj@{k}": r[n].get(f"maj@{k}"),
                 "held-out loss increase": r.get(M.HELDOUT_LOSS_INCREASE),
                 "forgetting": "FLAGGED" if r.get("forgetting_flagged") else "no",

@@ -167,5 +167,13 @@ def is_schedule(name: str) -> bool:
 
 # Evaluation (metrics/evaluate.json, per model and set).
 PASS_AT_1 = "pass@1"
+STDERR_SUFFIX = "_se"  # "pass@1_se": the standard error over prompts of the score it follows
+
+
+def stderr_of(score: str) -> str:
+    """The key of ``score``'s standard error ("pass@1" -> "pass@1_se")."""
+    return score + STDERR_SUFFIX
+
+
 HELDOUT_LOSS = "heldout_loss"
 HELDOUT_LOSS_INCREASE = "heldout_loss_increase"

@@ -11,8 +11,10 @@ import argparse
 import random
 from pathlib import Path
 
+from grpoflow import metric_names as M
 from grpoflow.config import Params
 from grpoflow.io import read_jsonl, write_json, write_jsonl
+from grpoflow.metric_names import stderr_of
 from tasks.cli import run_stage_cli, stage_parser
 from verifiers.extract import extract_answer
 from verifiers.math import plain_number
@@ -24,6 +26,12 @@ def canonical(text: str) -> str | None:
         return None
     number = plain_number(answer)
     return format(number.normalize(), "f") if number is not None else answer.strip()
+
+
+def score_text(metric: str, scores: dict) -> str:
+    """``pass@1 0.188 ± 0.012``: a score with its standard error over prompts, where it has one."""
+    se = scores.get(stderr_of(metric))
+    return f"{metric} {scores[metric]:.3f}" + (f" ± {se:.3f}" if se is not None else "")
 
 
 def eval_sets(data: Path, limit: int, seed: int) -> dict[str, list[dict]]:
@@ -61,28 +69,29 @@ def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: li
         stop_ids=prompter.stop_ids,
     )
     score = correctness_scorer(params)
-    max_new = params.rl.sampling.max_completion_length
+    max_new, seed = params.rl.sampling.max_completion_length, params.experiment.seed
     result: dict = {"heldout_loss": heldout_loss(model, prompter, heldout)}
+    sampling = Sampling(cfg.temperature, 1.0, max_new)
     for set_name, rows in sets.items():
-        greedy = greedy_accuracy(engine, rows, score, prompter, max_new_tokens=max_new, seed=params.experiment.seed)
+        # with k = 1 the sampled pass@1 is the set's pass@1: greedy decoding is not run
+        greedy = (
+            greedy_accuracy(engine, rows, score, prompter, max_new_tokens=max_new, seed=seed) if cfg.k > 1 else None
+        )
         sampled = sampled_metrics(
-            engine,
-            rows,
-            score,
-            canonical,
-            prompter,
-            n=cfg.n_samples,
-            k=cfg.k,
-            sampling=Sampling(cfg.temperature, 1.0, max_new),
-            seed=params.experiment.seed,
+            engine, rows, score, canonical, prompter, n=cfg.n_samples, k=cfg.k, sampling=sampling, seed=seed
         )
-        write_jsonl(
-            out / f"{name}_{set_name}.jsonl",
-            ({**g, **{k: v for k, v in s.items() if k != "id"}} for g, s in zip(greedy.outputs, sampled.outputs)),
-        )
-        result[set_name] = {"pass@1": greedy.accuracy, f"pass@{cfg.k}": sampled.pass_at_k, "examples": len(rows)}
+        result[set_name] = {
+            **({M.PASS_AT_1: greedy.accuracy, stderr_of(M.PASS_AT_1): greedy.stderr} if greedy else {}),
+            f"pass@{cfg.k}": sampled.pass_at_k,
+            stderr_of(f"pass@{cfg.k}"): sampled.pass_at_k_stderr,
+            "examples": len(rows),
+        }
         if sampled.maj_at_k is not None:  # a code set has no answers to vote on
             result[set_name][f"maj@{cfg.k}"] = sampled.maj_at_k
+        outputs = sampled.outputs
+        if greedy:
+            outputs = [{**g, **{k: v for k, v in s.items() if k != "id"}} for g, s in zip(greedy.outputs, outputs)]
+        write_jsonl(out / f"{name}_{set_name}.jsonl", outputs)
     return result
 
 
@@ -122,7 +131,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     for name, r in results.items():
         flag = "  FORGETTING FLAGGED" if r["forgetting_flagged"] else ""
         scored = "; ".join(
-            f"{set_name} " + " ".join(f"{m} {v:.3f}" for m, v in scores.items() if "@" in m)
+            f"{set_name} " + " ".join(score_text(m, scores) for m in scores if "@" in m and not m.endswith("_se"))
             for set_name, scores in r.items()
             if isinstance(scores, dict) and f"pass@{k}" in scores
         )

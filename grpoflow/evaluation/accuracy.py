@@ -1,7 +1,9 @@
-"""Greedy exact-match accuracy of a policy on prompts with reference answers."""
+"""Greedy exact-match accuracy of a policy on prompts with reference answers, sampled pass@k and
+maj@k, and the standard error of each."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -10,12 +12,25 @@ from grpoflow.rl.rewards import BatchScorer, row_task
 from grpoflow.rollout import RolloutEngine, Sampling
 
 
+def standard_error(values: Sequence[float]) -> float:
+    """Standard error of the mean of per-prompt scores, ``s / sqrt(n)`` with the sample std ``s``
+    (n - 1). The prompt is the unit: a prompt's samples are correlated, so its mean over its
+    samples is one observation (the clustered standard error of Miller 2024, "Adding error bars to
+    evals", arXiv 2411.00640, eq. 4). 0.0 with fewer than two prompts (no spread to measure)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
 @dataclass
 class EvalResult:
-    """Greedy accuracy and the per-example outputs behind it."""
+    """Greedy accuracy, its standard error over prompts, and the per-example outputs behind it."""
 
     accuracy: float
     outputs: list[dict]
+    stderr: float = 0.0
 
 
 def greedy_accuracy(
@@ -35,7 +50,8 @@ def greedy_accuracy(
         {"id": r["id"], "completion": t, "reference": r["reference_answer"], "correct": s >= 0.5}
         for r, t, s in zip(rows, rollouts.texts, scores)
     ]
-    return EvalResult(sum(o["correct"] for o in outputs) / max(len(outputs), 1), outputs)
+    correct = [float(o["correct"]) for o in outputs]
+    return EvalResult(sum(correct) / max(len(outputs), 1), outputs, standard_error(correct))
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -62,11 +78,12 @@ def majority_answer(answers: Sequence[str | None]) -> str | None:
 
 @dataclass
 class SampledResult:
-    """pass@k and maj@k and the per-example samples behind them."""
+    """pass@k and maj@k, the standard error of pass@k over prompts, and the per-example samples."""
 
     pass_at_k: float
     maj_at_k: float | None  # None on a set without answers to vote on (code)
     outputs: list[dict]
+    pass_at_k_stderr: float = 0.0
 
 
 def sampled_metrics(
@@ -98,11 +115,11 @@ def sampled_metrics(
             score([f"#### {voted[i]}" if voted[i] is not None else "" for i in voters], [rows[i] for i in voters]),
         )
     )
-    outputs, p_sum = [], 0.0
+    outputs, per_prompt = [], []
     for i, r in enumerate(rows):
         correct = sum(s >= 0.5 for s in scores[i * n : (i + 1) * n])
         p = pass_at_k(n, correct, k)
-        p_sum += p
+        per_prompt.append(p)
         outputs.append(
             {
                 "id": r["id"],
@@ -116,7 +133,7 @@ def sampled_metrics(
         )
     voting = [o["majority_correct"] for o in outputs if o["majority_correct"] is not None]
     maj = sum(voting) / len(voting) if voting else None
-    return SampledResult(p_sum / max(len(rows), 1), maj, outputs)
+    return SampledResult(sum(per_prompt) / max(len(rows), 1), maj, outputs, standard_error(per_prompt))
 
 
 def heldout_loss(model, prompter: Prompter, rows: Sequence[dict], batch_size: int = 16) -> float:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpoflow.evaluation.accuracy import majority_answer, pass_at_k
+from grpoflow.evaluation.accuracy import majority_answer, pass_at_k, standard_error
 
 
 @settings(max_examples=200)
@@ -26,3 +26,22 @@ def test_majority_vote():
     assert majority_answer(["3", "4", "3", None]) == "3"
     assert majority_answer(["4", "3"]) == "4"  # tie: first seen
     assert majority_answer([None, ""]) is None
+
+
+def test_standard_error_hand_values():
+    # [1, 0, 0, 1]: mean 0.5, sample variance (4 * 0.25) / 3 = 1/3, se = sqrt(1/3 / 4) = 0.288675
+    assert standard_error([1.0, 0.0, 0.0, 1.0]) == pytest.approx(0.2886751346)
+    # 240 prompts, 45 right: the binomial sqrt(p (1 - p) / n) up to the n / (n - 1) correction
+    p = 45 / 240
+    assert standard_error([1.0] * 45 + [0.0] * 195) == pytest.approx((p * (1 - p) / 239) ** 0.5)
+    assert standard_error([0.7]) == 0.0 and standard_error([]) == 0.0
+
+
+@settings(max_examples=200)
+@given(st.lists(st.floats(0, 1), min_size=2, max_size=60), st.floats(0, 1))
+def test_standard_error_is_shift_invariant_and_shrinks_with_copies(values, shift):
+    se = standard_error(values)
+    assert standard_error([v + shift for v in values]) == pytest.approx(se, abs=1e-9)
+    # the same per-prompt scores seen four times over: the spread is the same, the error smaller
+    assert standard_error(values * 4) <= se + 1e-12
+    assert 0.0 <= se <= 0.5 / (len(values) - 1) ** 0.5 + 1e-9  # scores in [0, 1]: std <= 0.5 * sqrt(n / (n - 1))

@@ -15,7 +15,7 @@ EVALUATION = {
     "n_samples": 4,
     "models": {
         "grpo": {
-            "test": {"pass@1": 0.5, "pass@4": 0.75, "maj@4": 0.5},
+            "test": {"pass@1": 0.5, "pass@1_se": 0.0625, "pass@4": 0.75, "pass@4_se": 0.05, "maj@4": 0.5},
             "heldout_loss_increase": 0.01,
             "forgetting_flagged": False,
             "humaneval": {"pass@1": 0.0625, "pass@4": 0.125, "examples": 164},
@@ -27,9 +27,17 @@ EVALUATION = {
 
 def test_the_headline_names_each_models_score_the_winner_and_the_step_time():
     head = run_report.headline(EVALUATION, {"winner_on_test_pass@1": "grpo"}, {"grpo": {"seconds_per_step": 1.25}})
-    assert head == {"test_pass@1": {"sft": 0.3125, "grpo": 0.5}, "winner": "grpo", "seconds_per_step": {"grpo": 1.25}}
+    assert head == {
+        "test_pass@1": {"sft": 0.3125, "grpo": 0.5},
+        "test_pass@1_se": {"sft": None, "grpo": 0.0625},
+        "winner": "grpo",
+        "seconds_per_step": {"grpo": 1.25},
+    }
     assert list(head["test_pass@1"]) == ["sft", "grpo"]  # the reference first, whatever the file's order
-    assert run_report.headline_text(head) == "Test pass@1: sft 31.2%, grpo 50.0%; winner: grpo; grpo 1.25 s/step."
+    # each score with its standard error over prompts, where the evaluation has one
+    assert (
+        run_report.headline_text(head) == "Test pass@1: sft 31.2%, grpo 50.0% ± 6.2%; winner: grpo; grpo 1.25 s/step."
+    )
     assert run_report.headline_metrics(head) == {
         "test_pass_at_1/sft": 0.3125,
         "test_pass_at_1/grpo": 0.5,
@@ -67,6 +75,7 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     assert "No GRPO-vs-PPO comparison in this run." in page and "<script" not in page
     # A benchmark gets its own row (a code set: no maj@k); no reward model ran.
     assert "<td>humaneval</td>" in page and '<td class="num">0.0625</td>' in page
+    assert "<th>± se</th>" in page and '<td class="num">0.05</td>' in page  # pass@4's standard error
     assert "No reward model in this run." in page
     # Where the step time goes: per training stage, each phase's mean seconds and share.
     assert "Where the step time goes" in page
