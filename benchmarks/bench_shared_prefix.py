@@ -1,6 +1,14 @@
-"""One update pass (forward + backward of the per-token log-probs and entropies, fp32), one
-``[prompt | completion]`` row per sample against shared-prefix groups (grpoflow.rl.shared_prefix,
-Prefix Grouper, arXiv 2506.05433), alternating in the same process, best of a few runs each.
+"""One update pass (forward + backward of the per-token log-probs and entropies, fp32), three ways,
+alternating in the same process, best of a few runs each:
+
+- ``rows``: one ``[prompt | completion]`` row per sample, prompts left-padded and completions
+  right-padded to the batch's longest;
+- ``slots``: shared-prefix groups (grpoflow.rl.shared_prefix, Prefix Grouper, arXiv 2506.05433)
+  with every completion slot as wide as the longest completion, as they were packed before
+  2026-12-03 (the same layout, run here by marking the padding as tokens: the same cost);
+- ``packed``: shared-prefix groups with each completion only as long as it is (today's default).
+
+Each reports the pad share of its computed token positions (``padding_share``).
 
 Cases: the tiny default (Qwen2, 128 wide, 4 layers, 8 prompts x G 8, prompts of 20-36 tokens,
 completions of up to 24) and a small Llama of SmolLM2-135M's width, heads and vocabulary with
@@ -33,35 +41,59 @@ def _batch(prompts: int, g: int, p_lens: list[int], c_len: int, vocab: int, seed
     return torch.stack(ids), torch.stack(attn), p
 
 
-def _pass(model, ids, attn, start: int, shared: bool) -> float:
-    """Seconds of one forward + backward."""
+WAYS = ("rows", "slots", "packed")
+
+
+def _inputs(attn: torch.Tensor, start: int, way: str) -> tuple[torch.Tensor, bool]:
+    """The attention mask fed and whether groups share their prompt, for ``way`` of :data:`WAYS`."""
+    if way == "slots":  # padding counted as tokens: every slot the longest completion's width
+        full = attn.clone()
+        full[:, start:] = 1
+        return full, True
+    return attn, way == "packed"
+
+
+def _pass(model, ids, attn, start: int, way: str) -> float:
+    """Seconds of one forward + backward; the loss counts the real tokens only."""
     from grpoflow.rl.logprobs import completion_logprobs
 
+    fed, shared = _inputs(attn, start, way)
     model.zero_grad(set_to_none=True)
     t0 = time.perf_counter()
-    logp, ent = completion_logprobs(model, ids, attn, start, with_entropy=True, shared_prefix=shared)
+    logp, ent = completion_logprobs(model, ids, fed, start, with_entropy=True, shared_prefix=shared)
     mask = attn[:, start:].float()
     ((logp * mask).sum() / mask.sum()).backward()
     return time.perf_counter() - t0
 
 
+def _pad_share(model, ids, attn, start: int, way: str) -> tuple[int, float]:
+    """``(computed token positions, share of them that hold no token)`` of ``way``."""
+    from grpoflow.rl import shared_prefix as sp
+
+    fed, shared = _inputs(attn, start, way)
+    computed, _ = sp.padding_share(fed, sp.packed_for(model, ids, fed, start) if shared else None)
+    packed = sp.packed_for(model, ids, attn, start)
+    real = packed.tokens if shared and packed is not None else int(attn.sum())
+    return computed, round(1 - real / computed, 3)
+
+
 def _compare(model, ids, attn, start: int) -> dict:
-    """Best-of-``REPEATS`` seconds of each way, alternating (after one warm-up of each)."""
-    times: dict[bool, list[float]] = {False: [], True: []}
-    for shared in (False, True):
-        _pass(model, ids, attn, start, shared)
+    """Best-of-``REPEATS`` seconds of each way, alternating (after one warm-up of each), each
+    way's computed tokens and pad share, and the ratios to ``rows`` and to ``slots``."""
+    times: dict[str, list[float]] = {way: [] for way in WAYS}
+    for way in WAYS:
+        _pass(model, ids, attn, start, way)
     for _ in range(REPEATS):
-        for shared in (False, True):
-            times[shared].append(_pass(model, ids, attn, start, shared))
-    rows, shared_s = min(times[False]), min(times[True])
-    k = len(ids) // 8
-    return {
-        "rows_s": round(rows, 3),
-        "shared_s": round(shared_s, 3),
-        "shared_over_rows": round(shared_s / rows, 3),
-        "tokens_rows": int(ids.numel()),
-        "tokens_shared": int(k * (start + 8 * (ids.shape[1] - start - 1))),
-    }
+        for way in WAYS:
+            times[way].append(_pass(model, ids, attn, start, way))
+    best = {way: min(t) for way, t in times.items()}
+    out: dict = {f"{way}_s": round(best[way], 3) for way in WAYS}
+    for way in WAYS:
+        out[f"tokens_{way}"], out[f"pad_share_{way}"] = _pad_share(model, ids, attn, start, way)
+    out["slots_over_rows"] = round(best["slots"] / best["rows"], 3)
+    out["packed_over_rows"] = round(best["packed"] / best["rows"], 3)
+    out["packed_over_slots"] = round(best["packed"] / best["slots"], 3)
+    return out
 
 
 def _tiny() -> dict:

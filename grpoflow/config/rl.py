@@ -16,6 +16,13 @@ class EngineConfig(_Section):
 
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage (0-3).")
     micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward on one process.")
+    max_tokens_per_micro_batch: int | None = Field(
+        None,
+        ge=1,
+        description="Token positions one forward/backward may compute on one process (packed groups or padded "
+        "rows); micro-batches then vary in sequences, up to micro_batch_size. null: micro_batch_size each. "
+        "Read from rl.engine.",
+    )
     gradient_clipping: float = Field(1.0, ge=0, description="Max global gradient norm (0: off).")
     lr: float = Field(1e-3, gt=0, description="Peak learning rate of AdamW.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")

@@ -32,11 +32,9 @@ class GRPOTrainer(PolicyTrainer):
     def update(self, step: int, b: Batch) -> dict[str, float]:
         """mu clipped-surrogate updates of the policy on one batch of groups."""
         cfg, eng, g = self.cfg, self.engine, self.grpo
-        ref_logp = self._frozen_logprobs(self.ref, b.ids, b.attn, b.start) if self.ref is not None else None
+        ref_logp = self._frozen_logprobs(self.ref, b) if self.ref is not None else None
         in_reward = g.kl_placement == "reward" and ref_logp is not None
-        old_logp = (
-            self._frozen_logprobs(eng.module, b.ids, b.attn, b.start) if cfg.num_iterations > 1 or in_reward else None
-        )
+        old_logp = self._frozen_logprobs(eng.module, b) if cfg.num_iterations > 1 or in_reward else None
         rewards, reward_kl = b.rewards, None
         if in_reward:  # PPO-style: the penalty shapes the reward, and the loss has no KL term
             rewards, reward_kl = kl_penalised_rewards(

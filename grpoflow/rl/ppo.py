@@ -83,14 +83,9 @@ class PPOTrainer(PolicyTrainer):
 
     @torch.no_grad()
     def _old_values(self, b: Batch) -> torch.Tensor:
-        micro = self.critic.train_micro_batch_size_per_gpu()
+        shared = self.cfg.engine.shared_prefix
         return torch.cat(
-            [
-                completion_values(
-                    self.critic, b.ids[i : i + micro], b.attn[i : i + micro], b.start, self.cfg.engine.shared_prefix
-                )
-                for i in range(0, len(b.ids), micro)
-            ]
+            [completion_values(self.critic, b.ids[sl], b.attn[sl], b.start, shared) for sl in self._plan(b)]
         )
 
     def update(self, step: int, b: Batch) -> dict[str, float]:
@@ -98,8 +93,8 @@ class PPOTrainer(PolicyTrainer):
         cfg, ppo, eng, critic = self.cfg, self.ppo, self.engine, self.critic
         critic.set_train_micro_batch_size(eng.train_micro_batch_size_per_gpu())
         critic.set_train_batch_size(len(b.ids) * self.world)
-        old_logp = self._frozen_logprobs(eng.module, b.ids, b.attn, b.start)
-        ref_logp = self._frozen_logprobs(self.ref, b.ids, b.attn, b.start) if self.ref is not None else None
+        old_logp = self._frozen_logprobs(eng.module, b)
+        ref_logp = self._frozen_logprobs(self.ref, b) if self.ref is not None else None
         kl = kl_k3(old_logp, ref_logp) if ref_logp is not None else None
         old_values = self._old_values(b) * b.mask
         rewards = token_rewards(b.rewards, b.mask, kl, self.state.beta)
@@ -129,7 +124,7 @@ class PPOTrainer(PolicyTrainer):
             clipped = old_values[sl] + (values - old_values[sl]).clamp(-ppo.cliprange_value, ppo.cliprange_value)
             vf = 0.5 * torch.maximum((values - returns[sl]) ** 2, (clipped - returns[sl]) ** 2)
             value_loss = (vf * b.mask[sl]).sum() / b.mask[sl].sum().clamp(min=1)
-            critic.backward(value_loss)
+            critic.backward(value_loss * mb.scale if mb.scale != 1.0 else value_loss)
             optimizer_step(critic)
             return {M.VALUE_LOSS: value_loss.item()}
 

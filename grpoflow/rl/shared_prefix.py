@@ -2,7 +2,8 @@
 
 Prefix Grouper (Liu et al. 2025, arXiv 2506.05433): GRPO's G completions of a prompt share it, and
 attention is causal, so the prompt's keys and values are the same for all G. We pack a group into
-one sequence ``[prompt | completion_1 | ... | completion_g]`` with an attention mask under which
+one sequence ``[prompt | completion_1 | ... | completion_g]``, each completion only as long as it is (its
+padding is not fed in), with an attention mask under which
 a prompt token sees the prompt causally and a completion token sees the prompt and its own
 completion causally, never another completion. Position ids are each token's position in its own
 ``[prompt | completion]`` row, so every token's computation is the one of the unshared row; the
@@ -40,6 +41,7 @@ class Packed:
     position_ids: torch.Tensor  # (K, L)
     keep_from: int  # P - 1: outputs from this column on are the ones kept
     rows: torch.Tensor  # (N, C) long: index into the kept outputs flattened to (K * (L - P + 1))
+    tokens: int = 0  # positions holding a token the results need (each prompt once, each fed token)
 
 
 def hf_config(model) -> object | None:
@@ -92,9 +94,17 @@ def packed_for(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, sta
     """:func:`pack` when two rows share a prompt and ``model`` is :func:`usable`, else None; the
     groups are found once, here, and handed to :func:`pack`."""
     found = groups(input_ids[:, :start], attention_mask[:, :start])
-    if len(found[1]) == len(input_ids) or not usable(model):
+    if len(found[1]) == len(input_ids) or not _right_padded(attention_mask[:, start:]) or not usable(model):
         return None
     return pack(input_ids, attention_mask, start, found)
+
+
+def _right_padded(completion_mask: torch.Tensor) -> bool:
+    """Whether each completion's tokens come first and its padding after (what :func:`pack` lays out)."""
+    lengths = completion_mask.sum(1, keepdim=True)
+    return bool(
+        (completion_mask.bool() == (torch.arange(completion_mask.shape[1], device=lengths.device) < lengths)).all()
+    )
 
 
 def pack(
@@ -104,13 +114,15 @@ def pack(
     found: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Packed:
     """``[left-padded prompt | right-padded completion]`` rows as packed group sequences
-    (``found``: their :func:`groups`, when already known)."""
-    n, p, c = input_ids.shape[0], start, input_ids.shape[1] - start
-    fed = c - 1  # completion tokens fed in: the last one predicts nothing we keep
+    (``found``: their :func:`groups`, when already known). Each completion's slot is as long as
+    the completion itself, not the batch's longest: its padding is never fed in."""
+    p, c = start, input_ids.shape[1] - start
     group, first = found if found is not None else groups(input_ids[:, :p], attention_mask[:, :p])
-    k, slot = len(first), torch.arange(n, device=input_ids.device) - first[group]
-    width = p + (int(slot.max()) + 1) * fed
-    dev = input_ids.device
+    k, dev = len(first), input_ids.device
+    fed = (attention_mask[:, p:].sum(1) - 1).clamp(min=0)  # tokens fed: the last predicts nothing we keep
+    before = fed.cumsum(0) - fed
+    offset = before - before[first][group]  # where each row's slot starts after the prompt
+    width = p + int(torch.zeros(k, dtype=fed.dtype, device=dev).index_add_(0, group, fed).max()) if c > 1 else p
     ids = input_ids.new_zeros(k, width)
     valid = torch.zeros(k, width, dtype=torch.bool, device=dev)
     segment = torch.full((k, width), -2, dtype=torch.long, device=dev)  # -1 prompt, s slot s, -2 filler
@@ -119,14 +131,23 @@ def pack(
     row_positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     ids[:, :p], valid[:, :p] = input_ids[first, :p], attention_mask[first, :p].bool()
     segment[:, :p], positions[:, :p] = -1, row_positions[first, :p]
-    if fed > 0:
-        cols = p + slot.unsqueeze(1) * fed + torch.arange(fed, device=dev)  # (N, fed)
-        at = (group.unsqueeze(1).expand(-1, fed), cols)
-        ids[at] = input_ids[:, p : p + fed]
-        valid[at] = attention_mask[:, p : p + fed].bool()
-        segment[at] = slot.unsqueeze(1).expand(-1, fed)
-        positions[at] = row_positions[:, p : p + fed]
-    return Packed(ids, _visibility(valid, segment), positions, p - 1, _row_index(group, slot, width - p + 1, c))
+    t = torch.arange(max(c - 1, 0), device=dev)
+    real = t < fed.unsqueeze(1)  # (N, C - 1): the fed tokens of each row
+    row, tok = real.nonzero(as_tuple=True)
+    at = (group[row], p + offset[row] + tok)
+    ids[at], valid[at] = input_ids[row, p + tok], True
+    segment[at], positions[at] = (row - first[group[row]]), row_positions[row, p + tok]
+    rows = _row_index(group, offset, fed, width - p + 1, c)
+    return Packed(ids, _visibility(valid, segment), positions, p - 1, rows, int(valid.sum()))
+
+
+def padding_share(attention_mask: torch.Tensor, packed: Packed | None) -> tuple[int, int]:
+    """``(computed, real)`` token positions of one pass: every position the model runs on (a packed
+    row's prompt padding and filler included, or every ``[prompt | completion]`` cell unpacked), and
+    those holding a token (packed: each prompt once and each fed completion token)."""
+    if packed is None:
+        return attention_mask.numel(), int(attention_mask.sum())
+    return packed.input_ids.numel(), packed.tokens
 
 
 def _visibility(valid: torch.Tensor, segment: torch.Tensor) -> torch.Tensor:
@@ -141,12 +162,13 @@ def _visibility(valid: torch.Tensor, segment: torch.Tensor) -> torch.Tensor:
     return seen.unsqueeze(1)
 
 
-def _row_index(group: torch.Tensor, slot: torch.Tensor, kept: int, c: int) -> torch.Tensor:
+def _row_index(group: torch.Tensor, offset: torch.Tensor, fed: torch.Tensor, kept: int, c: int) -> torch.Tensor:
     """``(N, C)`` indices into kept outputs flattened over (group, column): a row's first token is
-    predicted by the prompt's last position (column 0), token t > 0 by its slot's token t - 1."""
-    fed = c - 1
+    predicted by the prompt's last position (column 0), token t > 0 by its slot's token t - 1. A
+    padding token (t > fed) takes column 0's output too: finite, and masked out by every user."""
     t = torch.arange(c, device=group.device)
-    col = torch.where(t == 0, 0, 1 + slot.unsqueeze(1) * fed + (t - 1).clamp(min=0))
+    col = 1 + offset.unsqueeze(1) + (t - 1).clamp(min=0)
+    col = torch.where((t == 0) | (t > fed.unsqueeze(1)), 0, col)
     return group.unsqueeze(1) * kept + col
 
 

@@ -21,6 +21,8 @@ from grpoflow import metric_names as M
 from grpoflow.config import RLConfig
 from grpoflow.models.engine import optimizer_step
 from grpoflow.models.prompting import Prompter
+from grpoflow.rl import micro_batches
+from grpoflow.rl import shared_prefix as sp
 from grpoflow.rl.health import HealthMonitor, Symptom
 from grpoflow.rl.logprobs import completion_logprobs
 from grpoflow.rl.losses import rollout_correction
@@ -60,14 +62,14 @@ def next_backoff(g: int, max_len: int, micro: int, min_len: int) -> tuple[str, i
     return None
 
 
-def micro_slices(n: int, micro: int, *engines) -> Iterator[slice]:
-    """The micro-batches of one optimizer step over ``n`` sequences. The last is marked as the
-    accumulation boundary on every engine, so a step never depends on DeepSpeed's running
-    micro-step count, which G schedules and OOM back-off would otherwise put out of phase."""
-    for i in range(0, n, micro):
+def accumulation(slices: list[slice], *engines) -> Iterator[slice]:
+    """The micro-batches of one optimizer step. The last is marked as the accumulation boundary on
+    every engine, so a step never depends on DeepSpeed's running micro-step count, which G
+    schedules, OOM back-off and token budgets would otherwise put out of phase."""
+    for i, sl in enumerate(slices):
         for engine in engines:
-            engine.set_gradient_accumulation_boundary(i + micro >= n)
-        yield slice(i, i + micro)
+            engine.set_gradient_accumulation_boundary(i == len(slices) - 1)
+        yield sl
 
 
 def prompt_indices(n_prompts: int, per_step: int, step: int, seed: int) -> list[int]:
@@ -156,6 +158,7 @@ class MicroBatch:
     old: torch.Tensor  # (n, C) log-probs of the policy that sampled them
     mask: torch.Tensor  # (n, C) the loss mask after rollout correction
     weights: torch.Tensor | None  # (n, C) token weights of rollout correction, if any
+    scale: float = 1.0  # factor of its loss before backward (grpoflow.rl.micro_batches.loss_scales)
 
 
 @dataclass
@@ -290,18 +293,23 @@ class PolicyTrainer:
             mask = mask * (~ro.truncated).float().unsqueeze(1)
         return ids, attn, mask, ro.prompt_ids.shape[1]
 
+    def _plan(self, b: Batch) -> list[slice]:
+        """This batch's micro-batches (:func:`grpoflow.rl.micro_batches.plan`)."""
+        packed = self.cfg.engine.shared_prefix and sp.unsupported(self.engine.module) is None
+        micro = self.engine.train_micro_batch_size_per_gpu()
+        return micro_batches.plan(b.ids, b.attn, b.start, micro, self.token_budget, packed)
+
     @torch.no_grad()
-    def _frozen_logprobs(self, model, ids, attn, start) -> torch.Tensor:
+    def _frozen_logprobs(self, model, b: Batch) -> torch.Tensor:
         """Per-token log-probs without gradients: of the reference, or of the policy before its
         update (the old/sampler log-probs), each timed as its own phase of the step."""
-        micro = self.engine.train_micro_batch_size_per_gpu()
         key = M.PHASE_REF_LOGPROBS if model is self.ref else M.PHASE_OLD_LOGPROBS
         with self.timer.phase(key):
             parts = [
-                completion_logprobs(
-                    model, ids[i : i + micro], attn[i : i + micro], start, shared_prefix=self.cfg.engine.shared_prefix
-                )[0]
-                for i in range(0, len(ids), micro)
+                completion_logprobs(model, b.ids[sl], b.attn[sl], b.start, shared_prefix=self.cfg.engine.shared_prefix)[
+                    0
+                ]
+                for sl in self._plan(b)
             ]
             return torch.cat(parts)
 
@@ -358,31 +366,33 @@ class PolicyTrainer:
         ``critic``). Returns the step's metrics: each tally's mean over the micro-batches."""
         eng = self.engine
         engines = (eng,) if critic is None else (eng, critic)
-        micro = eng.train_micro_batch_size_per_gpu()
+        slices = self._plan(b)
+        scales = micro_batches.loss_scales(slices, eng.gradient_accumulation_steps())
         sums = {M.LOSS: 0.0, **dict.fromkeys(tallies, 0.0), M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
         seen: dict[str, list[float]] = {}
-        n = 0
         for engine in engines:
             engine.train()
         for _ in range(self.cfg.num_iterations):
-            for sl in micro_slices(len(b.ids), micro, *engines):
+            for sl, scale in zip(accumulation(slices, *engines), scales):
                 mb = self._micro_batch(b, sl, old_logp, seen)
+                mb.scale = scale
                 loss, tally = policy_loss(mb)
-                self._policy_step(step, loss)
+                self._policy_step(step, loss, scale)
                 if critic_step is not None:
                     tally = tally | critic_step(mb)
-                n += 1
-                sums[M.LOSS] += loss.item()
+                share = (sl.stop - sl.start) / len(b.ids)  # the step's metrics weigh rows alike
+                sums[M.LOSS] += loss.item() * share
                 for key, value in tally.items():
-                    sums[key] += value
-                sums[M.ENTROPY] += masked_mean(mb.entropy, b.mask[sl])
-        return {k: v / n for k, v in sums.items()} | self._mismatch(seen)
+                    sums[key] += value * share
+                sums[M.ENTROPY] += masked_mean(mb.entropy, b.mask[sl]) * share
+        return {k: v / self.cfg.num_iterations for k, v in sums.items()} | self._mismatch(seen)
 
-    def _policy_step(self, step: int, loss: torch.Tensor) -> None:
-        """Backward and optimizer step of the policy; a non-finite loss stops the run first."""
+    def _policy_step(self, step: int, loss: torch.Tensor, scale: float = 1.0) -> None:
+        """Backward (of ``loss * scale``) and optimizer step of the policy; a non-finite loss stops
+        the run first."""
         if not torch.isfinite(loss):
             self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
-        self.engine.backward(loss)
+        self.engine.backward(loss * scale if scale != 1.0 else loss)
         optimizer_step(self.engine)
 
     @staticmethod
@@ -408,6 +418,14 @@ class PolicyTrainer:
     def micro_batch_size(self) -> int:
         """The micro-batch, after any out-of-memory back-off."""
         return min(self.cfg.engine.micro_batch_size, self.state.backoff.get("micro_batch_size", 10**9))
+
+    @property
+    def token_budget(self) -> int | None:
+        """``rl.engine.max_tokens_per_micro_batch``, shrunk with the micro-batch by any back-off."""
+        budget = self.cfg.engine.max_tokens_per_micro_batch
+        if budget is None:
+            return None
+        return max(1, budget * self.micro_batch_size // self.cfg.engine.micro_batch_size)
 
     def _set_batch(self, sequences: int) -> None:
         """Size the engine's step for ``sequences`` per process: the configured (or backed-off)

@@ -56,8 +56,9 @@ def test_computed_tokens_count_a_shared_prompt_once_and_padding_where_it_is_comp
     batch, model = SimpleNamespace(ids=ids, attn=attn, start=3), tiny_default()
     # One padded row per sample: 4 x 5 tokens; the head at the 4 x 2 completion positions.
     assert computed_tokens(batch, micro=4, shared_prefix=False, model=model) == (20, 8)
-    # One row per group: the prompt (3) + each completion but its last token (2 x 1) = 5 tokens, the head
-    # from the prompt's last position on (3 positions): 2 x 5 and 2 x 3.
+    # One row per group: the prompt (3) + each completion but its last token, at its own length: group 0
+    # 3 + 1 + 1 = 5, group 1 3 + 1 + 0 = 4, both rows as wide as the widest: 2 x 5; the head from the
+    # prompt's last position on (3 positions): 2 x 3.
     assert computed_tokens(batch, micro=4, shared_prefix=True, model=model) == (10, 6)
-    # Micro-batches of 2 hold one group each: the same count, packed per micro-batch.
-    assert computed_tokens(batch, micro=2, shared_prefix=True, model=model) == (10, 6)
+    # Micro-batches of 2 hold one group each, each row as wide as its own group: 5 + 4, head 3 + 2.
+    assert computed_tokens(batch, micro=2, shared_prefix=True, model=model) == (9, 5)

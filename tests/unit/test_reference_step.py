@@ -73,15 +73,19 @@ def injected_rollouts(vocab: int, pad: int) -> Rollouts:
     )
 
 
-@pytest.mark.parametrize("iterations, micro", [(1, 8), (1, 4), (2, 8)])
-def test_one_trainer_step_equals_the_reference_grpo_step(workspace, iterations, micro):
+# A token budget of 15 positions splits the batch 3 + 1 + 4 (tests/unit/test_micro_batches.py): micro-
+# batches of unequal size must still add up to the batch's objective.
+@pytest.mark.parametrize(
+    "iterations, micro, budget", [(1, 8, None), (1, 4, None), (2, 8, None), (1, 8, 15), (2, 8, 15)]
+)
+def test_one_trainer_step_equals_the_reference_grpo_step(workspace, iterations, micro, budget):
     params = validate_params(
         {
             "rl": {
                 "prompts_per_step": len(PROMPT_LENGTHS),
                 "num_generations": G,
                 "num_iterations": iterations,
-                "engine": {"micro_batch_size": micro},
+                "engine": {"micro_batch_size": micro, "max_tokens_per_micro_batch": budget},
             }
         }
     )
@@ -115,7 +119,11 @@ def test_one_trainer_step_equals_the_reference_grpo_step(workspace, iterations, 
         iterations=iterations,
     )
 
+    planned, plan = [], trainer._plan
+    trainer._plan = lambda b: planned.append(plan(b)) or planned[-1]
     metrics = trainer.step(0)
+    sizes = [sl.stop - sl.start for sl in planned[-1]]
+    assert sizes == ([3, 1, 4] if budget else [micro] * (len(REWARDS) // micro))
 
     # AdamW moves each weight by about lr * g / (|g| + 1e-8): where a gradient is ~1e-9 (the median is
     # ~1e-4), fp32 rounding in it (the trainer packs each group's shared prompt, the reference does not)

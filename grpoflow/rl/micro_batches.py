@@ -1,0 +1,71 @@
+"""The micro-batches of one update: at most ``rl.engine.micro_batch_size`` sequences each and, under
+a token budget (``rl.engine.max_tokens_per_micro_batch``), at most that many computed token
+positions, so that a batch of short completions takes few passes and one of long completions
+cannot exceed the memory a budget was sized for.
+
+A micro-batch's cost is the positions its pass computes (:mod:`grpoflow.rl.shared_prefix`): packed,
+one row per group, each ``P + sum of its completions' fed tokens`` and all as wide as the widest;
+unpacked, one ``P + C`` row per sequence. Micro-batches are consecutive rows, so a group stays
+whole unless it alone exceeds the budget.
+
+Each micro-batch's loss is a mean over its own rows (or tokens); :func:`loss_scales` weighs it by
+its share of the batch's rows so that micro-batches of unequal size still sum to the batch's
+objective under DeepSpeed's gradient accumulation, which divides every loss by its step count.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from grpoflow.rl import shared_prefix as sp
+
+
+def plan(
+    ids: torch.Tensor, attn: torch.Tensor, start: int, max_rows: int, max_tokens: int | None, packed: bool
+) -> list[slice]:
+    """Consecutive slices of the batch's rows, each at most ``max_rows`` long and, when
+    ``max_tokens`` is set, at most ``max_tokens`` computed positions (or one row alone)."""
+    n = len(ids)
+    if max_tokens is None:
+        return [slice(i, min(i + max_rows, n)) for i in range(0, n, max_rows)]
+    group = sp.groups(ids[:, :start], attn[:, :start])[0].tolist()
+    fed = (attn[:, start:].sum(1) - 1).clamp(min=0).tolist()
+    slices, lo = [], 0
+    while lo < n:
+        hi = _extend(group, fed, lo, start, ids.shape[1], max_rows, max_tokens, packed)
+        slices.append(slice(lo, hi))
+        lo = hi
+    return slices
+
+
+def _extend(
+    group: list[int], fed: list[int], lo: int, p: int, width: int, max_rows: int, max_tokens: int, packed: bool
+) -> int:
+    """The end of the micro-batch starting at row ``lo``: rows are added while the cost stays
+    within ``max_tokens`` (the first one always)."""
+    hi, groups, run, widest = lo, 0, 0, 0
+    while hi < len(group) and hi - lo < max_rows:
+        new_group = hi == lo or group[hi] != group[hi - 1]
+        k, r = groups + new_group, (0 if new_group else run) + fed[hi]
+        rows = hi - lo + 1
+        shares = packed and k < rows  # two rows share a prompt: the packed path runs
+        cost = k * (p + max(widest, r)) if shares else rows * width
+        if hi > lo and cost > max_tokens:
+            break
+        groups, run, widest, hi = k, r, max(widest, r), hi + 1
+    return hi
+
+
+def cost(ids: torch.Tensor, attn: torch.Tensor, start: int, packed: bool) -> int:
+    """Computed positions of one pass over these rows (:func:`plan`'s cost of one micro-batch)."""
+    found = sp.groups(ids[:, :start], attn[:, :start])
+    if not packed or len(found[1]) == len(ids):
+        return ids.numel()
+    return sp.pack(ids, attn, start, found).input_ids.numel()
+
+
+def loss_scales(slices: list[slice], accumulation_steps: int) -> list[float]:
+    """Factor of each micro-batch's loss: its share of the rows, times the accumulation steps
+    DeepSpeed divides by. Equal micro-batches of ``rows / accumulation_steps`` get 1.0 each."""
+    n = sum(s.stop - s.start for s in slices)
+    return [(s.stop - s.start) * accumulation_steps / n for s in slices]
