@@ -156,6 +156,29 @@ def _phases(trains: dict[str, dict]) -> str:
     return H.table(rows) if rows else '<p class="muted">No step timing in this run.</p>'
 
 
+def _health(trains: dict[str, dict]) -> str:
+    """Each training stage's symptoms (the GRPO spec's troubleshooting table) with their final
+    status: re-evaluated over the whole run, so one that cleared says from which step."""
+    from grpoflow.rl.health import status_text
+
+    rows = [
+        {
+            "stage": name,
+            "symptom": v["name"],
+            "first seen at step": v["step"],
+            "evidence": v["evidence"],
+            "status": status_text(v),
+            "remedy": v["remedy"],
+        }
+        for name, m in trains.items()
+        for v in m.get(M.HEALTH) or []
+    ]
+    if rows:
+        return H.table(rows)
+    ran = ", ".join(trains) or "no training stage"
+    return f'<p class="muted">No symptom seen ({H.esc(ran)}).</p>'
+
+
 def _reward_model(here: set[str]) -> str:
     """The reward_model stage's held-out pairwise accuracy, pairs and margin plot, where it ran."""
     rm = stage("reward_model")
@@ -213,6 +236,8 @@ def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
             _gates(rows),
             "<h2>Learning curves</h2>",
             _curves(histories),
+            "<h2>Health</h2>",
+            _health(trains),
             "<h2>Where the step time goes</h2>",
             _phases(trains),
             "<h2>Reward model</h2>",

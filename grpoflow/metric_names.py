@@ -60,7 +60,8 @@ NUM_GENERATIONS = "num_generations"
 MAX_COMPLETION_LENGTH = "max_completion_length"
 MICRO_BATCH_SIZE = "micro_batch_size"
 LR = "lr"
-HEALTH_SYMPTOMS = "health_symptoms"
+HEALTH_SYMPTOMS = "health_symptoms"  # the symptoms that stand at the end of the run (names)
+HEALTH = "health"  # every symptom seen, with its final status (grpoflow.rl.health.HealthMonitor.verdict)
 VAL_ACCURACY = "val_accuracy"
 # PPO's critic.
 VALUE_LOSS = "value_loss"
@@ -152,7 +153,7 @@ _GROUPS = {
 }
 _GROUP_OF = {key: prefix for prefix, keys in _GROUPS.items() for key in keys}
 # In the history CSV only: the count of health symptoms so far (MLflow has them as a tag and a report).
-_NOT_CHARTED = {HEALTH_SYMPTOMS}
+_NOT_CHARTED = {HEALTH_SYMPTOMS, HEALTH}
 
 
 def tracked(key: str) -> str | None:

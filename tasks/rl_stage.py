@@ -357,25 +357,30 @@ def _report(s: Stage, val_start: float | None, start: float, steps_log, scores: 
 
     from grpoflow.config.advice import format_findings
     from grpoflow.io import atomic_write, write_json
+    from grpoflow.rl.health import STANDING
     from tasks import tracking
 
     rl_run, name, history, args = s.rl_run, s.name, s.history, s.args
     assert history is not None  # the first process's
     history.write()  # also when a finished checkpoint was resumed and no step ran
-    symptoms = sorted(rl_run.health.symptoms)
-    metrics = summary(history.rows, val_start, symptoms, rl_run) | {"seconds": round(time.perf_counter() - start, 1)}
+    verdict = rl_run.health.verdict(history.rows)  # symptoms that cleared do not stand as the verdict
+    symptoms = sorted(v["name"] for v in verdict if v["status"] == STANDING)
+    metrics = summary(history.rows, val_start, symptoms, rl_run) | {
+        M.HEALTH: verdict,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
     if scores:
         metrics |= scores(rl_run)
     write_json(args.metrics, metrics)
     report = (
         f"# {name.upper()} run\n\nval accuracy {val_start} -> {metrics[M.VAL_ACCURACY]}\n\n"
-        f"## Config check\n\n```\n{format_findings(s.findings)}\n```\n\n## Health\n\n{rl_run.health.report()}\n"
+        f"## Config check\n\n```\n{format_findings(s.findings)}\n```\n\n## Health\n\n{rl_run.health.report(verdict)}\n"
     )
     with atomic_write(s.out / "report.md") as fh:
         fh.write(report)
     mlflow.set_tag("health", ",".join(symptoms) or "ok")
     steps_log.finish()
-    tracking.log_summary({k: v for k, v in metrics.items() if k != M.HEALTH_SYMPTOMS})
+    tracking.log_summary({k: v for k, v in metrics.items() if k not in (M.HEALTH_SYMPTOMS, M.HEALTH)})
     mlflow.log_artifact(str(s.out / "report.md"))
     mlflow.log_artifact(args.metrics)
     print(f"{name}: val accuracy {val_start} -> {metrics[M.VAL_ACCURACY]} in {metrics['seconds']} s", flush=True)

@@ -1,8 +1,10 @@
 """Training health: the troubleshooting table of the GRPO spec as rules over the metric history.
 
 Each rule names a symptom, the evidence (metric, step, value), the likely cause and the remedy.
-A symptom is reported once, at the first step it is seen. Non-finite loss or gradients are not a
-symptom but a stop: :class:`TrainingDiverged` carries the diagnosis.
+A symptom is reported once, at the first step it is seen; at the end of the run
+:meth:`HealthMonitor.verdict` replays the whole history, so a symptom that stopped holding is
+reported as cleared (and from which step) rather than standing as the run's verdict. Non-finite
+loss or gradients are not a symptom but a stop: :class:`TrainingDiverged` carries the diagnosis.
 """
 
 from __future__ import annotations
@@ -33,6 +35,21 @@ class Symptom:
     def to_dict(self) -> dict:
         """The symptom as a JSON-able dict."""
         return asdict(self)
+
+
+RULES = ("kl_rising_fast", "reward_flat", "unstable_loss", "degenerate_groups", "entropy_collapse", "length_cap")
+STANDING, CLEARED = "standing", "cleared"
+
+
+def _numbers(row: dict) -> dict:
+    """A history row's numeric values (a CSV row's strings read back; empty cells left out)."""
+    out = {}
+    for key, value in row.items():
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 def _window(history: list[dict], key: str, n: int) -> list[float]:
@@ -74,16 +91,30 @@ class HealthMonitor:
         return new
 
     def _rules(self, step: int) -> list[Symptom]:
-        """Every rule's symptom at ``step``, in a fixed order."""
-        rules = (
-            self._kl_rising_fast,
-            self._reward_flat,
-            self._unstable_loss,
-            self._degenerate_groups,
-            self._entropy_collapse,
-            self._length_cap,
-        )
-        return [s for s in (rule(step) for rule in rules) if s is not None]
+        """Every rule's symptom at ``step``, in the order of :data:`RULES`."""
+        return [s for s in (getattr(self, f"_{name}")(step) for name in RULES) if s is not None]
+
+    def verdict(self, rows: list[dict]) -> list[dict]:
+        """Every symptom seen, with its final status over the whole history ``rows`` (each step's
+        metrics, as the history CSV keeps them): a rule's symptom that no longer holds at the last
+        step is ``cleared``, ``cleared_by`` the first step after the last one it held at; one
+        that still holds, and an event (a back-off, a corrupt checkpoint), is ``standing``."""
+        replay = HealthMonitor(self.window, self.kl_limit, self.flat_after)
+        held: dict[str, int] = {}
+        steps: list[int] = []
+        for row in rows:
+            values = _numbers(row)
+            steps.append(int(values.get(M.STEP, len(steps))))
+            replay.history.append(values)
+            held |= {s.name: steps[-1] for s in replay._rules(steps[-1])}
+        out = []
+        for name, symptom in self.symptoms.items():
+            last = held.get(name, symptom.step)
+            stands = name not in RULES or not steps or last >= steps[-1]
+            after = next((st for st in steps if st > last), None)
+            status = {"status": STANDING} if stands else {"status": CLEARED, "cleared_by": after}
+            out.append(symptom.to_dict() | status)
+        return out
 
     def _kl_rising_fast(self, step: int) -> Symptom | None:
         kl = _window(self.history, M.KL, self.window)
@@ -164,10 +195,21 @@ class HealthMonitor:
             "raise rl.sampling.max_completion_length, or set rl.mask_truncated_completions",
         )
 
-    def report(self) -> str:
-        """The symptoms seen, as a markdown table."""
+    def report(self, verdict: list[dict] | None = None) -> str:
+        """The symptoms seen, as a markdown table; with their :meth:`verdict`, each one's status."""
         if not self.symptoms:
             return "No symptoms seen."
-        lines = ["| symptom | first step | evidence | likely cause | remedy |", "|---|---|---|---|---|"]
-        lines += [f"| {s.name} | {s.step} | {s.evidence} | {s.cause} | {s.remedy} |" for s in self.symptoms.values()]
+        status = {v["name"]: status_text(v) for v in verdict or []}
+        lines = ["| symptom | first step | evidence | status | likely cause | remedy |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"| {s.name} | {s.step} | {s.evidence} | {status.get(s.name, STANDING)} | {s.cause} | {s.remedy} |"
+            for s in self.symptoms.values()
+        ]
         return "\n".join(lines)
+
+
+def status_text(entry: dict) -> str:
+    """A :meth:`HealthMonitor.verdict` entry's status in words: "standing", or "cleared by step 80"."""
+    if entry["status"] != CLEARED:
+        return STANDING
+    return f"cleared by step {entry['cleared_by']}" if entry.get("cleared_by") is not None else "cleared"

@@ -56,3 +56,41 @@ def test_unstable_loss_is_not_blamed_on_g_when_g_is_large():
 def test_non_finite_values_stop_training_with_a_diagnosis(key, value):
     with pytest.raises(TrainingDiverged, match=f"{key} is"):
         HealthMonitor().observe(3, {**BASE, key: value})
+
+
+def history(rows):
+    """Rows as the history CSV keeps them: strings, with the step."""
+    return [{"step": str(i), **{k: str(v) for k, v in row.items()}} for i, row in enumerate(rows)]
+
+
+def test_a_symptom_that_stops_holding_is_cleared_from_the_step_it_stopped():
+    # the truncation share is 60% for 6 steps, then 0: the 5-step window's mean drops to 0.24
+    # (<= 0.3) at step 8 (0.6 x 2 / 5), the first step it no longer holds
+    rows = [{**BASE, "frac_truncated": 0.6}] * 6 + [BASE] * 10
+    monitor = HealthMonitor()
+    assert feed(monitor, rows) == ["length_cap"]
+    (entry,) = monitor.verdict(history(rows))
+    assert entry["name"] == "length_cap" and entry["step"] == 4
+    assert entry["status"] == "cleared" and entry["cleared_by"] == 8
+    assert "cleared by step 8" in monitor.report(monitor.verdict(history(rows)))
+
+
+def test_a_symptom_that_still_holds_stands_and_so_does_an_event():
+    from grpoflow.rl.health import Symptom
+
+    rows = [{**BASE, "frac_truncated": 0.6}] * 8
+    monitor = HealthMonitor()
+    feed(monitor, rows)
+    monitor.record(Symptom("oom_backoff", 3, "num_generations 8 -> 4", "out of memory", "lower G"))
+    verdict = {v["name"]: v for v in monitor.verdict(history(rows))}
+    assert verdict["length_cap"]["status"] == "standing" and "cleared_by" not in verdict["length_cap"]
+    assert verdict["oom_backoff"]["status"] == "standing"  # an event has no rule to clear it
+
+
+def test_a_flat_reward_that_rises_later_is_cleared():
+    flat = [{**BASE, "reward_mean": 0.5 + 0.05 * (-1) ** i} for i in range(40)]
+    rising = [{**BASE, "reward_mean": 0.6 + 0.01 * i} for i in range(40)]
+    monitor = HealthMonitor()
+    assert feed(monitor, flat + rising) == ["reward_flat"]
+    (entry,) = monitor.verdict(history(flat + rising))
+    assert entry["status"] == "cleared" and 40 < entry["cleared_by"] < 80

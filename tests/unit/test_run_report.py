@@ -57,7 +57,10 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     history.parent.mkdir(parents=True)
     history.write_text("step,reward_mean,kl,val_accuracy\n0,0.2,0.0,0.3\n1,0.4,0.01,0.5\n")
     split = {"rollout": {"mean_s": 1.5, "share": 0.75}, "update": {"mean_s": 0.5, "share": 0.25}}
-    Path(stage("grpo").option("metrics").path).write_text(json.dumps({"seconds_per_step": 2.0, "phases": split}))
+    cleared = {"name": "reward_flat", "step": 39, "evidence": "0.410 -> 0.419", "cause": "c", "remedy": "r"}
+    health = [cleared | {"status": "cleared", "cleared_by": 80}]
+    grpo_metrics = {"seconds_per_step": 2.0, "phases": split, "health": health}
+    Path(stage("grpo").option("metrics").path).write_text(json.dumps(grpo_metrics))
     Path(stage("evaluate").option("metrics").path).write_text(json.dumps(EVALUATION))
     rows = [
         StageResult("prepare", False, 0.5, {"passed": True, "failures": []}),
@@ -77,6 +80,8 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     assert "<td>humaneval</td>" in page and '<td class="num">0.0625</td>' in page
     assert "<th>± se</th>" in page and '<td class="num">0.05</td>' in page  # pass@4's standard error
     assert "No reward model in this run." in page
+    # Health: a symptom that cleared says from which step, not as the run's verdict
+    assert "<h2>Health</h2>" in page and "<td>reward_flat</td>" in page and "cleared by step 80" in page
     # Where the step time goes: per training stage, each phase's mean seconds and share.
     assert "Where the step time goes" in page
     assert '<td>grpo</td><td>rollout</td><td class="num">1.5</td><td class="num">75</td>' in page
