@@ -103,7 +103,10 @@ HISTORY_FIELDS = [
 # A training stage's summary (metrics/<algorithm>.json).
 VAL_ACCURACY_START = "val_accuracy_start"
 VAL_ACCURACY_GAIN = "val_accuracy_gain"
-REWARD_MEAN_LAST10 = "reward_mean_last10"
+# The one "recent" window: the summary's recent reward, the comparison's stability and the health
+# check's flat-reward rule all read the last RECENT_STEPS steps, and say so in their names.
+RECENT_STEPS = 20
+REWARD_MEAN_RECENT = f"reward_mean_last{RECENT_STEPS}"
 SECONDS_PER_STEP = "seconds_per_step"
 KL_FINAL = "kl_final"
 STEPS = "steps"

@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from statistics import mean, pstdev, stdev
 
+from grpoflow import metric_names as M
+
 ADAM_BYTES_PER_PARAM = 16  # fp32 weight + gradient + two Adam moments
 
 
-def stability(rows: list[dict], key: str, window: int = 20) -> float:
+def stability(rows: list[dict], key: str, window: int = M.RECENT_STEPS) -> float:
     """Std of ``key`` over the last ``window`` steps: how much the curve still swings."""
     values = [float(r[key]) for r in rows[-window:] if r.get(key) not in ("", None)]
     return pstdev(values) if len(values) > 1 else 0.0
@@ -30,9 +32,9 @@ def summarize(algorithm: str, train: dict, history: list[dict], evaluation: dict
         f"test_maj@{k}": test.get(f"maj@{k}"),
         "val_accuracy_final": train.get("val_accuracy"),
         "val_accuracy_best": max(accs) if accs else None,
-        "reward_last20_mean": mean(float(r["reward_mean"]) for r in history[-20:]) if history else None,
-        "reward_last20_std": stability(history, "reward_mean"),
-        "loss_last20_std": stability(history, "loss"),
+        M.REWARD_MEAN_RECENT: mean(float(r["reward_mean"]) for r in history[-M.RECENT_STEPS :]) if history else None,
+        f"reward_std_last{M.RECENT_STEPS}": stability(history, "reward_mean"),
+        f"loss_std_last{M.RECENT_STEPS}": stability(history, "loss"),
         "kl_final": float(history[-1]["kl"]) if history else None,
         "seconds_per_step": train.get("seconds_per_step"),
         "rollout_tokens_per_s": train.get("rollout_tokens_per_s"),

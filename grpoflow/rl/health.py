@@ -62,7 +62,7 @@ class HealthMonitor:
 
     window: int = 10
     kl_limit: float = 0.5
-    flat_after: int = 20
+    flat_after: int = M.RECENT_STEPS
     history: list[dict] = field(default_factory=list)
     symptoms: dict[str, Symptom] = field(default_factory=dict)
     pending: list[Symptom] = field(default_factory=list)
