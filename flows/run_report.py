@@ -106,13 +106,16 @@ def _gates(rows: list[StageResult]) -> str:
     return H.table(gates) if gates else '<p class="muted">No gate ran in this run.</p>'
 
 
-def _curves(histories: dict[str, list[dict]]) -> str:
+def _curves(histories: dict[str, list[dict]], trains: dict[str, dict]) -> str:
+    """The training curves; validation accuracy from each stage's reference score at step 0."""
     if not histories:
         return '<p class="muted">No training stage in this run.</p>'
     from tasks.plots import plot_curves
 
+    starts = {name: trains.get(name, {}).get(M.VAL_ACCURACY_START) for name in histories}
     with tempfile.TemporaryDirectory() as tmp:
-        return H.image(plot_curves(histories, Path(tmp)), "reward, KL and validation accuracy per training step")
+        path = plot_curves(histories, Path(tmp), starts)
+        return H.image(path, "reward, KL and validation accuracy per training step (accuracy from the reference's)")
 
 
 def _evaluation(evaluation: dict | None) -> str:
@@ -235,7 +238,7 @@ def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
             "<h2>Gates</h2>",
             _gates(rows),
             "<h2>Learning curves</h2>",
-            _curves(histories),
+            _curves(histories, trains),
             "<h2>Health</h2>",
             _health(trains),
             "<h2>Where the step time goes</h2>",

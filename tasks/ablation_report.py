@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from grpoflow import metric_names as M
 from grpoflow.config import Params
 from tasks import html_report
 from tasks.cli import run_stage_cli, stage_parser
@@ -103,6 +104,12 @@ def rows(result: dict) -> list[dict]:
     return out
 
 
+def _mean_start(by_seed: dict) -> float | None:
+    """An arm's validation accuracy before training (its reference's), mean over its seeds."""
+    starts = [m[M.VAL_ACCURACY_START] for m in by_seed.values() if m.get(M.VAL_ACCURACY_START) is not None]
+    return sum(starts) / len(starts) if starts else None
+
+
 def main(args: argparse.Namespace, params: Params) -> None:
     import mlflow  # here, not above: --help answers without loading MLflow or matplotlib
 
@@ -122,7 +129,8 @@ def main(args: argparse.Namespace, params: Params) -> None:
     result = summarize(runs)
     table = rows(result)
     with tracking.stage_run("ablation_report", params, args.params):
-        curves = plot_curves({arm: mean_over_seeds(runs_) for arm, runs_ in histories.items()}, out)
+        starts = {arm: _mean_start(by_seed) for arm, by_seed in runs.items()}
+        curves = plot_curves({arm: mean_over_seeds(runs_) for arm, runs_ in histories.items()}, out, starts)
         write_json(out / "table.json", table)
         head = (
             f"Each arm against {result['baseline']} on test pass@1 and on the held-out loss increase (forgetting: "

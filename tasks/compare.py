@@ -9,6 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
+from grpoflow import metric_names as M
 from grpoflow.config import Params
 from grpoflow.evaluation.compare import memory_breakdown, summarize, winner
 from grpoflow.io import atomic_write, write_json
@@ -97,7 +98,8 @@ def main(args: argparse.Namespace, params: Params) -> None:
     memory = memory_breakdown(summaries["grpo"], summaries["ppo"], critic_params)
     verdict = winner(summaries["grpo"], summaries["ppo"])
     with tracking.stage_run("compare", params, args.params):
-        curves, cost = plot_curves(histories, out), plot_bars(summaries, out)
+        starts = {a: trains[a].get(M.VAL_ACCURACY_START) for a in ALGORITHMS}  # the one reference's score
+        curves, cost = plot_curves(histories, out, starts), plot_bars(summaries, out)
         text = report(summaries, memory, verdict)
         with atomic_write(out / "report.md") as fh:
             fh.write(text)
