@@ -15,6 +15,7 @@ REWARD_PREFIX = "reward/"  # + verifier name: each component of the reward
 KL = "kl"
 KL_COEF = "kl_coef"
 LOSS = "loss"
+SFT_LOSS = "sft_loss"  # SFT's cross-entropy: its own curve, not the RL stages' policy loss
 CLIP_RATIO = "clip_ratio"
 ENTROPY = "entropy"
 GRAD_NORM = "grad_norm"
@@ -110,6 +111,8 @@ REWARD_MEAN_RECENT = f"reward_mean_last{RECENT_STEPS}"
 SECONDS_PER_STEP = "seconds_per_step"
 KL_FINAL = "kl_final"
 STEPS = "steps"
+# A stage's numbers that describe the run rather than measure it: MLflow gets them as params.
+RUN_CONSTANTS = frozenset({"world_size", "train_seed", STEPS, "examples", "k", "n_samples", "group_size", "prompts"})
 PHASE_SPLIT = "phases"  # per phase: mean seconds per step and share of the mean wall
 
 
@@ -130,6 +133,7 @@ SCHEDULE = "schedule/"
 SUMMARY = "summary/"
 _GROUPS = {
     EVAL: (VAL_ACCURACY,),
+    LEARNING: (SFT_LOSS,),
     PERF: (
         ROLLOUT_TOKENS_PER_S,
         UPDATE_TOKENS_PER_S,

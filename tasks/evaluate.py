@@ -34,6 +34,22 @@ def score_text(metric: str, scores: dict) -> str:
     return f"{metric} {scores[metric]:.3f}" + (f" ± {se:.3f}" if se is not None else "")
 
 
+def model_metrics(result: dict) -> dict[str, float]:
+    """One model's evaluation as its MLflow run's metrics, named alike on every model's run
+    (``test/pass_at_1``, ``humaneval/pass_at_4``, ``heldout/loss``) so that MLflow draws the
+    models on one axis; the sample counts are params of the parent's summary."""
+    from tasks.tracking import mlflow_name
+
+    out = {
+        f"{set_name}/{mlflow_name(metric)}": float(value)
+        for set_name, scores in result.items()
+        if isinstance(scores, dict)
+        for metric, value in scores.items()
+        if metric != "examples"
+    }
+    return out | {"heldout/loss": result["heldout_loss"]}
+
+
 def eval_sets(data: Path, limit: int, seed: int) -> dict[str, list[dict]]:
     sets = {"test": read_jsonl(data / "test.jsonl")}
     for path in sorted((data / "benchmarks").glob("*.jsonl")):
@@ -118,7 +134,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
                 tags={"grpoflow.stage": "evaluate", "algorithm": name, "model_path": path},
             ):
                 mlflow.log_params({"algorithm": name, "model_path": path})
-                tracking.log_summary(results[name])
+                mlflow.log_metrics(model_metrics(results[name]))
         ref_loss = results["sft"]["heldout_loss"]
         for r in results.values():
             r["heldout_loss_increase"] = r["heldout_loss"] - ref_loss

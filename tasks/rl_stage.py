@@ -140,6 +140,7 @@ def _preflight(rl_run, name: str, out: Path) -> None:
 
     from grpoflow.io import atomic_write
     from grpoflow.rl.preflight import NONE
+    from tasks import tracking
 
     result = rl_run.preflight()
     report = result.report()
@@ -151,7 +152,7 @@ def _preflight(rl_run, name: str, out: Path) -> None:
     )
     events.emit(events.PREFLIGHT, name, verdict=result.verdict, report=report)
     mlflow.set_tag("preflight", result.verdict)
-    mlflow.log_metrics({f"preflight/{k}": float(v) for k, v in result.to_dict().items() if isinstance(v, (int, float))})
+    tracking.log_summary(result.to_dict(), prefix="preflight/")
     mlflow.log_text(report, "preflight.md")
     if result.verdict == NONE and rl_run.params.rl.preflight.stop_on_none:
         with atomic_write(out / "report.md") as fh:  # the flow's failure report includes it

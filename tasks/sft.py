@@ -50,7 +50,7 @@ def fine_tune(params: Params, model, tokenizer, prompter, train: list[dict]) -> 
         total = m.pop("steps")
         history.append({"step": step, **m})
         if step % 10 == 0 or step + 1 == total:
-            steps_log.log(step, {M.LOSS: m["loss"], M.LR: m["lr"]})
+            steps_log.log(step, {M.SFT_LOSS: m["loss"], M.LR: m["lr"]})
             print(f"sft step {step + 1}/{total}: loss {m['loss']:.4f}", flush=True)
             events.emit(events.PROGRESS, "sft", step=step + 1, total=total)
 

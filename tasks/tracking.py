@@ -82,8 +82,14 @@ def numeric_metrics(d: dict[str, Any]) -> dict[str, float]:
 
 
 def log_summary(metrics: dict[str, Any], prefix: str = M.SUMMARY) -> None:
-    """A stage's end-of-run numbers, under ``summary/`` names (never at a curve's step 0)."""
-    mlflow.log_metrics({f"{prefix}{k}": v for k, v in numeric_metrics(metrics).items()})
+    """A stage's end-of-run numbers, under ``summary/`` names (never at a curve's step 0). The
+    run's constants (:data:`grpoflow.metric_names.RUN_CONSTANTS`: seeds, sizes, counts) are params:
+    a metric would draw an empty one-point chart for each."""
+    numbers = numeric_metrics(metrics)
+    constant = {k: v for k, v in numbers.items() if k.rsplit(".", 1)[-1] in M.RUN_CONSTANTS}
+    mlflow.log_metrics({f"{prefix}{k}": v for k, v in numbers.items() if k not in constant})
+    if constant:
+        mlflow.log_params({f"{prefix}{k}": int(v) if float(v).is_integer() else v for k, v in constant.items()})
 
 
 class StepLogger:

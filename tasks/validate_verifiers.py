@@ -156,6 +156,21 @@ def report(results: dict[str, dict], failures: list[str], rm: dict | None = None
     return "\n".join(lines) + "\n"
 
 
+def kinds_table(summary: dict[str, dict]) -> dict[str, list]:
+    """Every verifier's cases by kind as one table's columns (verifier, kind, accepted, rejected):
+    one MLflow artifact instead of a chart per count."""
+    rows = [
+        {"verifier": name, "kind": kind, **counts}
+        for name, result in summary.items()
+        for kind, counts in result.get("by_kind", {}).items()
+    ]
+    return {col: [r.get(col) for r in rows] for col in ("verifier", "kind", "accepted", "rejected")}
+
+
+def _without_kinds(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k != "by_kind"}
+
+
 def main(args: argparse.Namespace, params: Params) -> None:
     import mlflow  # here, not above: --help answers without loading MLflow (or torch)
 
@@ -196,7 +211,8 @@ def main(args: argparse.Namespace, params: Params) -> None:
         }
         write_json(args.metrics, metrics)
         mlflow.set_tag("gate", "passed" if not failures else "failed")
-        tracking.log_summary(metrics)
+        tracking.log_summary({**metrics, "verifiers": {k: _without_kinds(r) for k, r in summary.items()}})
+        mlflow.log_table(kinds_table(summary), artifact_file="cases_by_kind.json")
         mlflow.log_artifact(str(out / "report.md"))
         mlflow.log_artifact(args.metrics)
     print(text)

@@ -179,7 +179,8 @@ return [[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {l
     for step, norm in history["learning/grad_norm"].items():
         assert norm > 0 or history["rollout/frac_zero_std_groups"][step] == 1.0, (step, history)
     assert not any(k.startswith("schedule/") for k in grpo.data.metrics)  # constants: params, not charts
-    assert grpo.data.metrics["summary/steps"] == 3
+    # a run's constants (steps, seeds, world size) are params too: no one-point charts
+    assert grpo.data.params["summary/steps"] == "3" and "summary/steps" not in grpo.data.metrics
     assert json.loads((project / "metrics" / "grpo.json").read_text())["steps"] == 3
     assert (project / "models" / "grpo" / "model.safetensors").is_file()
 

@@ -113,3 +113,37 @@ def test_the_step_split_is_charted_under_perf_and_its_summary_flattened(client):
     assert _history(client, rid, "perf/phase/checkpoint_s") == [(0, 0.25)]
     assert _history(client, rid, "perf/phase/wall_s") == [(0, 2.0)]
     assert _history(client, rid, "summary/phases.update.share") == [(0, 0.5)]
+
+
+def test_a_runs_constants_are_params_not_one_point_charts(client):
+    with mlflow.start_run() as run:
+        tracking.log_summary(
+            {"steps": 40, "train_seed": 3, "val_accuracy": 0.5, "test": {"examples": 240, "pass@1": 0.2}}
+        )
+    data = client.get_run(run.info.run_id).data
+    assert set(data.metrics) == {"summary/val_accuracy", "summary/test.pass_at_1"}
+    assert data.params == {"summary/steps": "40", "summary/train_seed": "3", "summary/test.examples": "240"}
+
+
+def test_sft_loss_has_a_name_of_its_own(client):
+    from grpoflow import metric_names as M
+
+    with mlflow.start_run() as run:
+        tracking.StepLogger().log(0, {M.SFT_LOSS: 2.5, M.LOSS: 0.1})
+    assert set(client.get_run(run.info.run_id).data.metrics) == {"learning/sft_loss", "learning/loss"}
+
+
+def test_every_models_evaluation_run_names_its_scores_alike():
+    from tasks.evaluate import model_metrics
+
+    result = {
+        "heldout_loss": 1.5,
+        "test": {"pass@1": 0.2, "pass@1_se": 0.02, "examples": 240},
+        "humaneval": {"pass@4": 0.1, "examples": 164},
+    }
+    assert model_metrics(result) == {
+        "test/pass_at_1": 0.2,
+        "test/pass_at_1_se": 0.02,
+        "humaneval/pass_at_4": 0.1,
+        "heldout/loss": 1.5,
+    }

@@ -63,3 +63,18 @@ def test_a_path_that_is_no_reward_model_fails_the_gate_before_training(tmp_path)
 def test_no_gold_solution_to_perturb_is_a_failure_not_a_pass(rows, tmp_path):
     params = validate_params({"rewards": [{"name": "rm", "path": str(tmp_path)}]})
     assert reward_model_gate(params, rows, tmp_path / "absent.json")["error"].startswith("no val row")
+
+
+def test_cases_by_kind_are_one_table_not_a_chart_each():
+    from tasks.validate_verifiers import kinds_table
+
+    summary = {
+        "math.val": {"accuracy": 1.0, "by_kind": {"gold:boxed": {"accepted": 3, "rejected": 0}}},
+        "format.val": {"accuracy": 1.0, "by_kind": {"malformed": {"accepted": 0, "rejected": 5}}},
+    }
+    assert kinds_table(summary) == {
+        "verifier": ["math.val", "format.val"],
+        "kind": ["gold:boxed", "malformed"],
+        "accepted": [3, 0],
+        "rejected": [0, 5],
+    }
