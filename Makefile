@@ -72,8 +72,11 @@ bench: setup
 	$(PY) -m pip install -q ".[bench]"
 	$(PY) -m benchmarks
 
+# The MLflow UI on 127.0.0.1:$(UI_PORT); one Ctrl-C stops it (flows/ui.py says how). `exec`: make's
+# shell leaves the chain, so the signal goes straight to the wrapper.
+UI_PORT ?= 5000
 ui: setup
-	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
+	exec $(PY) -m flows.ui --port $(UI_PORT) --store $(CURDIR)/mlflow.db
 
 clean:
 	rm -rf data/prepared data/verifier_validation data/evaluation models checkpoints reports metrics/*.json metrics/*.csv \
