@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flows.run_report import headline, trainings
 from tasks.stages import RUN_RECORD, STAGES
 
 REFERENCE = "sft"
@@ -39,6 +38,8 @@ def read_workspace(root: Path = Path(".")) -> dict[str, dict]:
 
 def summarize(found: dict[str, dict]) -> dict[str, Any]:
     """The headline numbers of ``found`` (:func:`read_workspace`'s shape)."""
+    from flows.run_report import headline, trainings  # imports MLflow: not for --help
+
     by_path = {path: found[s.name] for s in STAGES if s.name in found for path in s.metrics}
     trains = trainings(by_path.get)
     head = headline(found.get("evaluate"), found.get("compare"), trains)

@@ -46,7 +46,11 @@ def _stop(proc: subprocess.Popen) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the UI until Ctrl-C; its exit status."""
-    parser = argparse.ArgumentParser(prog="python -m flows.ui", description=__doc__.split("\n\n")[0])
+    from tasks.cli import help_text
+
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.ui", description=help_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--port", type=int, default=5000)
     parser.add_argument("--store", type=Path, default=Path("mlflow.db"), help="the SQLite tracking store")
     args = parser.parse_args(argv)
