@@ -119,3 +119,21 @@ def test_the_stage_table_lists_every_stage_and_the_paths_it_writes(doc):
                 assert any(path == out or path.startswith(out.rstrip("/") + "/") for out in s.outs), (
                     f"{doc.name}: {s.name} writes no {path} (its outputs: {s.outs})"
                 )
+
+
+# Written outside the stages: the input folder, the flow's run record and page, `make bench`'s output.
+NOT_A_STAGE_OUTPUT = ["data/raw", "metrics/run.json", "reports/run.html", "metrics/bench.json"]
+
+
+@pytest.mark.parametrize("doc", [REPO / "README.md", *(REPO / "docs").glob("*.md")], ids=lambda p: p.name)
+def test_every_output_path_the_docs_name_is_one_a_stage_writes(doc):
+    from tasks.stages import ablation_stages
+
+    written = [o for s in STAGES + ablation_stages(["ARM"], [0]) for o in s.outs] + NOT_A_STAGE_OUTPUT
+    arms = [re.sub(r"ARM-s0", "<arm>-s<seed>", o) for o in written]
+    for named in re.findall(r"`((?:data|models|metrics|reports|checkpoints)/[^`\s]*)`", doc.read_text()):
+        for path in _expand(named):
+            bare = path.rstrip("/")
+            assert any(bare == o or bare.startswith(o + "/") or o.startswith(bare + "/") for o in written + arms), (
+                f"{doc.name} names {path}, which no stage writes"
+            )
