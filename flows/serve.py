@@ -6,7 +6,7 @@ that runs their flow runs in this checkout. ``make serve`` runs it; Ctrl-C stops
 
 On a cluster the same steps apply against the cluster's Prefect server, with
 ``--pool-type kubernetes`` (the pool then takes ``deploy/k8s/base-job-template.json``) and the
-worker started where it can reach the cluster (see the README, "Scheduled runs").
+worker started where it can reach the cluster (see docs/operations.md, "Scheduled runs").
 
 The flow CLIs (``python -m flows.pipeline``, ``flows.ablation``) without ``PREFECT_API_URL`` get a
 temporary server from :func:`prefect_api` instead of Prefect's own ephemeral one: see there why.

@@ -1,0 +1,68 @@
+"""The MLflow UI of this checkout (``make ui``), stopped by one Ctrl-C:
+
+    python -m flows.ui [--port 5000]
+
+``mlflow ui`` alone needed a second Ctrl-C when the first came while its uvicorn workers were
+starting: the terminal's SIGINT killed a worker mid-import and uvicorn's supervisor started it
+again. Here the UI runs one uvicorn worker (plenty for one user) without MLflow's GenAI job runner
+and its huey consumers (the pipeline submits no such job), in a session of its own, so that the
+terminal's Ctrl-C reaches only this process, which passes one SIGINT on (``mlflow ui`` forwards it
+to its server: a clean shutdown, no traceback). A second Ctrl-C, or a server still up after
+:data:`GRACE_S`, kills the whole process group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+GRACE_S = 20.0
+
+
+def ui_command(port: int, store: Path) -> list[str]:
+    """The ``mlflow ui`` command line: one worker, the checkout's SQLite store, local only."""
+    mlflow = Path(sys.executable).with_name("mlflow")
+    return [str(mlflow), "ui", "--workers", "1", "--backend-store-uri", f"sqlite:///{store}"] + [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    """One SIGINT to ``mlflow ui``; the process group killed if it is not gone within the grace."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(timeout=GRACE_S)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the UI until Ctrl-C; its exit status."""
+    from tasks.cli import help_text
+
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.ui", description=help_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--port", type=int, default=5000)
+    parser.add_argument("--store", type=Path, default=Path("mlflow.db"), help="the SQLite tracking store")
+    args = parser.parse_args(argv)
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    proc = subprocess.Popen(ui_command(args.port, args.store.resolve()), env=env, start_new_session=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        _stop(proc)
+        print("MLflow UI stopped.", flush=True)
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

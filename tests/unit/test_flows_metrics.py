@@ -1,0 +1,56 @@
+"""``make metrics``: the headline numbers of the workspace's metrics files, in a narrow table."""
+
+import json
+
+from flows.metrics import format_summary, read_workspace, summarize
+
+FOUND = {
+    "base_model": {"kind": "tiny", "seconds": 6.6},
+    "prepare": {"passed": True, "rows": {"kept": 400, "quarantined": 3}, "seconds": 5.324},
+    "validate_verifiers": {"passed": True, "failures": []},
+    "sft": {"final_loss": 5.2, "seconds": 2.4},
+    "grpo": {"seconds_per_step": 0.335, "steps": 150, "peak_memory_mb": 881.9, "seconds": 112.0},
+    "ppo": {"seconds_per_step": 0.425, "steps": 150, "peak_memory_mb": 900.9, "seconds": 140.0},
+    "evaluate": {
+        "models": {
+            "grpo": {"test": {"pass@1": 0.4}},
+            "ppo": {"test": {"pass@1": 0.3625}},
+            "sft": {"test": {"pass@1": 0.25}},
+        }
+    },
+    "compare": {"winner_on_test_pass@1": "grpo", "summaries": {"grpo": {"phases": list(range(500))}}},
+    "run": {"params_file": "params/default.yaml", "overrides": {"rl.steps": 150}},
+}
+
+
+def test_the_headline_is_a_few_short_lines():
+    text = format_summary(summarize(FOUND))
+    assert text.splitlines() == [
+        "params/default.yaml, overrides: rl.steps=150",
+        "model  test pass@1     vs sft  s/step  steps  peak MiB",
+        "sft          25.0%          -       -      -         -",
+        "grpo         40.0%  +15.0 pts    0.34    150       882",
+        "ppo          36.2%  +11.2 pts    0.42    150       901",
+        "winner on test pass@1: grpo",
+        "gates: prepare passed (400 rows kept, 3 quarantined), validate_verifiers passed",
+        "stage time: 266 s (base_model 6.6, prepare 5.3, sft 2.4, grpo 112, ppo 140)",
+    ]
+    assert max(map(len, text.splitlines())) < 80
+
+
+def test_a_failed_gate_and_a_run_not_yet_evaluated():
+    found = {"prepare": {"passed": False, "rows": {"kept": 0, "quarantined": 400}, "seconds": 1.0}}
+    assert format_summary(summarize(found)).splitlines() == [
+        "not evaluated yet (no metrics/evaluate.json)",
+        "gates: prepare FAILED (0 rows kept, 400 quarantined)",
+        "stage time: 1 s (prepare 1.0)",
+    ]
+
+
+def test_the_files_are_read_where_dvc_yaml_declares_them(tmp_path):
+    (tmp_path / "metrics").mkdir()
+    for name in ("evaluate", "grpo", "sft"):
+        (tmp_path / "metrics" / f"{name}.json").write_text(json.dumps(FOUND[name]))
+    (tmp_path / "metrics" / "run.json").write_text(json.dumps(FOUND["run"]))
+    assert read_workspace(tmp_path) == {n: FOUND[n] for n in ("sft", "grpo", "evaluate", "run")}
+    assert read_workspace(tmp_path / "nothing") == {}
