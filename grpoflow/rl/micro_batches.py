@@ -15,6 +15,8 @@ objective under DeepSpeed's gradient accumulation, which divides every loss by i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 from grpoflow.rl import shared_prefix as sp
@@ -69,3 +71,13 @@ def loss_scales(slices: list[slice], accumulation_steps: int) -> list[float]:
     DeepSpeed divides by. Equal micro-batches of ``rows / accumulation_steps`` get 1.0 each."""
     n = sum(s.stop - s.start for s in slices)
     return [(s.stop - s.start) * accumulation_steps / n for s in slices]
+
+
+def accumulation(slices: list[slice], *engines) -> Iterator[slice]:
+    """The micro-batches of one optimizer step. The last is marked as the accumulation boundary on
+    every engine, so a step never depends on DeepSpeed's running micro-step count, which G
+    schedules, OOM back-off and token budgets would otherwise put out of phase."""
+    for i, sl in enumerate(slices):
+        for engine in engines:
+            engine.set_gradient_accumulation_boundary(i == len(slices) - 1)
+        yield sl

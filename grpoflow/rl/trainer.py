@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from math import gcd
 from typing import Any
@@ -26,6 +26,7 @@ from grpoflow.rl import shared_prefix as sp
 from grpoflow.rl.health import HealthMonitor, Symptom
 from grpoflow.rl.logprobs import completion_logprobs
 from grpoflow.rl.losses import rollout_correction
+from grpoflow.rl.reference_sync import reference_refresh_due, refresh_reference
 from grpoflow.rl.rewards import WeightedReward, overlong_penalty
 from grpoflow.rl.step_timing import PhaseTimer, peak_memory_mb
 from grpoflow.rollout import RolloutEngine, Rollouts, Sampling, concat_rollouts
@@ -62,16 +63,6 @@ def next_backoff(g: int, max_len: int, micro: int, min_len: int) -> tuple[str, i
     return None
 
 
-def accumulation(slices: list[slice], *engines) -> Iterator[slice]:
-    """The micro-batches of one optimizer step. The last is marked as the accumulation boundary on
-    every engine, so a step never depends on DeepSpeed's running micro-step count, which G
-    schedules, OOM back-off and token budgets would otherwise put out of phase."""
-    for i, sl in enumerate(slices):
-        for engine in engines:
-            engine.set_gradient_accumulation_boundary(i == len(slices) - 1)
-        yield sl
-
-
 def prompt_indices(n_prompts: int, per_step: int, step: int, seed: int) -> list[int]:
     """The prompts of ``step``: consecutive slices of per-epoch permutations, fixed by (seed, step)."""
     start = step * per_step
@@ -92,27 +83,6 @@ def _set_rng_state(state: dict) -> None:
     if state:
         random.setstate(state["python"])
         torch.set_rng_state(state["torch"])
-
-
-def reference_refresh_due(cfg: RLConfig, step: int) -> bool:
-    """Whether the reference is refreshed after step ``step`` (0-based)."""
-    return bool(cfg.ref_sync_every) and (step + 1) % cfg.ref_sync_every == 0
-
-
-@torch.no_grad()
-def refresh_reference(ref: torch.nn.Module, engine, alpha: float) -> None:
-    """``ref <- alpha * policy + (1 - alpha) * ref``, weight by weight (TRL's ``sync_ref_model``;
-    the spec's remedy "mix the reference policy into training" run the other way: the anchor
-    follows the policy slowly). ZeRO-3 shards are gathered for it."""
-    from grpoflow.models.engine import import_deepspeed
-
-    policy = engine.module
-    gather = import_deepspeed().zero.GatheredParameters(
-        list(policy.parameters()), enabled=engine.zero_optimization_stage() == 3
-    )
-    with gather:
-        for r, p in zip(ref.parameters(), policy.parameters(), strict=True):
-            r.mul_(1 - alpha).add_(p.detach().to(r.device, r.dtype), alpha=alpha)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
@@ -373,7 +343,7 @@ class PolicyTrainer:
         for engine in engines:
             engine.train()
         for _ in range(self.cfg.num_iterations):
-            for sl, scale in zip(accumulation(slices, *engines), scales):
+            for sl, scale in zip(micro_batches.accumulation(slices, *engines), scales):
                 mb = self._micro_batch(b, sl, old_logp, seen)
                 mb.scale = scale
                 loss, tally = policy_loss(mb)

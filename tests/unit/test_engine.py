@@ -36,7 +36,7 @@ def test_a_reference_refresh_mixes_the_policy_in_by_hand():
     import torch
 
     from grpoflow.models.engine import build_engine
-    from grpoflow.rl.trainer import refresh_reference
+    from grpoflow.rl.reference_sync import refresh_reference
 
     policy, ref = torch.nn.Linear(2, 1, bias=False), torch.nn.Linear(2, 1, bias=False)
     with torch.no_grad():
