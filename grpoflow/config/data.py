@@ -78,9 +78,22 @@ class SourceConfig(_Section):
     )
     format: Literal["gsm8k", "math", "code", "pairs"] = Field(
         "gsm8k",
-        description="Row form: gsm8k (question/answer '#### n'), math (problem/solution \\boxed{}), code (prompt and "
-        "an assert list 'tests', MBPP-style; or HumanEval's prompt/test/entry_point), or pairs (prompt, chosen, "
-        "rejected: data.pairs only).",
+        description="Row form: gsm8k (a question and an answer: a plain number, a '#### n' last line or \\boxed{}), "
+        "math (the same, \\boxed{} read first; MATH's problem/solution), code (prompt and an assert list 'tests', "
+        "MBPP-style; or HumanEval's prompt/test/entry_point), or pairs (prompt, chosen, rejected: data.pairs only).",
+        examples=["gsm8k"],
+    )
+    question_field: str | None = Field(
+        None,
+        description="Field holding the question (gsm8k, math); null: the one of question, problem or prompt the rows "
+        "have.",
+        examples=["question"],
+    )
+    answer_field: str | None = Field(
+        None,
+        description="Field holding the answer (gsm8k, math); null: the one of answer, solution or response the rows "
+        "have, paired with the question's.",
+        examples=["answer"],
     )
     hub_name: str | None = Field(None, description="Dataset name on the hub (kind: hub), e.g. openai/gsm8k.")
     subset: str | None = Field(None, description="Hub dataset configuration, e.g. 'main' (kind: hub).")
@@ -101,6 +114,11 @@ class SourceConfig(_Section):
             raise ValueError("a hub source needs 'hub_name'")
         if self.kind in ("file", "hub") and not self.license:
             raise ValueError(f"a {self.kind} source needs 'license' (record where the rows come from)")
+        named = [n for n in ("question_field", "answer_field") if getattr(self, n) is not None]
+        if named and (self.kind not in ("file", "hub") or self.format not in ("gsm8k", "math")):
+            raise ValueError(f"{' and '.join(named)} apply to file and hub sources of format gsm8k or math")
+        if named and self.question_field == self.answer_field:
+            raise ValueError(f"question_field and answer_field are the same field {self.question_field!r}")
         return self
 
     @model_validator(mode="after")
