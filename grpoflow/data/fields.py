@@ -1,8 +1,8 @@
 """Which fields of a source's rows hold the question and the answer (the gsm8k and math forms).
 
 A source may name them (``question_field``, ``answer_field``); what it leaves unset is found from
-the common pairs, :data:`KNOWN_PAIRS`, the format's own pair first, in the first
-:data:`SAMPLE_ROWS` rows that are objects. One pair present there is the answer; none, or more
+the common pairs, :data:`KNOWN_PAIRS`, the format's own pair first, among the field names of the
+first :data:`SAMPLE_ROWS` rows that are objects. One pair present there is the answer; none, or more
 than one (``question``/``answer`` beside ``prompt``/``response``), is the file's problem, a
 ``ValueError`` naming the file and the fields its rows have, since every row would otherwise be
 quarantined or read from a guess. A row that lacks the chosen fields later is that row's problem
@@ -58,7 +58,8 @@ def find_fields(
     objects = [r.value for r in sample if isinstance(r.value, dict)]
     if not objects:  # nothing to judge by: each row is judged (and quarantined) on its own
         return rows_out, candidates[0]
-    found = [p for p in candidates if any(p[0] in row and p[1] in row for row in objects)]
+    names = {k for row in objects for k in row}  # a pair split over bad rows still says which it is
+    found = [p for p in candidates if p[0] in names and p[1] in names]
     if len(found) == 1:
         return rows_out, found[0]
     setting = "set question_field and answer_field on the source"
@@ -69,6 +70,6 @@ def find_fields(
         )
     wanted = _pairs_text(candidates)
     raise ValueError(
-        f"data file {source_file}: no row among the first {len(sample)} has a question/answer pair of fields "
-        f"(looked for {wanted}); {setting}. Fields found: {_names(sample)}"
+        f"data file {source_file}: no question/answer pair of fields in the rows (looked for {wanted} in the "
+        f"first {len(sample)}); {setting}. Fields found: {_names(sample)}"
     )

@@ -83,7 +83,7 @@ def final_answer(text: str, field: str, *, boxed_first: bool = False) -> tuple[s
     if boxed:
         return boxed, text
     raise RowError(
-        "unparseable_answer", f"{field}: no plain number, '#### <number>' final line or \\boxed{{...}} answer"
+        "unparseable_answer", f"{field}: not a plain number, and no '#### <number>' final line or \\boxed{{...}}"
     )
 
 

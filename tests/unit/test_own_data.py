@@ -81,7 +81,9 @@ def test_named_fields_win_over_the_common_ones():
 
 
 def test_no_known_fields_is_a_clear_error_naming_the_file_and_the_fields():
-    with pytest.raises(ValueError, match=r"data file mine.jsonl: no row .* Fields found: 'input', 'output'"):
+    with pytest.raises(
+        ValueError, match=r"data file mine.jsonl: no question/answer pair .* Fields found: 'input', 'output'"
+    ):
         run({"input": "p?", "output": "4"})
     with pytest.raises(ValueError, match=r"mine.jsonl: .*looked for q/a.*Fields found: 'input'"):
         run({"input": "p?"}, question_field="q", answer_field="a")
@@ -122,3 +124,8 @@ def test_the_reference_gives_every_source_key_a_type_and_an_example():
     rows = [r for r in schema_rows() if r.key.startswith("data.sources[].")]
     assert {"data.sources[].question_field", "data.sources[].answer_field"} <= {r.key for r in rows}
     assert [r.key for r in rows if not (r.type and r.example)] == []
+
+
+def test_a_pair_split_over_bad_rows_is_still_recognised():
+    got = run({"question": "p?"}, {"answer": "4"})
+    assert [(q.line, q.reason) for q in got.rejected] == [(1, "missing_field: answer"), (2, "missing_field: question")]
