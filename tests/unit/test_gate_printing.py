@@ -94,3 +94,33 @@ def test_the_prepare_report_shows_the_first_quarantined_rows_with_file_line_and_
     assert "| `data/raw/mine.jsonl` | 3 | unparseable_answer: answer: x |" in report
     assert report.count("| `data/raw/mine.jsonl` |") == QUARANTINE_SHOWN
     assert f"… and {9 - QUARANTINE_SHOWN} more" in report
+
+
+def test_the_pipeline_flow_returns_a_verdict_as_its_failed_state_instead_of_raising(monkeypatch):
+    import contextlib
+
+    from flows import pipeline
+
+    def gate_says_no(*args, **kwargs):
+        raise StageVerdict("stage 'prepare' failed with exit code 3: prepare: the gate failed")
+
+    monkeypatch.setattr(pipeline, "precheck", lambda *a: None)
+    monkeypatch.setattr(pipeline, "held_workspace", lambda *a: contextlib.nullcontext(None))
+    monkeypatch.setattr(pipeline, "run_stages", gate_says_no)
+    state = pipeline.pipeline.fn("params/default.yaml", None, ["prepare"])
+    assert state.is_failed() and state.message.endswith("prepare: the gate failed")
+
+
+def test_the_pipeline_cli_ends_a_verdict_with_one_line_and_no_traceback(monkeypatch, capsys):
+    import contextlib
+
+    from flows import pipeline
+
+    def gate_says_no(**kwargs):
+        raise StageVerdict("stage 'prepare' failed with exit code 3: prepare: the gate failed")
+
+    monkeypatch.setattr(pipeline, "precheck", lambda *a: None)
+    monkeypatch.setattr(pipeline.serve, "prefect_api", contextlib.nullcontext)
+    monkeypatch.setattr(pipeline, "pipeline", gate_says_no)
+    assert pipeline.main(["--stages", "prepare"]) == 1
+    assert capsys.readouterr().err == "error: stage 'prepare' failed with exit code 3: prepare: the gate failed\n"
