@@ -26,11 +26,12 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
+from prefect.states import State
 
 from flows import experiments, run_report, serve, workspace
 from flows.dag import pipeline_params_file, run_order
 from flows.run_report import StageResult
-from flows.stage_run import run_dvc_stage
+from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
 from grpoflow.config import ConfigError, Params, has_dotted, load_params
 from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short_repr
 from grpoflow.models.model_source import has_chat_template, model_unavailable
@@ -428,12 +429,15 @@ def held_workspace(
 @flow(name="grpoflow-pipeline", log_prints=True)
 def pipeline(
     params_file: str = "params/default.yaml", overrides: dict[str, Any] | None = None, stages: list[str] | None = None
-) -> list[StageResult]:
+) -> list[StageResult] | State:
     """Run the dvc.yaml stages (all, or ``stages`` in DAG order) for one parameter set, with
     ``overrides`` ({"rl.steps": 20}) validated against the schema before anything runs."""
     precheck(params_file, overrides, stages)
     with held_workspace(params_file, overrides, stages) as params:
-        return run_stages(params, params_file, stages, overrides=overrides)
+        try:
+            return run_stages(params, params_file, stages, overrides=overrides)
+        except StageVerdict as exc:  # expected (a gate, bad input): Failed with one line, no traceback
+            return verdict_state(exc)
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
@@ -499,10 +503,16 @@ def main(argv: list[str] | None = None) -> int:
             return rehearse(args.params, overrides or None, args.stages)
         precheck(args.params, overrides, args.stages)  # before the Prefect server starts: bad input fails in a second
         with serve.prefect_api():
-            results = pipeline(params_file=args.params, overrides=overrides or None, stages=args.stages)
+            # A Failed state the flow returns comes back raised, as its exception.
+            results = cast(
+                list[StageResult], pipeline(params_file=args.params, overrides=overrides or None, stages=args.stages)
+            )
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except StageVerdict as exc:  # its report is in the log above; the flow run ended Failed
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(INTERRUPTED, file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -28,7 +28,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.concurrency.sync import concurrency
 from prefect.runtime import task_run
-from prefect.states import Completed, State
+from prefect.states import Completed, Failed, State
 
 from flows import workspace
 from flows.run_report import StageResult
@@ -246,9 +246,26 @@ def _stage_exit(log: StageLog) -> int:
     return log.stage_code if log.stage_code not in (None, 0) else log.code
 
 
-def _fail(name: str, log: StageLog, reports: str = "", final: bool = True) -> None:
+DVC_FAILED = "ERROR: failed to reproduce"  # DVC's line after a failed command: says only that it failed
+
+
+def verdict_message(name: str, log: StageLog, reports: Sequence[Path] = ()) -> str:
+    """One line for a failure a retry would repeat: the stage's own last word (its gate's verdict or
+    its input error, already in the log above with the report) and the path of the full report."""
+    said = [line for line in log.tail if not line.startswith(DVC_FAILED)]
+    last = said[-1] if said else "no output"
+    paths = [str(p) for p in reports if str(p) not in last]
+    where = f" (full report: {', '.join(paths)})" if paths else ""
+    return f"stage {name!r} failed with exit code {_stage_exit(log)}: {last}{where}"
+
+
+def _fail(name: str, log: StageLog, reports: str = "", final: bool = True, report_paths: Sequence[Path] = ()) -> None:
     """Raise :class:`StageFailed` (:class:`StageVerdict` when a retry would repeat it); on the
-    last attempt, first publish what went wrong."""
+    last attempt, first publish what went wrong.
+
+    A verdict's message is one line (:func:`verdict_message`): the stage printed its report once
+    already, and Prefect repeats a failed task's message in the task's and the flow's final state.
+    An unexpected failure keeps the log tail, for its traceback."""
     verdict = _stage_exit(log) in (EXIT_BAD_INPUT, EXIT_VERDICT)
     final = final or verdict
     log_tail = "\n".join(log.tail)
@@ -262,9 +279,16 @@ def _fail(name: str, log: StageLog, reports: str = "", final: bool = True) -> No
             key=f"failed-{name.replace('_', '-')}",
             description=f"grpoflow stage {name} failed",
         )
-    raise (StageVerdict if verdict else StageFailed)(
-        f"stage {name!r} failed with exit code {_stage_exit(log)}:\n{log_tail}"
-    )
+    if verdict:
+        raise StageVerdict(verdict_message(name, log, report_paths))
+    raise StageFailed(f"stage {name!r} failed with exit code {_stage_exit(log)}:\n{log_tail}")
+
+
+def verdict_state(exc: StageVerdict) -> State:
+    """The flow run's final state for an expected failure (a gate's verdict, bad input): Failed with
+    the one-line message, returned by the flow rather than raised, so that Prefect logs no
+    traceback for it."""
+    return Failed(message=str(exc), data=exc)
 
 
 @task(name="dvc-stage", task_run_name="{stage.name}", retry_condition_fn=_worth_retrying)
@@ -281,7 +305,8 @@ def run_dvc_stage(
         log = _stream(cmd, env, progress=_Progress(stage.name))
     if log.code != 0:
         final = (task_run.get_run_count() or 1) > retries
-        _fail(stage.name, log, "\n\n".join(p.read_text() for p in _stage_reports(stage)), final=final)
+        reports = _stage_reports(stage)
+        _fail(stage.name, log, "\n\n".join(p.read_text() for p in reports), final=final, report_paths=reports)
     _publish_reports(stage)
     result = StageResult(stage.name, log.ran, round(time.perf_counter() - start, 2), _read_metrics(stage))
     if not log.ran:

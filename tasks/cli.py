@@ -85,3 +85,26 @@ def run_stage_cli(parser: argparse.ArgumentParser, body: Callable[[argparse.Name
         raise
     finally:
         events.emit(events.EXIT, stage, code=code)
+
+
+# A gated stage's report on the console: the flow streams a stage's output into its log, so a
+# verdict must fit a screen; the whole report (every confusion, every leak) is in report.md.
+MAX_REPORT_LINES = 24  # with the flow's few lines around it, a failed gate stays within about 30
+
+
+def clipped_report(report: str, path: object, max_lines: int = MAX_REPORT_LINES) -> str:
+    """``report`` without blank lines, cut to ``max_lines`` lines, the last saying where the rest is."""
+    lines = [line for line in report.splitlines() if line.strip()]
+    if len(lines) <= max_lines:
+        return "\n".join(lines)
+    kept = lines[: max_lines - 1]
+    return "\n".join([*kept, f"… {len(lines) - len(kept)} more lines in {path}"])
+
+
+def print_verdict(stage: str, report: str, path: object, passed: bool) -> None:
+    """Print a gated stage's report once, clipped; when the gate failed, one line naming the full
+    report (``path``), then exit with :data:`EXIT_VERDICT`."""
+    print(clipped_report(report, path), flush=True)
+    if not passed:
+        print(f"{stage}: the gate failed; full report: {path}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_VERDICT)

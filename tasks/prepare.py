@@ -5,7 +5,8 @@
 Writes ``train/val/test.jsonl``, ``benchmarks/<name>.jsonl``, ``quarantine.jsonl`` (every rejected
 row with its file, line and reason, strict JSON), ``leakage.jsonl`` and ``report.md``. Exits 3 with the
 report when a gate fails (too many rejected rows, leakage above the limit; the outputs stay for
-inspection), and 2 with one message for bad input (a missing or unreadable file, an unsafe output name).
+inspection, the console shows the report cut to a screen and its path), and 2 with one message for
+bad input (a missing or unreadable file, an unsafe output name).
 Rows with personal data are quarantined, redacted or passed as ``data.pii`` says; the scan's counts
 by type go into the metrics beside ``data_hash``, and into the MLflow tag ``pii``.
 """
@@ -21,7 +22,7 @@ from grpoflow.config import Params
 from grpoflow.data.prepare import PAIRS_FILE, Prepared, prepare
 from grpoflow.data.report import prepare_report
 from grpoflow.io import atomic_write, sha256_paths, write_json, write_jsonl
-from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, run_stage_cli, stage_parser
+from tasks.cli import EXIT_BAD_INPUT, print_verdict, run_stage_cli, stage_parser
 
 
 def output_path(out: Path, *parts: str) -> Path:
@@ -101,10 +102,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
         for name in ("report.md", "quarantine.jsonl", "leakage.jsonl"):
             mlflow.log_artifact(str(out / name))
         mlflow.log_artifact(args.metrics)
-    print(report)
-    if not metrics["passed"]:
-        print("prepare: a data gate failed (see above and data/prepared/report.md)", file=sys.stderr)
-        raise SystemExit(EXIT_VERDICT)
+    print_verdict("prepare", report, out / "report.md", metrics["passed"])
 
 
 if __name__ == "__main__":

@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
 import verifiers
 from grpoflow.config import RM_DEFAULT_PATH, RM_REWARD, Params
 from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
-from tasks.cli import EXIT_VERDICT, run_stage_cli, stage_parser
+from tasks.cli import print_verdict, run_stage_cli, stage_parser
 from tasks.stages import stage
 from verifiers.check import validate
 from verifiers.sandbox import SandboxUnavailable
@@ -215,10 +214,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
         mlflow.log_table(kinds_table(summary), artifact_file="cases_by_kind.json")
         mlflow.log_artifact(str(out / "report.md"))
         mlflow.log_artifact(args.metrics)
-    print(text)
-    if failures:
-        print("validate_verifiers: the verifier gate failed (see above)", file=sys.stderr)
-        raise SystemExit(EXIT_VERDICT)
+    print_verdict("validate_verifiers", text, out / "report.md", not failures)
 
 
 if __name__ == "__main__":

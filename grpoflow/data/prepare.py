@@ -182,7 +182,16 @@ def load_source(src: SourceConfig, seed: int, cfg: DataConfig, root: Path) -> tu
     if fmt == "pairs":
         raise ValueError(f"source {src.label!r} has format pairs: preference pairs belong in data.pairs")
     limit = cfg.max_prompt_chars
-    got = ingest(rows, fmt, source=src.label, source_file=file_name, license=license, max_prompt_chars=limit)
+    got = ingest(
+        rows,
+        fmt,
+        source=src.label,
+        source_file=file_name,
+        license=license,
+        max_prompt_chars=limit,
+        question_field=src.question_field,
+        answer_field=src.answer_field,
+    )
     return got, got.read
 
 

@@ -1,8 +1,11 @@
-"""The prepare stage's human-readable report: gate verdicts, counts, the worst leaks side by side."""
+"""The prepare stage's human-readable report: gate verdicts, counts, the first quarantined rows, the
+worst leaks side by side."""
 
 from __future__ import annotations
 
 from grpoflow.data.prepare import Prepared
+
+QUARANTINE_SHOWN = 5  # quarantined rows shown in the report: enough to see the pattern, short on a terminal
 
 
 def _cell(text: str, width: int = 160) -> str:
@@ -13,6 +16,19 @@ def _cell(text: str, width: int = 160) -> str:
 def _code(text: str) -> str:
     """An id as inline code that a ``|`` or backtick in it cannot break out of."""
     return "`" + _cell(text, 80).replace("`", "'") + "`"
+
+
+def _quarantine_lines(prepared: Prepared) -> list[str]:
+    """The first quarantined rows with file, line and reason; all of them are in quarantine.jsonl."""
+    if not prepared.quarantine:
+        return []
+    shown = prepared.quarantine[:QUARANTINE_SHOWN]
+    more = len(prepared.quarantine) - len(shown)
+    lines = ["", "## Quarantine", "", "| file | line | reason |", "|---|---|---|"]
+    lines += [f"| {_code(q.source_file)} | {q.line if q.line is not None else ''} | {_cell(q.reason)} |" for q in shown]
+    if more:
+        lines += ["", f"… and {more} more; every row with its reason is in quarantine.jsonl."]
+    return lines
 
 
 def prepare_report(prepared: Prepared, examples: int = 10) -> str:
@@ -33,6 +49,7 @@ def prepare_report(prepared: Prepared, examples: int = 10) -> str:
             else []
         ),
         *([f"Files read from installed packages: {s['resolved_files']}"] if s["resolved_files"] else []),
+        *_quarantine_lines(prepared),
         "",
         "## Leakage",
         "",
