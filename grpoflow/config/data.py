@@ -136,7 +136,9 @@ class SourceConfig(_Section):
     def _safe_name(self) -> SourceConfig:
         problem = self.unsafe_file_name(self.name) if self.name is not None else None
         if problem:
-            raise ValueError(f"name {self.name!r} {problem} (a benchmark's name becomes benchmarks/<name>.jsonl)")
+            raise ValueError(
+                f"name {self.name!r} {problem} (a benchmark's name becomes data/prepared/benchmarks/<name>.jsonl)"
+            )
         return self
 
     @staticmethod
@@ -225,7 +227,7 @@ class DataConfig(_Section):
     benchmarks: list[SourceConfig] = Field(
         default_factory=list,
         description="Evaluation sets checked for leakage and evaluated; each needs a unique name that is a safe file "
-        "name (letters, digits, '._-', no leading dot): it becomes benchmarks/<name>.jsonl.",
+        "name (letters, digits, '._-', no leading dot): it becomes data/prepared/benchmarks/<name>.jsonl.",
     )
     leakage: LeakageConfig = Field(
         default_factory=LeakageConfig, description="The leakage gate between train and val/test/benchmarks."
@@ -269,7 +271,7 @@ class DataConfig(_Section):
             problem = SourceConfig.unsafe_file_name(bench.label)
             if problem:
                 raise ValueError(
-                    f"benchmarks.{i}: the name {bench.label!r} {problem}; it becomes benchmarks/<name>.jsonl, "
+                    f"benchmarks.{i}: the name {bench.label!r} {problem}; it becomes data/prepared/benchmarks/<name>.jsonl, "
                     f"so set data.benchmarks.{i}.name"
                 )
         labels = [b.label.casefold() for b in self.benchmarks]  # case-insensitive file systems
