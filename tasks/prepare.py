@@ -2,8 +2,8 @@
 
     python -m tasks.prepare --params params/default.yaml --out data/prepared --metrics metrics/prepare.json
 
-Writes ``train/val/test.jsonl``, ``pairs.jsonl`` (the reward model's preference pairs, empty where no source has any),
-``benchmarks/<name>.jsonl``, ``quarantine.jsonl`` (every rejected
+Writes ``train/val/test.jsonl``, ``pairs.jsonl`` (the reward model's preference pairs, empty where
+no source has any), ``benchmarks/<name>.jsonl``, ``quarantine.jsonl`` (every rejected
 row with its file, line and reason, strict JSON), ``leakage.jsonl`` and ``report.md``. Exits 3 with the
 report when a gate fails (too many rejected rows, leakage above the limit; the outputs stay for
 inspection, the console shows the report cut to a screen and its path), and 2 with one message for

@@ -271,8 +271,8 @@ class DataConfig(_Section):
             problem = SourceConfig.unsafe_file_name(bench.label)
             if problem:
                 raise ValueError(
-                    f"benchmarks.{i}: the name {bench.label!r} {problem}; it becomes data/prepared/benchmarks/<name>.jsonl, "
-                    f"so set data.benchmarks.{i}.name"
+                    f"benchmarks.{i}: the name {bench.label!r} {problem}; it becomes "
+                    f"data/prepared/benchmarks/<name>.jsonl, so set data.benchmarks.{i}.name"
                 )
         labels = [b.label.casefold() for b in self.benchmarks]  # case-insensitive file systems
         dupes = sorted({x for x in labels if labels.count(x) > 1})
