@@ -96,7 +96,7 @@ bench: setup
 # shell leaves the chain, so the signal goes straight to the wrapper.
 UI_PORT ?= 5000
 ui: setup
-	exec $(PY) -m flows.ui --port $(UI_PORT) --store $(CURDIR)/mlflow.db
+	exec $(PY) -m flows.ui --port $(UI_PORT) --store $(CURDIR)/mlflow.db --params '$(PARAMS)'
 
 clean:
 	rm -rf data/prepared data/verifier_validation data/evaluation models checkpoints reports metrics/*.json metrics/*.csv \

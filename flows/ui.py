@@ -44,6 +44,39 @@ def _stop(proc: subprocess.Popen) -> int:
         return proc.wait()
 
 
+# MLflow 3's UI opens on its GenAI home; these links open the model-training view instead.
+TRAINING_VIEW = "workflowType=machine_learning"
+
+
+def landing_links(store: Path, experiment: str, base: str) -> list[str]:
+    """The training view of the set's experiment and of its latest pipeline (parent) run, as lines
+    to print; a hint instead where the store has no such experiment yet."""
+    if not store.is_file():
+        return [f"No runs yet ({store} does not exist): `make demo` or `make smoke` makes some."]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{store}")
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return [f"No experiment {experiment!r} in {store} yet; the UI lists the others."]
+    eid = found.experiment_id
+    lines = [f"{experiment}: {base}/#/experiments/{eid}?{TRAINING_VIEW}"]
+    parents = client.search_runs(
+        [eid], "tags.`grpoflow.stage` = 'pipeline'", max_results=1, order_by=["start_time DESC"]
+    )
+    if parents:
+        lines.append(f"latest pipeline run: {base}/#/experiments/{eid}/runs/{parents[0].info.run_id}?{TRAINING_VIEW}")
+    return lines
+
+
+def _experiment_name(params_file: str | None) -> str | None:
+    if not params_file:
+        return None
+    from grpoflow.config import load_params
+
+    return load_params(params_file).mlflow_experiment
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the UI until Ctrl-C; its exit status."""
     from tasks.cli import help_text
@@ -53,7 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--port", type=int, default=5000)
     parser.add_argument("--store", type=Path, default=Path("mlflow.db"), help="the SQLite tracking store")
+    parser.add_argument(
+        "--params", default=None, help="the parameter set whose experiment to link (make ui: $(PARAMS))"
+    )
     args = parser.parse_args(argv)
+    name = _experiment_name(args.params)
+    if name:
+        for line in landing_links(args.store.resolve(), name, f"http://127.0.0.1:{args.port}"):
+            print(line, flush=True)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     proc = subprocess.Popen(ui_command(args.port, args.store.resolve()), env=env, start_new_session=True)
     try:

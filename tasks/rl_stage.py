@@ -126,6 +126,14 @@ def summary(rows: list[dict], val_start: float | None, health: list[str], run) -
     }
 
 
+def run_note(start: float | None, end: float | None, standing: list[str], verdict: list[dict]) -> str:
+    """The training run's one-line description in MLflow: "val 31.3% -> 47.3%; health ok (cleared: reward_flat)"."""
+    val = "val " + " -> ".join("n/a" if v is None else f"{v:.1%}" for v in (start, end))
+    cleared = [v["name"] for v in verdict if v["name"] not in standing]
+    health = ", ".join(standing) or "ok"
+    return f"{val}; health {health}" + (f" (cleared: {', '.join(cleared)})" if cleared else "")
+
+
 def _console_line(name: str, step: int, total: int, m: dict) -> str:
     val = f" val_acc {m[M.VAL_ACCURACY]:.3f}" if M.VAL_ACCURACY in m else ""
     return (
@@ -381,6 +389,7 @@ def _report(s: Stage, val_start: float | None, start: float, steps_log, scores: 
     with atomic_write(s.out / "report.md") as fh:
         fh.write(report)
     mlflow.set_tag("health", ",".join(symptoms) or "ok")
+    mlflow.set_tag(tracking.NOTE, run_note(val_start, metrics[M.VAL_ACCURACY], symptoms, verdict))
     steps_log.finish()
     tracking.log_summary({k: v for k, v in metrics.items() if k not in (M.HEALTH_SYMPTOMS, M.HEALTH)})
     mlflow.log_artifact(str(s.out / "report.md"))

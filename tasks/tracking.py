@@ -40,6 +40,8 @@ def shown_tracking_uri() -> str:
     return redact_uri(tracking_uri())
 
 
+NOTE = "mlflow.note.content"  # the description MLflow's UI shows for an experiment or a run
+
 # MLflow 3's UI opens an experiment on its GenAI (traces) view unless told it holds model training.
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
@@ -48,7 +50,11 @@ def use_experiment(params: Params) -> str:
     """The set's MLflow experiment (created on first use, marked as model training); its id."""
     mlflow.set_tracking_uri(tracking_uri())
     experiment = mlflow.set_experiment(params.mlflow_experiment)
-    for key, value in EXPERIMENT_KIND.items():
+    note = (
+        f"GRPO fine-tuning runs of the parameter set '{params.experiment.name}': one parent run per pipeline run "
+        "(its headline in the description, the whole run in run.html under Artifacts) and a child run per stage."
+    )
+    for key, value in {**EXPERIMENT_KIND, NOTE: note}.items():
         if key not in experiment.tags:
             mlflow.set_experiment_tag(key, value)
     return experiment.experiment_id

@@ -6,6 +6,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
+from grpoflow.config import validate_params
 from tasks import tracking
 
 
@@ -87,7 +88,27 @@ def test_the_sets_experiment_opens_on_mlflows_model_training_view(client):
     from grpoflow.config import validate_params
 
     experiment_id = tracking.use_experiment(validate_params({}))
-    assert client.get_experiment(experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    tags = client.get_experiment(experiment_id).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+    assert "parameter set 'default'" in tags[tracking.NOTE]  # the experiment says what it holds
+
+
+def test_a_training_run_describes_itself_in_one_line():
+    from tasks.rl_stage import run_note
+
+    cleared = {"name": "reward_flat", "status": "cleared", "cleared_by": 80}
+    assert run_note(0.313, 0.473, [], [cleared]) == "val 31.3% -> 47.3%; health ok (cleared: reward_flat)"
+    standing = {"name": "length_cap", "status": "standing"}
+    assert run_note(None, 0.5, ["length_cap"], [standing]) == "val n/a -> 50.0%; health length_cap"
+
+
+def test_a_models_evaluation_run_describes_itself_in_one_line():
+    from tasks.evaluate import model_note
+
+    cfg = validate_params({"evaluate": {"n_samples": 4, "k": 1, "temperature": 0.7}}).evaluate
+    result = {"test": {"pass@1": 0.1875, "pass@1_se": 0.0125, "examples": 240}}
+    assert model_note(result, cfg) == "test pass@1 18.8% ± 1.2 (240 prompts, 4 samples, T 0.7)"
+    assert model_note({}, cfg) == "not evaluated on the test split"
 
 
 def test_the_shown_tracking_uri_has_no_credentials_while_mlflow_gets_the_whole_one(monkeypatch):
