@@ -119,12 +119,12 @@ def _curves(histories: dict[str, list[dict]], trains: dict[str, dict]) -> str:
 
 
 def _evaluation(evaluation: dict | None) -> str:
-    """One row per model and set (the test split first, then each benchmark), each score with its
-    standard error over prompts; maj@k is blank on a code set, whose programs are not voted on."""
+    """One row per model and set (the test split first, then each benchmark): its prompts, each
+    score in % with its standard error over prompts, the held-out loss increase; maj@k is blank on
+    a code set, whose programs are not voted on. A line above says how each number is made."""
     if not evaluation:
         return '<p class="muted">No evaluation in this run.</p>'
-    k = evaluation["k"]
-    rows = []
+    k, rows = evaluation["k"], []
     for m in reference_first(evaluation["models"]):
         r = evaluation["models"][m]
         sets = ["test", *sorted(n for n, v in r.items() if isinstance(v, dict) and n != "test" and M.PASS_AT_1 in v)]
@@ -132,20 +132,30 @@ def _evaluation(evaluation: dict | None) -> str:
             {
                 "model": m,
                 "set": n,
-                "pass@1": r[n].get(M.PASS_AT_1),
-                "± se": r[n].get(M.stderr_of(M.PASS_AT_1)),
-                **(
-                    {f"pass@{k}": r[n].get(f"pass@{k}"), f"pass@{k} ± se": r[n].get(M.stderr_of(f"pass@{k}"))}
-                    if k > 1
-                    else {}
-                ),
-                f"maj@{k}": r[n].get(f"maj@{k}"),
-                "held-out loss increase": r.get(M.HELDOUT_LOSS_INCREASE),
+                "prompts": r[n].get("examples"),
+                **{
+                    key: H.percent(r[n].get(key), r[n].get(M.stderr_of(key)))
+                    for key in dict.fromkeys([M.PASS_AT_1, f"pass@{k}", f"maj@{k}"])
+                },
+                "held-out loss increase (nats/token)": r.get(M.HELDOUT_LOSS_INCREASE),
                 "forgetting": "FLAGGED" if r.get("forgetting_flagged") else "no",
             }
             for n in sets
         ]
-    return H.table(rows)
+    return f'<p class="muted">{H.esc(_evaluation_note(evaluation))}</p>' + H.table(rows)
+
+
+def _evaluation_note(evaluation: dict) -> str:
+    """How the evaluation table's numbers are made (the evaluate stage's settings, as it recorded them)."""
+    k, n, t = evaluation["k"], evaluation.get("n_samples"), evaluation.get("temperature")
+    sampled = f"pass@{k} and maj@{k} from {n} samples per prompt at temperature {t}"
+    first = "pass@1 is the sampled one" if k == 1 else "pass@1 is greedy decoding"
+    limit = evaluation.get("max_loss_increase")
+    forgetting = f"; forgetting is flagged above +{limit} nats/token" if limit is not None else ""
+    return (
+        f"{first}; {sampled}; ± is the standard error over prompts, in points; held-out loss on the "
+        f"validation rows' worked solutions, against the reference{forgetting}."
+    )
 
 
 def _phases(trains: dict[str, dict]) -> str:

@@ -151,7 +151,14 @@ def main(args: argparse.Namespace, params: Params) -> None:
         for r in results.values():
             r["heldout_loss_increase"] = r["heldout_loss"] - ref_loss
             r["forgetting_flagged"] = r["heldout_loss_increase"] > params.evaluate.max_loss_increase
-        metrics = {"models": results, "k": params.evaluate.k, "n_samples": params.evaluate.n_samples}
+        cfg = params.evaluate
+        metrics = {
+            "models": results,
+            "k": cfg.k,
+            "n_samples": cfg.n_samples,
+            "temperature": cfg.temperature,
+            "max_loss_increase": cfg.max_loss_increase,
+        }
         write_json(args.metrics, metrics)
         tracking.log_summary(results)
         mlflow.log_artifact(args.metrics)

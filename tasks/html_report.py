@@ -20,6 +20,17 @@ img { max-width: 100%; }
 """
 
 
+class Num(str):
+    """A number already written out ("50.0% ± 6.2"): a table right-aligns it like a number."""
+
+
+def percent(value: float | None, se: float | None = None) -> Num | None:
+    """A share as a person reads it, with its standard error in points: "18.8% ± 1.2"."""
+    if value is None:
+        return None
+    return Num(f"{value:.1%}" + (f" ± {100 * se:.1f}" if se is not None else ""))
+
+
 def esc(value: Any) -> str:
     """``value`` as HTML text."""
     return html.escape(str(value))
@@ -42,7 +53,7 @@ def table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
         "<tr>"
         + "".join(
             f'<td class="num">{esc(fmt(r.get(c)))}</td>'
-            if isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool)
+            if isinstance(r.get(c), (int, float, Num)) and not isinstance(r.get(c), bool)
             else f"<td>{esc(fmt(r.get(c)))}</td>"
             for c in columns
         )

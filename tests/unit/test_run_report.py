@@ -77,8 +77,9 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     assert page.count('src="data:image/png;base64,') == 1  # the curves, inline
     assert "No GRPO-vs-PPO comparison in this run." in page and "<script" not in page
     # A benchmark gets its own row (a code set: no maj@k); no reward model ran.
-    assert "<td>humaneval</td>" in page and '<td class="num">0.0625</td>' in page
-    assert "<th>± se</th>" in page and '<td class="num">0.05</td>' in page  # pass@4's standard error
+    assert "<td>humaneval</td>" in page and '<td class="num">6.2%</td>' in page  # shares in %
+    assert '<td class="num">75.0% ± 5.0</td>' in page  # with the standard error over prompts, in points
+    assert '<td class="num">164</td>' in page  # the set's prompts beside its scores
     assert "No reward model in this run." in page
     # Health: a symptom that cleared says from which step, not as the run's verdict
     assert "<h2>Health</h2>" in page and "<td>reward_flat</td>" in page and "cleared by step 80" in page
