@@ -13,6 +13,7 @@ import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +218,19 @@ def _ablation() -> str:
     return "\n".join(parts) or '<p class="muted">The ablation wrote no table.</p>'
 
 
-def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
+def provenance_line(params_file: str | None, when: datetime | None = None) -> str:
+    """What the page is of: the parameter set, the commit (dirty when the checkout had edits) and
+    the time it was written."""
+    from grpoflow.provenance import git_commit
+
+    sha, dirty = git_commit()
+    stamp = (when or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"{params_file or 'params file not recorded'} at commit {sha[:12]}{' (with edits)' if dirty else ''}, {stamp}"
+    )
+
+
+def build(rows: list[StageResult], title: str, params_file: str | None = None) -> tuple[str, dict[str, Any]]:
     """The page and its headline, from ``rows`` and the files the stages left in the workspace."""
     from tasks.plots import read_history
 
@@ -242,6 +255,7 @@ def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
     html = H.page(
         title,
         [
+            f'<p class="muted">{H.esc(provenance_line(params_file))}</p>',
             f'<p class="headline">{H.esc(headline_text(head))}</p>',
             "<h2>Stages</h2>",
             _stage_table(rows),
@@ -266,11 +280,11 @@ def build(rows: list[StageResult], title: str) -> tuple[str, dict[str, Any]]:
     return html, head
 
 
-def write(rows: list[StageResult], title: str, path: Path = REPORT) -> dict[str, Any]:
+def write(rows: list[StageResult], title: str, path: Path = REPORT, params_file: str | None = None) -> dict[str, Any]:
     """Write the page to ``path``; its headline."""
     from grpoflow.io import atomic_write
 
-    html, head = build(rows, title)
+    html, head = build(rows, title, params_file)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as fh:
         fh.write(html)

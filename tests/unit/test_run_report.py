@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC
 from pathlib import Path
 
 from flows import run_report
@@ -111,3 +112,14 @@ def test_the_page_shows_the_reward_model_where_it_ran(tmp_path, monkeypatch):
 def test_tables_escape_text_and_align_numbers():
     html = table([{"name": "<b>", "value": 0.123456}])
     assert "<td>&lt;b&gt;</td>" in html and '<td class="num">0.1235</td>' in html
+
+
+def test_the_page_says_which_set_commit_and_time_it_is_of():
+    from datetime import datetime
+
+    from grpoflow.provenance import git_commit
+
+    line = run_report.provenance_line("params/default.yaml", datetime(2026, 12, 3, 5, 40, tzinfo=UTC))
+    assert line.startswith(f"params/default.yaml at commit {git_commit()[0][:12]}") and line.endswith(
+        "2026-12-03 05:40 UTC"
+    )
