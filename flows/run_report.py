@@ -23,6 +23,9 @@ from tasks.stages import ABLATION_OUT, ABLATION_REPORT, TRAINING, stage
 from tasks.tracking import mlflow_name
 
 REPORT = Path("reports/run.html")
+# The one stage time a person reads: the flow's clock around the stage, DVC's checks included.
+WALL = "wall seconds (DVC included)"
+STAGE_LOGS = REPORT.parent / "logs"  # each stage's whole output, engine logs included (flows/stage_run.py)
 
 
 @dataclass
@@ -89,9 +92,11 @@ def trainings(read_metrics: Callable[[str], dict | None], only: set[str] | None 
 
 
 def _stage_table(rows: list[StageResult]) -> str:
-    return H.table(
-        [{"stage": r.stage, "status": "ran" if r.ran else "cached by DVC", "seconds": r.seconds} for r in rows]
-    )
+    """Each stage's status and time, and links to the full logs of those that wrote one."""
+    table = H.table([{"stage": r.stage, "status": "ran" if r.ran else "cached by DVC", WALL: r.seconds} for r in rows])
+    logs = [r.stage for r in rows if (STAGE_LOGS / f"{r.stage}.log").is_file()]
+    links = ", ".join(f'<a href="{STAGE_LOGS.name}/{H.esc(s)}.log">{H.esc(s)}</a>' for s in logs)
+    return table + (f'<p class="muted">Full logs, engine output included: {links}</p>' if logs else "")
 
 
 def _gates(rows: list[StageResult]) -> str:

@@ -12,6 +12,7 @@ import contextlib
 import contextvars
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from prefect.runtime import task_run
 from prefect.states import Completed, Failed, State
 
 from flows import workspace
-from flows.run_report import StageResult
+from flows.run_report import STAGE_LOGS, StageResult
 from grpoflow.guard import redact_text
 from tasks import events
 from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT
@@ -99,6 +100,32 @@ class DvcAdvice:
             return True
         self.inside = self.inside and text.startswith(self.INSIDE)
         return self.inside
+
+
+class EngineNoise:
+    """The engines' start-up chatter: vLLM's and DeepSpeed's INFO/WARNING log lines (a vLLM engine
+    start prints its whole config on one line of about 3,000 characters, and the same thread
+    warning again and again), library warnings from site-packages with the source line Python
+    prints under them, and weight-loading progress bars. The stage's full log file keeps them; the
+    flow's console shows the stage's own lines, and every ERROR line whatever its source."""
+
+    PATTERNS = (
+        re.compile(r"^(\([\w-]+ pid=\d+\) )?(DEBUG|INFO|WARNING) \d\d-\d\d \d\d:\d\d:\d\d \["),  # vLLM
+        re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\] \[(DEBUG|INFO|WARNING)\]"),  # DeepSpeed
+        re.compile(r"^Loading safetensors checkpoint shards:"),
+        re.compile(r"^Triton is installed, but"),
+    )
+    LIBRARY_WARNING = re.compile(r"^/\S+/(site|dist)-packages/\S+:\d+: \w*Warning")
+
+    def __init__(self) -> None:
+        self.after_warning = False
+
+    def hides(self, line: str) -> bool:
+        """Whether ``line`` (non-empty) is engine chatter."""
+        if self.after_warning and line.startswith("  "):  # the source line under a library warning
+            return True
+        self.after_warning = bool(self.LIBRARY_WARNING.match(line))
+        return self.after_warning or any(p.match(line) for p in self.PATTERNS)
 
 
 @dataclass
@@ -170,12 +197,18 @@ class _Events:
         self.path.unlink(missing_ok=True)
 
 
-def _stream(cmd: list[str], env: dict[str, str], progress: _Progress | None = None) -> StageLog:
-    """Run ``cmd``, streaming its output into the Prefect log and its events into ``StageLog``."""
+def _stream(
+    cmd: list[str], env: dict[str, str], progress: _Progress | None = None, log_file: Path | None = None
+) -> StageLog:
+    """Run ``cmd``, streaming its output into the Prefect log (less DVC's advice and the engines'
+    chatter, :class:`EngineNoise`) and all of it into ``log_file``, its events into ``StageLog``."""
     logger = get_run_logger()
     log = StageLog()
-    advice = DvcAdvice()
+    advice, noise, hidden = DvcAdvice(), EngineNoise(), 0
     stage_events = _Events(log, progress)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+    full = open(log_file, "w") if log_file is not None else contextlib.nullcontext()  # noqa: SIM115
     proc = subprocess.Popen(
         cmd,
         env={
@@ -189,19 +222,27 @@ def _stream(cmd: list[str], env: dict[str, str], progress: _Progress | None = No
         text=True,
     )
     try:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            line = redact_text(line.rstrip())  # MLflow prints its server's URI, credentials and all ("View run at")
-            if not line or advice.hides(line):
-                continue
-            logger.info(line)
-            log.tail = (log.tail + [line])[-40:]
-            stage_events.poll()
+        with full as fh:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                line = redact_text(line.rstrip())  # MLflow prints its server's URI, credentials and all ("View run at")
+                if fh is not None:
+                    fh.write(line + "\n")
+                if not line or advice.hides(line):
+                    continue
+                if noise.hides(line):
+                    hidden += 1
+                    continue
+                logger.info(line)
+                log.tail = (log.tail + [line])[-40:]
+                stage_events.poll()
     except BaseException:  # Ctrl-C, or Prefect cancelling the run: the stage must not outlive the flow
         _stop_stage(proc, logger.info)
         raise
     finally:
         log.code = proc.wait()
         stage_events.close()
+    if hidden and log_file is not None:
+        logger.info(f"({hidden} lines of engine logs in {log_file})")
     return log
 
 
@@ -302,7 +343,7 @@ def run_dvc_stage(
     cmd = [sys.executable, "-m", "dvc", "repro", "--single-item", stage.name]
     slot = concurrency(gpu_limit, occupy=1) if gpu_limit else contextlib.nullcontext()
     with slot:
-        log = _stream(cmd, env, progress=_Progress(stage.name))
+        log = _stream(cmd, env, progress=_Progress(stage.name), log_file=STAGE_LOGS / f"{stage.name}.log")
     if log.code != 0:
         final = (task_run.get_run_count() or 1) > retries
         reports = _stage_reports(stage)

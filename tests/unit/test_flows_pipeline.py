@@ -334,6 +334,44 @@ def test_only_dvcs_git_advice_is_dropped_from_a_stage_log():
     ]
 
 
+def test_engine_chatter_goes_to_the_log_file_and_errors_stay_on_the_console():
+    from flows.stage_run import EngineNoise
+
+    config_dump = "(MainProcess pid=22385) INFO 12-03 04:32:15 [core.py:93] Initializing a V1 LLM engine " + "x" * 3000
+    lines = [
+        "grpo preflight: ok (50% of groups with unequal rewards, pass@G 0.31, truncated 62%)",
+        config_dump,
+        "(MainProcess pid=22385) WARNING 12-03 04:32:21 [cpu_worker.py:140] CPU backend doesn't allow ...",
+        "WARNING 12-03 04:32:21 [cpu_worker.py:140] the same without a process prefix",
+        "[2026-12-03 04:27:42,123] [WARNING] [real_accelerator.py:209:get_accelerator] Setting accelerator to CPU.",
+        "/work/main/.venv/lib/python3.11/site-packages/vllm/triton_utils/dispatch.py:12: UserWarning: no triton",
+        '  if hasattr(value, "__dict__"):',
+        "Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00,  9.2it/s]",
+        "(MainProcess pid=22385) ERROR 12-03 04:33:00 [core.py:12] EngineCore failed",
+        "  indented output of the stage's own",
+        "grpo step 1/28: reward 0.109 kl 0.0000",
+    ]
+    noise = EngineNoise()
+    assert [line for line in lines if not noise.hides(line)] == [
+        lines[0],
+        "(MainProcess pid=22385) ERROR 12-03 04:33:00 [core.py:12] EngineCore failed",
+        "  indented output of the stage's own",
+        "grpo step 1/28: reward 0.109 kl 0.0000",
+    ]
+
+
+def test_the_run_page_links_each_stages_full_log(tmp_path, monkeypatch):
+    from flows import run_report
+    from flows.run_report import StageResult
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reports" / "logs").mkdir(parents=True)
+    (tmp_path / "reports" / "logs" / "grpo.log").write_text("all of it\n")
+    page, _ = run_report.build([StageResult("prepare", True, 1.0), StageResult("grpo", True, 2.0)], "t")
+    assert '<a href="logs/grpo.log">grpo</a>' in page and "logs/prepare.log" not in page
+    assert "<th>wall seconds (DVC included)</th>" in page
+
+
 # ---------------------------------------------------------------- hostile inputs (issue 23, items 6, 8 and 11)
 
 
