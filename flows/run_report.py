@@ -235,8 +235,17 @@ def provenance_line(params_file: str | None, when: datetime | None = None) -> st
     )
 
 
-def build(rows: list[StageResult], title: str, params_file: str | None = None) -> tuple[str, dict[str, Any]]:
-    """The page and its headline, from ``rows`` and the files the stages left in the workspace."""
+def links_line(links: dict[str, str] | None) -> str:
+    """The way back: each named link (the MLflow parent run, the Prefect flow run) as an anchor."""
+    anchors = [f'<a href="{H.esc(url)}">{H.esc(name)}</a>' for name, url in (links or {}).items() if url]
+    return f"<p>{' · '.join(anchors)}</p>" if anchors else ""
+
+
+def build(
+    rows: list[StageResult], title: str, params_file: str | None = None, links: dict[str, str] | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The page and its headline, from ``rows`` and the files the stages left in the workspace;
+    ``links``: where the run is seen elsewhere (MLflow, Prefect), by name."""
     from tasks.plots import read_history
 
     # Only this run's stages (ran or cached): files of stages it did not run are an earlier run's.
@@ -261,6 +270,7 @@ def build(rows: list[StageResult], title: str, params_file: str | None = None) -
         title,
         [
             f'<p class="muted">{H.esc(provenance_line(params_file))}</p>',
+            links_line(links),
             f'<p class="headline">{H.esc(headline_text(head))}</p>',
             "<h2>Stages</h2>",
             _stage_table(rows),
@@ -285,11 +295,17 @@ def build(rows: list[StageResult], title: str, params_file: str | None = None) -
     return html, head
 
 
-def write(rows: list[StageResult], title: str, path: Path = REPORT, params_file: str | None = None) -> dict[str, Any]:
+def write(
+    rows: list[StageResult],
+    title: str,
+    path: Path = REPORT,
+    params_file: str | None = None,
+    links: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Write the page to ``path``; its headline."""
     from grpoflow.io import atomic_write
 
-    html, head = build(rows, title, params_file)
+    html, head = build(rows, title, params_file, links)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as fh:
         fh.write(html)

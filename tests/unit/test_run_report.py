@@ -123,3 +123,9 @@ def test_the_page_says_which_set_commit_and_time_it_is_of():
     assert line.startswith(f"params/default.yaml at commit {git_commit()[0][:12]}") and line.endswith(
         "2026-12-03 05:40 UTC"
     )
+
+
+def test_the_page_links_back_to_mlflow_and_prefect():
+    line = run_report.links_line({"MLflow run": "http://127.0.0.1:5000/#/x?a=1&b=2", "Prefect flow run": ""})
+    assert line == '<p><a href="http://127.0.0.1:5000/#/x?a=1&amp;b=2">MLflow run</a></p>'  # escaped; none when empty
+    assert run_report.links_line(None) == ""
