@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import filecmp
 import json
 import shutil
@@ -31,7 +32,7 @@ from flows import experiments, run_report, serve, workspace
 from flows.dag import pipeline_params_file, run_order
 from flows.run_report import StageResult
 from flows.stage_run import run_dvc_stage
-from grpoflow.config import ConfigError, Params, has_dotted, load_params
+from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_dotted
 from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short_repr
 from grpoflow.models.model_source import has_chat_template, model_unavailable
 from tasks import tracking
@@ -156,9 +157,14 @@ def _wired_for(params_file: str) -> list[str] | None:
 def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, str]:
     """The files this run rewrites for DVC to see what it runs: dvc.yaml, rendered for the set and
     its stages (tasks/stages.py) when the current one reads another set or runs other stages (a
-    dvc.yaml already wired for the run keeps its hand edits); and the set itself, with
-    every value the schema fills in written out, when there are overrides or the file leaves out a
-    key a stage depends on (DVC reads those keys from the file, not from the schema)."""
+    dvc.yaml already wired for the run keeps its hand edits); and the set itself, when there are
+    overrides or the file leaves out a key a stage depends on (DVC reads those keys from the file,
+    not from the schema).
+
+    The set is rewritten as ``dvc exp run --set-param`` would: the user's values as they are, with
+    only the overridden keys (and the missing ones, at the schema's defaults) set. DVC compares each
+    params entry of dvc.yaml as a whole, a section (``model``, ``rewards``) included, so filling in
+    every default would make every stage look modified once the user's own text is back."""
     changes: dict[str, str] = {}
     params = load_params(params_file, overrides)
     stages = stages_for(params)
@@ -167,13 +173,25 @@ def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, s
         # A dvc.yaml already wired for this run is left as it is, hand edits (torchrun commands) included.
         changes[DVC_YAML] = dvc_yaml_for(params_file, params)
     raw = load_yaml(Path(params_file).read_text()) or {}
-    # DVC reads each stage's params keys from the file itself, not from the schema's defaults.
-    if overrides or not all(has_dotted(raw, k) for s in stages for k in s.params):
-        header = (
-            f"# {params_file} as one flow run ran it, every value filled in; overrides: {json.dumps(overrides or {})}\n"
-        )
-        changes[params_file] = header + yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
+    edited = copy.deepcopy(raw)
+    for key, value in (overrides or {}).items():
+        set_dotted(edited, key, value)
+    dumped = params.model_dump(mode="json")
+    for key in dict.fromkeys(k for s in stages for k in s.params):
+        if not has_dotted(edited, key):  # DVC fails on a params key the file lacks: its default, written out
+            set_dotted(edited, key, _dotted_value(dumped, key))
+    if edited != raw:
+        header = f"# {params_file} as one flow run ran it; overrides: {json.dumps(overrides or {})}\n"
+        changes[params_file] = header + yaml.safe_dump(edited, sort_keys=False)
     return changes
+
+
+def _dotted_value(tree: dict[str, Any], dotted: str) -> Any:
+    """The value at ``dotted`` (``rl.sampling.temperature``) in a nested mapping."""
+    node: Any = tree
+    for part in dotted.split("."):
+        node = node[part]
+    return node
 
 
 def _uncached_outputs(stage: Stage) -> list[Path]:
