@@ -32,7 +32,7 @@ from flows import experiments, run_report, serve, workspace
 from flows.dag import pipeline_params_file, run_order
 from flows.run_report import StageResult
 from flows.stage_run import run_dvc_stage
-from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_dotted
+from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_dotted, validate_params
 from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short_repr
 from grpoflow.models.model_source import has_chat_template, model_unavailable
 from tasks import tracking
@@ -54,13 +54,16 @@ FAILED = workspace.STATE_DIR / "failed"
 
 
 def _check_params_file(
-    params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None
+    params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None, text: str | None = None
 ) -> Params:
     """The parameter set with ``overrides`` (dotted keys), validated before any work: a bad key,
-    value or stage name fails here, naming it."""
+    value or stage name fails here, naming it. ``text``: the file's text to check instead of what
+    the file holds now (another run's edits)."""
     checked_params_file(params_file)
     try:
-        params = load_params(params_file, overrides)
+        params = (
+            load_params(params_file, overrides) if text is None else _params_from_text(text, params_file, overrides)
+        )
     except ConfigError as exc:
         if overrides:
             raise ConfigError(f"{exc}\n(with the flow's overrides {short_repr(overrides)})") from None
@@ -80,6 +83,19 @@ def _check_params_file(
     if problems := missing_inputs(params, params_file):
         raise ConfigError("\n".join(problems))
     return params
+
+
+def _params_from_text(text: str, params_file: str, overrides: dict[str, Any] | None) -> Params:
+    """The set that ``text`` (a params file's text, journaled by another run) spells, with ``overrides``."""
+    try:
+        raw = load_yaml(text)
+    except (InputError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{params_file}: not valid YAML ({clip(str(exc))})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{params_file}: expected a mapping of sections at the top level")
+    for key, value in (overrides or {}).items():
+        set_dotted(raw, key, value)
+    return validate_params(raw, source=params_file)
 
 
 def checked_params_file(params_file: str) -> str:
@@ -133,16 +149,17 @@ def missing_inputs(params: Params, params_file: str) -> list[str]:
 
 
 def precheck(params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None) -> None:
-    """:func:`_check_params_file` before waiting for the workspace, to fail fast. Another run may have
-    its parameter edits in the files now: a failure then is left to the check under the lock."""
+    """:func:`_check_params_file` before waiting for the workspace, to fail fast, busy or not. While
+    another run has its parameter edits in the files, the set is checked as it was before them (the
+    restore journal's text), which is what the check under the lock reads once that run is done."""
     checked_params_file(params_file)  # never deferred: the name alone decides
-    busy = workspace.JOURNAL.exists()
     try:
-        _check_params_file(params_file, overrides, stages)
-    except ConfigError:
-        if busy or workspace.JOURNAL.exists():
-            return
-        raise
+        text = workspace.text_before_edits(params_file)
+    except workspace.CorruptJournal:  # cannot tell what the files will hold: the check under the lock decides
+        with contextlib.suppress(ConfigError):
+            _check_params_file(params_file, overrides, stages)
+        return
+    _check_params_file(params_file, overrides, stages, text=text)
 
 
 def _wired_for(params_file: str) -> list[str] | None:
