@@ -487,11 +487,24 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 EXAMPLES = """examples:
   python -m flows.pipeline                                      # the tiny default, every stage
+  python -m flows.pipeline --smoke                              # every stage at the smallest sizes, in a scratch copy
   python -m flows.pipeline --params params/smollm2-135m.yaml    # a real instruct model on CPU
   python -m flows.pipeline --set rl.steps=20 rl.sampling.temperature=0.7
   python -m flows.pipeline --stages prepare validate_verifiers
-  python -m flows.pipeline --params params/smollm2-135m.yaml --rehearse   # every stage at smoke scale
+  python -m flows.pipeline --params params/smollm2-135m.yaml --smoke   # a GPU set rehearsed on CPU
 """
+
+
+def stages_epilog() -> str:
+    """The help's list of stages: those every set runs, then the opt-in ones, marked as such (a set
+    that does not ask for one refuses it as unknown)."""
+    always = " ".join(s.name for s in declared_stages if not s.opt_in)
+    opt_in = " ".join(s.name for s in declared_stages if s.opt_in)
+    return (
+        f"stages, in order: {always}\n"
+        f"opt-in stages, run only where the set asks for them (experiment.stages; reward_model also for "
+        f"rewards: [{{name: rm}}]): {opt_in}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -499,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m flows.pipeline",
         description=help_text(__doc__),
-        epilog=EXAMPLES + f"\nstages, in order: {' '.join(names)}",
+        epilog=EXAMPLES + "\n" + stages_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
@@ -520,19 +533,21 @@ def main(argv: list[str] | None = None) -> int:
         help="only these stages (run in DAG order; listed below)",
     )
     parser.add_argument(
+        "--smoke",
         "--rehearse",
+        dest="smoke",
         action="store_true",
-        help="run every stage of the set at smoke scale in a scratch copy (flows/rehearse.py)",
+        help="run every stage of the set at the smallest sizes that exercise it, in a scratch copy of the "
+        "checkout: nothing here changes (flows/rehearse.py; --rehearse is the same)",
     )
     args = parser.parse_args(argv)
     try:
         overrides = parse_overrides(args.overrides)
-        if args.rehearse:
+        precheck(args.params, overrides, args.stages)  # before the Prefect server starts: bad input fails in a second
+        if args.smoke:
             from flows.rehearse import rehearse
 
-            precheck(args.params, overrides, args.stages)
             return rehearse(args.params, overrides or None, args.stages)
-        precheck(args.params, overrides, args.stages)  # before the Prefect server starts: bad input fails in a second
         with serve.prefect_api():
             results = pipeline(params_file=args.params, overrides=overrides or None, stages=args.stages)
     except ConfigError as exc:
