@@ -19,8 +19,8 @@ from tests.e2e.conftest import run
 pytestmark = pytest.mark.e2e
 PY = sys.executable
 OVERRIDES = {"rl.steps": 2, "evaluate.max_examples": 8}
-# The stages that read rl (grpo, ppo) or evaluate.max_examples (evaluate); sft reads only two rl keys.
-READERS = {"grpo", "ppo", "evaluate"}
+# The stages that read rl (grpo, ppo) or evaluate.max_examples (evaluate).
+READERS = {"grpo", "ppo", "evaluate"}  # not sft, which reads rl.rollout_engine and one rl.sampling key
 
 
 def _stand_in_outputs(project: Path) -> None:
@@ -61,4 +61,11 @@ def test_a_set_run_changes_only_its_keys_in_dvcs_eyes_and_leaves_the_workspace_a
     assert _stale(project, run_env) == READERS
     lock = yaml.safe_load((project / "dvc.lock").read_text())
     recorded = lock["stages"]["validate_verifiers"]["params"]["params/default.yaml"]
-    assert recorded == {k: v for k, v in yaml.safe_load(before["params/default.yaml"]).items() if k in recorded}
+    assert recorded == {key: _at(yaml.safe_load(before["params/default.yaml"]), key) for key in recorded}
+
+
+def _at(tree: dict, dotted: str):
+    """The value at ``dotted`` (``experiment.seed``), as dvc.lock records a params key."""
+    for part in dotted.split("."):
+        tree = tree[part]
+    return tree
