@@ -150,16 +150,21 @@ def missing_inputs(params: Params, params_file: str) -> list[str]:
 
 def precheck(params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None) -> None:
     """:func:`_check_params_file` before waiting for the workspace, to fail fast, busy or not. While
-    another run has its parameter edits in the files, the set is checked as it was before them (the
-    restore journal's text), which is what the check under the lock reads once that run is done."""
+    another run has its parameter edits in the file, the set is checked as it was before them (the
+    restore journal's text): what the check under the lock reads once that run is done."""
     checked_params_file(params_file)  # never deferred: the name alone decides
     try:
-        text = workspace.text_before_edits(params_file)
-    except workspace.CorruptJournal:  # cannot tell what the files will hold: the check under the lock decides
+        original = workspace.original_if_edited(params_file)
+        try:
+            _check_params_file(params_file, overrides, stages, text=original)
+        except ConfigError:
+            if original is not None or not workspace.JOURNAL.exists():
+                raise
+            # Another run put its edits in place while this check read the file: check the text before them.
+            _check_params_file(params_file, overrides, stages, text=workspace.original_if_edited(params_file))
+    except workspace.CorruptJournal:  # what the file will hold is unknown: the check under the lock decides
         with contextlib.suppress(ConfigError):
             _check_params_file(params_file, overrides, stages)
-        return
-    _check_params_file(params_file, overrides, stages, text=text)
 
 
 def _wired_for(params_file: str) -> list[str] | None:

@@ -228,23 +228,19 @@ def restore_interrupted(log: Log = print) -> list[str]:
     return sorted(restored)
 
 
-def text_before_edits(path: str | Path) -> str | None:
-    """``path``'s text as it was before the edits of the run now holding the workspace (the
-    journal's record), or as it is when no run has edits in place; None when there is no such file.
-    Reads without the lock: the journal is written before the edits and removed after the restore.
-    :class:`CorruptJournal` when the journal cannot be read."""
-    rel = _relative(path)
-    for _ in range(10):  # a run that starts or ends between the two reads: look again
-        try:
-            raw = JOURNAL.read_bytes()
-        except FileNotFoundError:
-            text = _read(Path(path))
-            if not JOURNAL.exists():
-                return text
-            continue
-        entry = _parse_journal(raw).get(rel)
-        return entry["original"] if entry is not None else _read(Path(path))
-    raise CorruptJournal("it kept appearing and disappearing while being read")
+def original_if_edited(path: str | Path) -> str | None:
+    """The text ``path`` had before the edits of the run now holding the workspace, where that run
+    edited it (the journal's record); None while no run's edits are in it. Read without the lock:
+    the journal is written before the edits and removed after the restore. :class:`CorruptJournal`
+    when the journal cannot be read."""
+    try:
+        raw = JOURNAL.read_bytes()
+    except FileNotFoundError:
+        return None
+    entry = _parse_journal(raw).get(_relative(path))
+    if entry is None or entry["original"] is None or entry["original"] == _read(Path(path)):
+        return None
+    return entry["original"]
 
 
 @contextmanager
