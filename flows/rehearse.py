@@ -29,6 +29,12 @@ from grpoflow.provenance import copy_checkout
 # What makes a run smoke-sized; everything else stays the set's own.
 SMOKE: dict[str, Any] = {
     "data.synthetic.num_examples": 300,
+    "data.synthetic_code.num_examples": 300,
+    "reward_model.prompts": 16,  # the opt-in reward_model stage, where the set runs it
+    "reward_model.epochs": 0.5,
+    # A reward model trained at these sizes cannot promise quality: its gate is computed, not enforced.
+    "verifier_gate.min_rm_accuracy": 0.0,
+    "verifier_gate.min_rm_win_rate": 0.0,
     "verifier_gate.max_examples": 40,
     "sft.epochs": 0.1,
     "sft.eval_examples": 4,
