@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import filecmp
 import json
 import shutil
@@ -32,7 +33,7 @@ from flows import experiments, run_report, serve, workspace
 from flows.dag import pipeline_params_file, run_order
 from flows.run_report import StageResult
 from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
-from grpoflow.config import ConfigError, Params, has_dotted, load_params
+from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_dotted, validate_params
 from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short_repr
 from grpoflow.models.model_source import has_chat_template, model_unavailable
 from tasks import tracking
@@ -54,13 +55,16 @@ FAILED = workspace.STATE_DIR / "failed"
 
 
 def _check_params_file(
-    params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None
+    params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None, text: str | None = None
 ) -> Params:
     """The parameter set with ``overrides`` (dotted keys), validated before any work: a bad key,
-    value or stage name fails here, naming it."""
+    value or stage name fails here, naming it. ``text``: the file's text to check instead of what
+    the file holds now (another run's edits)."""
     checked_params_file(params_file)
     try:
-        params = load_params(params_file, overrides)
+        params = (
+            load_params(params_file, overrides) if text is None else _params_from_text(text, params_file, overrides)
+        )
     except ConfigError as exc:
         if overrides:
             raise ConfigError(f"{exc}\n(with the flow's overrides {short_repr(overrides)})") from None
@@ -80,6 +84,19 @@ def _check_params_file(
     if problems := missing_inputs(params, params_file):
         raise ConfigError("\n".join(problems))
     return params
+
+
+def _params_from_text(text: str, params_file: str, overrides: dict[str, Any] | None) -> Params:
+    """The set that ``text`` (a params file's text, journaled by another run) spells, with ``overrides``."""
+    try:
+        raw = load_yaml(text)
+    except (InputError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{params_file}: not valid YAML ({clip(str(exc))})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{params_file}: expected a mapping of sections at the top level")
+    for key, value in (overrides or {}).items():
+        set_dotted(raw, key, value)
+    return validate_params(raw, source=params_file)
 
 
 def checked_params_file(params_file: str) -> str:
@@ -133,16 +150,22 @@ def missing_inputs(params: Params, params_file: str) -> list[str]:
 
 
 def precheck(params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None) -> None:
-    """:func:`_check_params_file` before waiting for the workspace, to fail fast. Another run may have
-    its parameter edits in the files now: a failure then is left to the check under the lock."""
+    """:func:`_check_params_file` before waiting for the workspace, to fail fast, busy or not. While
+    another run has its parameter edits in the file, the set is checked as it was before them (the
+    restore journal's text): what the check under the lock reads once that run is done."""
     checked_params_file(params_file)  # never deferred: the name alone decides
-    busy = workspace.JOURNAL.exists()
     try:
-        _check_params_file(params_file, overrides, stages)
-    except ConfigError:
-        if busy or workspace.JOURNAL.exists():
-            return
-        raise
+        original = workspace.original_if_edited(params_file)
+        try:
+            _check_params_file(params_file, overrides, stages, text=original)
+        except ConfigError:
+            if original is not None or not workspace.JOURNAL.exists():
+                raise
+            # Another run put its edits in place while this check read the file: check the text before them.
+            _check_params_file(params_file, overrides, stages, text=workspace.original_if_edited(params_file))
+    except workspace.CorruptJournal:  # what the file will hold is unknown: the check under the lock decides
+        with contextlib.suppress(ConfigError):
+            _check_params_file(params_file, overrides, stages)
 
 
 def _wired_for(params_file: str) -> list[str] | None:
@@ -157,9 +180,14 @@ def _wired_for(params_file: str) -> list[str] | None:
 def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, str]:
     """The files this run rewrites for DVC to see what it runs: dvc.yaml, rendered for the set and
     its stages (tasks/stages.py) when the current one reads another set or runs other stages (a
-    dvc.yaml already wired for the run keeps its hand edits); and the set itself, with
-    every value the schema fills in written out, when there are overrides or the file leaves out a
-    key a stage depends on (DVC reads those keys from the file, not from the schema)."""
+    dvc.yaml already wired for the run keeps its hand edits); and the set itself, when there are
+    overrides or the file leaves out a key a stage depends on (DVC reads those keys from the file,
+    not from the schema).
+
+    The set is rewritten as ``dvc exp run --set-param`` would: the user's values as they are, with
+    only the overridden keys (and the missing ones, at the schema's defaults) set. DVC compares each
+    params entry of dvc.yaml as a whole, a section (``model``, ``rewards``) included, so filling in
+    every default would make every stage look modified once the user's own text is back."""
     changes: dict[str, str] = {}
     params = load_params(params_file, overrides)
     stages = stages_for(params)
@@ -168,13 +196,25 @@ def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, s
         # A dvc.yaml already wired for this run is left as it is, hand edits (torchrun commands) included.
         changes[DVC_YAML] = dvc_yaml_for(params_file, params)
     raw = load_yaml(Path(params_file).read_text()) or {}
-    # DVC reads each stage's params keys from the file itself, not from the schema's defaults.
-    if overrides or not all(has_dotted(raw, k) for s in stages for k in s.params):
-        header = (
-            f"# {params_file} as one flow run ran it, every value filled in; overrides: {json.dumps(overrides or {})}\n"
-        )
-        changes[params_file] = header + yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
+    edited = copy.deepcopy(raw)
+    for key, value in (overrides or {}).items():
+        set_dotted(edited, key, value)
+    dumped = params.model_dump(mode="json")
+    for key in dict.fromkeys(k for s in stages for k in s.params):
+        if not has_dotted(edited, key):  # DVC fails on a params key the file lacks: its default, written out
+            set_dotted(edited, key, _dotted_value(dumped, key))
+    if edited != raw:
+        header = f"# {params_file} as one flow run ran it; overrides: {json.dumps(overrides or {})}\n"
+        changes[params_file] = header + yaml.safe_dump(edited, sort_keys=False)
     return changes
+
+
+def _dotted_value(tree: dict[str, Any], dotted: str) -> Any:
+    """The value at ``dotted`` (``rl.sampling.temperature``) in a nested mapping."""
+    node: Any = tree
+    for part in dotted.split("."):
+        node = node[part]
+    return node
 
 
 def _uncached_outputs(stage: Stage) -> list[Path]:
@@ -262,12 +302,26 @@ def _mlflow_link(experiment_id: str, run_id: str) -> str:
     return f"{_mlflow_ui()[0]}/#/experiments/{experiment_id}/runs/{run_id}?{MLFLOW_VIEW}"
 
 
-def _publish_run_report(results: list[StageResult], title: str, experiment_id: str, parent_id: str) -> None:
+def _prefect_link(flow_run_id: str) -> str:
+    """The flow run in Prefect's UI; empty on the temporary server, which serves no UI."""
+    from prefect.settings import PREFECT_UI_URL
+
+    base = PREFECT_UI_URL.value()
+    return f"{base.rstrip('/')}/runs/flow-run/{flow_run_id}" if base and not serve.on_temporary_server() else ""
+
+
+def _publish_run_report(
+    results: list[StageResult], title: str, experiment_id: str, parent_id: str, params_file: str, flow_run_id: str
+) -> None:
     """reports/run.html, and the headline on the MLflow parent run (metrics, description, report and
     the comparison's plots as artifacts) and in Prefect (a link and a markdown artifact)."""
     import mlflow
 
-    head = run_report.write(results, title)
+    links = {
+        "MLflow parent run": _mlflow_link(experiment_id, parent_id),
+        "Prefect flow run": _prefect_link(flow_run_id),
+    }
+    head = run_report.write(results, title, params_file=params_file, links=links)
     text = run_report.headline_text(head)
     mlflow.log_metrics(run_report.headline_metrics(head))
     if head["winner"]:
@@ -381,7 +435,7 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None, overr
                 )
             results.append(result)
         try:
-            _publish_run_report(results, parent.info.run_name, experiment_id, parent_id)
+            _publish_run_report(results, parent.info.run_name, experiment_id, parent_id, params_file, flow_run_id)
         except Exception as exc:  # the stages' results are intact and get recorded: a report is not worth failing them
             get_run_logger().warning(
                 f"the run's report could not be written ({type(exc).__name__}: {exc}); "
@@ -456,11 +510,24 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 EXAMPLES = """examples:
   python -m flows.pipeline                                      # the tiny default, every stage
+  python -m flows.pipeline --smoke                              # every stage at the smallest sizes, in a scratch copy
   python -m flows.pipeline --params params/smollm2-135m.yaml    # a real instruct model on CPU
   python -m flows.pipeline --set rl.steps=20 rl.sampling.temperature=0.7
   python -m flows.pipeline --stages prepare validate_verifiers
-  python -m flows.pipeline --params params/smollm2-135m.yaml --rehearse   # every stage at smoke scale
+  python -m flows.pipeline --params params/smollm2-135m.yaml --smoke   # a GPU set rehearsed on CPU
 """
+
+
+def stages_epilog() -> str:
+    """The help's list of stages: those every set runs, then the opt-in ones, marked as such (a set
+    that does not ask for one refuses it as unknown)."""
+    always = " ".join(s.name for s in declared_stages if not s.opt_in)
+    opt_in = " ".join(s.name for s in declared_stages if s.opt_in)
+    return (
+        f"stages, in order: {always}\n"
+        f"opt-in stages, run only where the set asks for them (experiment.stages; reward_model also for "
+        f"rewards: [{{name: rm}}]): {opt_in}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -468,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m flows.pipeline",
         description=help_text(__doc__),
-        epilog=EXAMPLES + f"\nstages, in order: {' '.join(names)}",
+        epilog=EXAMPLES + "\n" + stages_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
@@ -489,19 +556,21 @@ def main(argv: list[str] | None = None) -> int:
         help="only these stages (run in DAG order; listed below)",
     )
     parser.add_argument(
+        "--smoke",
         "--rehearse",
+        dest="smoke",
         action="store_true",
-        help="run every stage of the set at smoke scale in a scratch copy (flows/rehearse.py)",
+        help="run every stage of the set at the smallest sizes that exercise it, in a scratch copy of the "
+        "checkout: nothing here changes (flows/rehearse.py; --rehearse is the same)",
     )
     args = parser.parse_args(argv)
     try:
         overrides = parse_overrides(args.overrides)
-        if args.rehearse:
+        precheck(args.params, overrides, args.stages)  # before the Prefect server starts: bad input fails in a second
+        if args.smoke:
             from flows.rehearse import rehearse
 
-            precheck(args.params, overrides, args.stages)
             return rehearse(args.params, overrides or None, args.stages)
-        precheck(args.params, overrides, args.stages)  # before the Prefect server starts: bad input fails in a second
         with serve.prefect_api():
             # A Failed state the flow returns comes back raised, as its exception.
             results = cast(

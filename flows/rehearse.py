@@ -1,9 +1,14 @@
-"""A rehearsal: every stage of a parameter set at smoke scale, in a scratch copy of the checkout,
-with the set's own model, tokenizer, prompt style, rewards and engine settings. A GPU set's mistakes
-(prompt style, batch arithmetic, a verifier on real data, a missing model) show up in minutes on a
-CPU, before a cluster job is spent; the set's real outputs and DVC experiments are not touched.
+"""A smoke run (a rehearsal): every stage of a parameter set at smoke scale, in a scratch copy of the
+checkout, with the set's own model, tokenizer, prompt style, rewards and engine settings. The tiny
+default runs end to end in minutes, SFT included; a GPU set's mistakes (prompt style, batch
+arithmetic, a verifier on real data, a missing model) show up on a CPU before a cluster job is spent.
 
-    python -m flows.pipeline --params params/smollm2-135m.yaml --rehearse [--set model.name_or_path=...]
+The smoke sizes are one named bundle of overrides (:data:`SMOKE`), applied on top of the set and of
+``--set`` as a run's overrides are. The run happens in the copy, so the workspace's params, outputs,
+DVC cache and lock, MLflow store and DVC experiments are not touched: a smoke run never replaces the
+results of a real one. The copy shares the checkout's DeepSpeed op cache (no rebuild per run).
+
+    python -m flows.pipeline --smoke [--params params/smollm2-135m.yaml] [--set model.name_or_path=...]
 """
 
 from __future__ import annotations
@@ -24,11 +29,17 @@ from grpoflow.provenance import copy_checkout
 # What makes a run smoke-sized; everything else stays the set's own.
 SMOKE: dict[str, Any] = {
     "data.synthetic.num_examples": 300,
+    "data.synthetic_code.num_examples": 300,
+    "reward_model.prompts": 16,  # the opt-in reward_model stage, where the set runs it
+    "reward_model.epochs": 0.5,
+    # A reward model trained at these sizes cannot promise quality: its gate is computed, not enforced.
+    "verifier_gate.min_rm_accuracy": 0.0,
+    "verifier_gate.min_rm_win_rate": 0.0,
     "verifier_gate.max_examples": 40,
     "sft.epochs": 0.1,
     "sft.eval_examples": 4,
     "rl.steps": 2,
-    "rl.checkpoint_every": 1,
+    "rl.checkpoint_every": 2,  # one checkpoint, at the last step
     "rl.eval_every": 2,
     "rl.preflight.prompts": 2,
     "rl.preflight.stop_on_none": False,
@@ -40,6 +51,10 @@ SMOKE: dict[str, Any] = {
     "orchestration.stage_retries": 0,
 }
 SOURCE_ROWS = 300  # rows read from each file or hub source (benchmarks: a sixth of it)
+# Where this checkout's stages keep DeepSpeed's compiled CPU ops when TORCH_EXTENSIONS_DIR is not set
+# (grpoflow.models.engine.EXTENSIONS_DIR, spelled out: that module imports torch). The scratch copy
+# has none of its own, and building them again costs minutes.
+OP_CACHE = Path(__file__).resolve().parents[1] / "grpoflow" / ".cache" / "torch_extensions"
 
 
 def smoke_params(params_file: str, overrides: dict[str, Any] | None) -> dict:
@@ -86,6 +101,7 @@ def rehearse(
         subprocess.run(cmd, cwd=project, check=True, capture_output=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_"))}
     env["PREFECT_HOME"] = str(scratch / "prefect-home")
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(OP_CACHE))  # the user's choice (the Makefile's) wins
     print(f"rehearsal of {params_file} at smoke scale in {project}", flush=True)
     cmd = [sys.executable, "-m", "flows.pipeline", "--params", str(rel), *(["--stages", *stages] if stages else [])]
     code = subprocess.run(cmd, cwd=project, env=env).returncode

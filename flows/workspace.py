@@ -228,6 +228,21 @@ def restore_interrupted(log: Log = print) -> list[str]:
     return sorted(restored)
 
 
+def original_if_edited(path: str | Path) -> str | None:
+    """The text ``path`` had before the edits of the run now holding the workspace, where that run
+    edited it (the journal's record); None while no run's edits are in it. Read without the lock:
+    the journal is written before the edits and removed after the restore. :class:`CorruptJournal`
+    when the journal cannot be read."""
+    try:
+        raw = JOURNAL.read_bytes()
+    except FileNotFoundError:
+        return None
+    entry = _parse_journal(raw).get(_relative(path))
+    if entry is None or entry["original"] is None or entry["original"] == _read(Path(path)):
+        return None
+    return entry["original"]
+
+
 @contextmanager
 def edits(changes: dict[str, str], log: Log = print) -> Iterator[None]:
     """Write ``changes`` (path -> new text) for the duration of the block; journal and restore

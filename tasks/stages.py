@@ -184,7 +184,7 @@ STAGES: list[Stage] = [
             _io("out", "data/verifier_validation", "out", "directory for the report and confusions"),
             _io("metrics", "metrics/validate_verifiers.json", "metric", "the stage's metrics JSON"),
         ),
-        params=("rewards", "sandbox", "verifier_gate"),
+        params=("experiment.seed", "rewards", "sandbox", "verifier_gate"),
     ),
     Stage(
         "sft",
@@ -262,7 +262,16 @@ STAGES: list[Stage] = [
             _io("out", "data/evaluation", "out", "directory for per-example outputs"),
             _io("metrics", "metrics/evaluate.json", "metric", "the stage's metrics JSON"),
         ),
-        params=("evaluate", "prompt", "rewards", "sandbox", "rl.rollout_engine", "rl.sampling.max_completion_length"),
+        params=(
+            "experiment.seed",
+            "model.max_length",
+            "evaluate",
+            "prompt",
+            "rewards",
+            "sandbox",
+            "rl.rollout_engine",
+            "rl.sampling.max_completion_length",
+        ),
     ),
     Stage(
         "compare",

@@ -44,7 +44,8 @@ def test_a_stage_cli_answers_help_without_loading_torch_mlflow_or_matplotlib(mod
 def test_the_pipeline_help_lists_the_stages_and_shows_its_examples_as_written():
     text, loaded = _help("flows.pipeline", heavy=("torch", "deepspeed", "transformers"))
     assert loaded == "[]"
-    assert "stages, in order: " + " ".join(s.name for s in STAGES) in text
+    assert "stages, in order: " + " ".join(s.name for s in STAGES if not s.opt_in) + "\n" in text
+    assert "opt-in stages" in text  # reward_model: listed apart, since a set that does not ask for it refuses it
     assert "\n  python -m flows.pipeline --stages prepare validate_verifiers\n" in text
     assert "``" not in text and ":mod:" not in text
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -196,6 +198,23 @@ def test_the_fast_check_leaves_a_failure_that_another_runs_edits_may_cause_to_th
         precheck("params/default.yaml", combined)  # deferred to the check under the lock
     with pytest.raises(ConfigError, match="rl.num_generations"):
         precheck("params/default.yaml", {"rl.num_generations": 1})  # no other run: fails at once
+
+
+def test_a_bad_override_fails_at_once_while_another_run_holds_the_workspace_with_its_edits(project):
+    """The other run holds the real lock and has its overrides in the params file; the second, bad,
+    command returns its error while the lock is still held (the timeout is only a safety net)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "flows.pipeline", "--set", "rl.step=2"]
+    with workspace.exclusive("first"), workspace.edits(run_edits("params/default.yaml", {"rl.steps": 999})):
+        assert workspace.JOURNAL.exists()
+        second = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=600)
+        assert second.returncode == 2, second.stderr
+        assert "rl.step: unknown key (did you mean 'steps'?)" in second.stderr
+        assert "busy" not in second.stdout + second.stderr
+        fh = open(workspace.LOCK_FILE)  # noqa: SIM115 - closed below; the lock is still ours
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fh.close()
 
 
 def test_every_named_input_file_is_checked_before_any_stage(project):

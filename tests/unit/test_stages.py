@@ -12,7 +12,9 @@ import yaml
 
 from grpoflow.config import describe_schema
 from grpoflow.provenance import module_files
-from tasks.stages import STAGES, ablation_stages, collapse, dvc_spec, stage
+from tasks.stages import STAGES, ablation_stages, collapse, dvc_spec, stage, stages_for
+
+ROOT = Path(__file__).resolve().parents[2]
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = yaml.safe_load((REPO / "dvc.yaml").read_text())
@@ -88,7 +90,7 @@ def test_a_set_may_leave_stages_out_and_their_consumers_adapt():
 
 def test_the_reward_model_stage_runs_only_where_a_reward_is_the_model_it_trains():
     from grpoflow.config import validate_params
-    from tasks.stages import stage_names, stages_for
+    from tasks.stages import stage_names
 
     plain = {s.name: s for s in stages_for(validate_params({}))}
     assert "reward_model" not in plain
@@ -167,3 +169,15 @@ def test_only_the_stages_that_score_depend_on_the_verifiers_and_the_advantage_ma
         if "verifiers.create(" in p.read_text()
     )
     assert building == sorted(BUILDS_VERIFIERS)
+
+
+def test_every_shipped_set_spells_out_each_params_key_its_stages_read():
+    """DVC reads a stage's params keys from the file, not the schema, and fails on one the file lacks
+    (`dvc repro` with dvc.yaml wired for the set; a flow run writes it only for its length)."""
+    from grpoflow.config import has_dotted, load_params
+    from grpoflow.guard import load_yaml
+
+    for path in sorted((ROOT / "params").glob("*.yaml")):
+        raw = load_yaml(path.read_text())
+        stages = stages_for(load_params(path))
+        assert sorted({k for s in stages for k in s.params if not has_dotted(raw, k)}) == [], path.name

@@ -1,0 +1,78 @@
+"""``--smoke`` (``--rehearse``): the named bundle of smoke sizes, run in a scratch copy that shares the
+checkout's DeepSpeed op cache; ``--help`` marks the opt-in stages."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows import rehearse as rehearse_module
+from flows.pipeline import main
+from flows.rehearse import OP_CACHE, SMOKE, rehearse, smoke_params
+from grpoflow.config import load_params, validate_params
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_smoke_bundle_shrinks_every_stage_of_the_tiny_default_and_keeps_the_users_overrides(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    raw = smoke_params("params/default.yaml", {"grpo.beta": 0.1, "rl.steps": 50})
+    params = validate_params(raw, source="smoke")
+    full = load_params("params/default.yaml")
+    assert params.grpo.beta == 0.1  # the user's override, which the bundle does not size
+    assert params.rl.steps == SMOKE["rl.steps"] == 2  # the bundle's size wins over the user's
+    assert params.sft.enabled and params.sft.epochs < full.sft.epochs  # SFT runs, briefly
+    assert params.data.synthetic.num_examples < full.data.synthetic.num_examples
+    assert params.verifier_gate.max_examples < full.verifier_gate.max_examples
+    assert params.evaluate.max_examples < full.evaluate.max_examples
+    assert not params.orchestration.record_experiment  # a smoke run is no DVC experiment
+
+
+def test_a_smoke_run_happens_in_a_copy_that_shares_the_checkouts_deepspeed_op_cache(tmp_path, monkeypatch):
+    from grpoflow.models.engine import EXTENSIONS_DIR
+
+    assert OP_CACHE == EXTENSIONS_DIR  # the engine's default place, computed without importing torch
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.setattr(rehearse_module.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
+    copies: list[Path] = []
+
+    def copy_checkout(src: Path, dest: Path) -> Path:
+        (dest / "params").mkdir(parents=True)
+        copies.append(dest)
+        return dest
+
+    runs: list[dict] = []
+
+    def run(cmd, cwd=None, env=None, **kwargs):
+        runs.append({"cmd": cmd, "cwd": cwd, "env": env})
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(rehearse_module, "copy_checkout", copy_checkout)
+    monkeypatch.setattr(rehearse_module.subprocess, "run", run)
+    assert rehearse("params/default.yaml", None, None, keep=True) == 0
+    flow = runs[-1]
+    assert flow["cmd"][1:3] == ["-m", "flows.pipeline"] and flow["cwd"] == copies[0] != ROOT
+    assert flow["env"]["TORCH_EXTENSIONS_DIR"] == str(OP_CACHE)
+    written = yaml.safe_load((copies[0] / "params" / "default.yaml").read_text())
+    assert written["rl"]["steps"] == SMOKE["rl.steps"]  # the copy's set, not the checkout's
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/somewhere/else")  # the user's (or the Makefile's) choice wins
+    (copies[0] / "params" / "default.yaml").unlink()
+    copies.clear()
+    monkeypatch.setattr(rehearse_module, "copy_checkout", lambda src, dest: copy_checkout(src, tmp_path / "again"))
+    assert rehearse("params/default.yaml", None, None, keep=True) == 0
+    assert runs[-1]["env"]["TORCH_EXTENSIONS_DIR"] == "/somewhere/else"
+
+
+def test_help_lists_the_stages_every_set_runs_and_marks_the_opt_in_ones(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    always = next(line for line in text.splitlines() if line.startswith("stages, in order:"))
+    opt_in = next(line for line in text.splitlines() if line.startswith("opt-in stages"))
+    assert "base_model" in always and "compare" in always and "reward_model" not in always
+    assert opt_in.endswith(": reward_model")
+    assert "--smoke" in text
