@@ -54,7 +54,7 @@ SOURCE_ROWS = 300  # rows read from each file or hub source (benchmarks: a sixth
 # Where this checkout's stages keep DeepSpeed's compiled CPU ops when TORCH_EXTENSIONS_DIR is not set
 # (grpoflow.models.engine.EXTENSIONS_DIR, spelled out: that module imports torch). The scratch copy
 # has none of its own, and building them again costs minutes.
-OP_CACHE = Path(__file__).resolve().parents[1] / "grpoflow" / ".cache" / "torch_extensions"
+OP_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "torch_extensions"
 
 
 def smoke_params(params_file: str, overrides: dict[str, Any] | None) -> dict:

@@ -18,7 +18,7 @@ from grpoflow.config import EngineConfig
 
 # Where DeepSpeed compiles its CPU ops unless the user chose (TORCH_EXTENSIONS_DIR): in the project,
 # so that every stage process, flow or shell reuses one build.
-EXTENSIONS_DIR = Path(__file__).resolve().parents[1] / ".cache" / "torch_extensions"
+EXTENSIONS_DIR = Path(__file__).resolve().parents[2] / ".cache" / "torch_extensions"  # the checkout's, as make's
 
 
 def import_deepspeed():

@@ -35,6 +35,7 @@ def test_a_smoke_run_happens_in_a_copy_that_shares_the_checkouts_deepspeed_op_ca
     from grpoflow.models.engine import EXTENSIONS_DIR
 
     assert OP_CACHE == EXTENSIONS_DIR  # the engine's default place, computed without importing torch
+    assert OP_CACHE == ROOT / ".cache" / "torch_extensions"  # and the Makefile's: one build per checkout
     monkeypatch.chdir(ROOT)
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     monkeypatch.setattr(rehearse_module.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
