@@ -15,7 +15,6 @@ Compare.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from prefect.artifacts import create_table_artifact
 from flows import serve
 from flows.pipeline import EXIT_INTERRUPTED, INTERRUPTED, held_workspace, parse_overrides, precheck, run_stages
 from grpoflow.config import ARMS, ConfigError
-from tasks.cli import help_text
+from tasks.cli import command_parser
 from tasks.stages import ABLATION_METRICS, ABLATION_OUT
 
 SHARED_STAGES = ["base_model", "prepare", "validate_verifiers", "sft"]  # what every arm starts from
@@ -66,11 +65,7 @@ def ablation(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m flows.ablation",
-        description=help_text(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("flows.ablation", __doc__)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
     parser.add_argument(
         "--arms",

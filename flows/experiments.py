@@ -15,7 +15,6 @@ The workspace's own run, in more detail (gain over SFT, gates, stage times): ``m
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import subprocess
@@ -136,13 +135,9 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tasks.cli import help_text
+    from tasks.cli import command_parser
 
-    parser = argparse.ArgumentParser(
-        prog="python -m flows.experiments",
-        description=help_text(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("flows.experiments", __doc__)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(argv)
     out = _dvc("exp", "show", "--json")

@@ -12,7 +12,6 @@ gates' verdicts, and each stage's time.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -123,13 +122,9 @@ def _seconds(seconds: dict[str, float]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the workspace's headline metrics (or that there are none yet)."""
-    from tasks.cli import help_text
+    from tasks.cli import command_parser
 
-    parser = argparse.ArgumentParser(
-        prog="python -m flows.metrics",
-        description=help_text(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("flows.metrics", __doc__)
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
     args = parser.parse_args(argv)
     found = read_workspace()

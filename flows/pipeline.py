@@ -11,7 +11,6 @@ successful run is saved as a DVC experiment (:mod:`flows.experiments`).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import filecmp
@@ -37,7 +36,7 @@ from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_do
 from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short_repr
 from grpoflow.models.model_source import has_chat_template, model_unavailable
 from tasks import tracking
-from tasks.cli import help_text
+from tasks.cli import command_parser
 from tasks.stages import REPORT_PLOTS, Stage, stages_for
 from tasks.stages import STAGES as declared_stages
 from tasks.stages import for_params as dvc_yaml_for
@@ -532,12 +531,7 @@ def stages_epilog() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     names = [s.name for s in declared_stages]
-    parser = argparse.ArgumentParser(
-        prog="python -m flows.pipeline",
-        description=help_text(__doc__),
-        epilog=EXAMPLES + "\n" + stages_epilog(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("flows.pipeline", __doc__, epilog=EXAMPLES + "\n" + stages_epilog())
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
     parser.add_argument(
         "--set",

@@ -292,13 +292,9 @@ def configure(env: dict[str, str], pool: str, pool_type: str, gpu_limit: str | N
 
 
 def _parser() -> argparse.ArgumentParser:
-    from tasks.cli import help_text
+    from tasks.cli import command_parser
 
-    parser = argparse.ArgumentParser(
-        prog="python -m flows.serve",
-        description=help_text(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("flows.serve", __doc__)
     parser.add_argument(
         "--params", default="params/default.yaml", help="the parameter set whose orchestration section names the pool"
     )

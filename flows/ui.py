@@ -13,7 +13,6 @@ to its server: a clean shutdown, no traceback). A second Ctrl-C, or a server sti
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -79,11 +78,9 @@ def _experiment_name(params_file: str | None) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the UI until Ctrl-C; its exit status."""
-    from tasks.cli import help_text
+    from tasks.cli import command_parser
 
-    parser = argparse.ArgumentParser(
-        prog="python -m flows.ui", description=help_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_parser("flows.ui", __doc__)
     parser.add_argument("--port", type=int, default=5000)
     parser.add_argument("--store", type=Path, default=Path("mlflow.db"), help="the SQLite tracking store")
     parser.add_argument(

@@ -25,17 +25,23 @@ def help_text(doc: str | None) -> str:
     return text.replace("``", "").strip()
 
 
+def command_parser(module: str, doc: str | None, epilog: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``python -m <module>``: its docstring as the help text, examples kept as written."""
+    return argparse.ArgumentParser(
+        prog=f"python -m {module}",
+        description=help_text(doc),
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def stage_parser(stage: str, description: str, declared=None) -> argparse.ArgumentParser:
     """The stage's parser: ``--params`` and one option per path its declaration in tasks/stages.py
     names (``declared``, default the stage named ``stage``), with that path as the default (so
     dvc.yaml, the CLI and the flow agree)."""
     from tasks.stages import stage as declaration
 
-    parser = argparse.ArgumentParser(
-        prog=f"python -m tasks.{stage}",
-        description=help_text(description),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser(f"tasks.{stage}", description)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
     for io in (declared or declaration(stage)).io:
         if io.flag is None:

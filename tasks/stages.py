@@ -13,7 +13,6 @@ The Prefect flow reads stage order, outputs and metrics from here as well.
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 from dataclasses import dataclass, field, replace
@@ -475,13 +474,9 @@ def params_file_var(path: str | Path = DVC_YAML) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """``--write`` regenerates dvc.yaml; ``--check`` reports whether it is current."""
-    from tasks.cli import help_text
+    from tasks.cli import command_parser
 
-    parser = argparse.ArgumentParser(
-        prog="python -m tasks.stages",
-        description=help_text(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("tasks.stages", __doc__)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", action="store_true", help="regenerate dvc.yaml from the declarations")
     group.add_argument("--check", action="store_true", help="exit 1 if dvc.yaml is not what the declarations give")
