@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from flows.run_report import STAGE_LOGS
 from tasks.stages import STAGES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,8 +122,8 @@ def test_the_stage_table_lists_every_stage_and_the_paths_it_writes(doc):
                 )
 
 
-# Written outside the stages: the input folder, the flow's run record and page, `make bench`'s output.
-NOT_A_STAGE_OUTPUT = ["data/raw", "metrics/run.json", "reports/run.html", "metrics/bench.json"]
+# Written outside the stages: the input folder, the flow's run record, page and stage logs, `make bench`'s output.
+NOT_A_STAGE_OUTPUT = ["data/raw", "metrics/run.json", "reports/run.html", "metrics/bench.json", str(STAGE_LOGS)]
 
 
 @pytest.mark.parametrize("doc", [REPO / "README.md", *(REPO / "docs").glob("*.md")], ids=lambda p: p.name)
