@@ -55,10 +55,10 @@ def model_note(result: dict, cfg) -> str:
     test, metric = result.get("test", {}), M.PASS_AT_1
     if metric not in test:
         return "not evaluated on the test split"
-    se = test.get(stderr_of(metric))
-    spread = f" ± {100 * se:.1f}" if se is not None else ""
+    from tasks.html_report import percent
+
     how = f"{cfg.n_samples} samples, T {cfg.temperature}" if cfg.k == 1 else "greedy"
-    return f"test {metric} {test[metric]:.1%}{spread} ({test.get('examples')} prompts, {how})"
+    return f"test {metric} {percent(test[metric], test.get(stderr_of(metric)))} ({test.get('examples')} prompts, {how})"
 
 
 def eval_sets(data: Path, limit: int, seed: int) -> dict[str, list[dict]]:

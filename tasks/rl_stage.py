@@ -106,13 +106,12 @@ def phase_split(rows: list[dict]) -> dict[str, dict[str, float]]:
 def summary(rows: list[dict], val_start: float | None, health: list[str], run) -> dict:
     """The stage's metrics JSON, from its history."""
     final = next((float(r[M.VAL_ACCURACY]) for r in reversed(rows) if r[M.VAL_ACCURACY] != ""), None)
-    n = max(len(rows), 1)
+    n, recent = max(len(rows), 1), rows[-M.RECENT_STEPS :]
     return {
         M.VAL_ACCURACY_START: val_start,
         M.VAL_ACCURACY: final,
         M.VAL_ACCURACY_GAIN: None if final is None or val_start is None else final - val_start,
-        M.REWARD_MEAN_RECENT: sum(float(r[M.REWARD_MEAN]) for r in rows[-M.RECENT_STEPS :])
-        / max(len(rows[-M.RECENT_STEPS :]), 1),
+        M.REWARD_MEAN_RECENT: sum(float(r[M.REWARD_MEAN]) for r in recent) / max(len(recent), 1),
         M.SECONDS_PER_STEP: sum(float(r[M.STEP_SECONDS]) for r in rows) / n,
         M.ROLLOUT_TOKENS_PER_S: sum(float(r[M.ROLLOUT_TOKENS_PER_S]) for r in rows) / n,
         M.PEAK_MEMORY_MB: max((float(r[M.PEAK_MEMORY_MB]) for r in rows), default=0.0),

@@ -124,7 +124,7 @@ class PPOTrainer(PolicyTrainer):
             clipped = old_values[sl] + (values - old_values[sl]).clamp(-ppo.cliprange_value, ppo.cliprange_value)
             vf = 0.5 * torch.maximum((values - returns[sl]) ** 2, (clipped - returns[sl]) ** 2)
             value_loss = (vf * b.mask[sl]).sum() / b.mask[sl].sum().clamp(min=1)
-            critic.backward(value_loss * mb.scale if mb.scale != 1.0 else value_loss)
+            critic.backward(value_loss * mb.scale)
             optimizer_step(critic)
             return {M.VALUE_LOSS: value_loss.item()}
 

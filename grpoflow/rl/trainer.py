@@ -298,7 +298,7 @@ class PolicyTrainer:
         )
 
     def _micro_batch(
-        self, b: Batch, sl: slice, old_logp: torch.Tensor | None, seen: dict[str, list[float]]
+        self, b: Batch, sl: slice, old_logp: torch.Tensor | None, seen: dict[str, list[float]], scale: float = 1.0
     ) -> MicroBatch:
         """Micro-batch ``sl`` as the loss sees it: the policy's log-probs and entropies, the old
         log-probs (the current ones, detached, when the update takes none: with mu = 1 they are
@@ -306,7 +306,7 @@ class PolicyTrainer:
         logp, ent = self._policy_logprobs(self.engine, b, sl)
         old = old_logp[sl] if old_logp is not None else logp.detach()
         weights, mask = self._corrected(old, b, sl, seen)
-        return MicroBatch(sl, logp, ent, old, mask, weights)
+        return MicroBatch(sl, logp, ent, old, mask, weights, scale)
 
     def _corrected(self, old: torch.Tensor, b: Batch, sl: slice, seen: dict[str, list[float]]):
         """``(token weights or None, loss mask)`` of micro-batch ``sl`` under ``rl.rollout_correction``,
@@ -344,10 +344,9 @@ class PolicyTrainer:
             engine.train()
         for _ in range(self.cfg.num_iterations):
             for sl, scale in zip(micro_batches.accumulation(slices, *engines), scales):
-                mb = self._micro_batch(b, sl, old_logp, seen)
-                mb.scale = scale
+                mb = self._micro_batch(b, sl, old_logp, seen, scale)
                 loss, tally = policy_loss(mb)
-                self._policy_step(step, loss, scale)
+                self._policy_step(step, loss, mb.scale)
                 if critic_step is not None:
                     tally = tally | critic_step(mb)
                 share = (sl.stop - sl.start) / len(b.ids)  # the step's metrics weigh rows alike
@@ -362,7 +361,7 @@ class PolicyTrainer:
         the run first."""
         if not torch.isfinite(loss):
             self.health.observe(step, {M.LOSS: float(loss)})  # raises TrainingDiverged
-        self.engine.backward(loss * scale if scale != 1.0 else loss)
+        self.engine.backward(loss * scale)  # times 1.0 is exact: equal micro-batches are unchanged
         optimizer_step(self.engine)
 
     @staticmethod
