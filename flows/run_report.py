@@ -62,11 +62,7 @@ def headline(evaluation: dict | None, compare: dict | None, trains: dict[str, di
 def headline_text(head: dict[str, Any]) -> str:
     """The headline as one sentence."""
     se = head.get("test_pass@1_se", {})
-    scores = ", ".join(
-        f"{m} {v:.1%}" + (f" ± {se[m]:.1%}" if se.get(m) is not None else "")
-        for m, v in head["test_pass@1"].items()
-        if v is not None
-    )
+    scores = ", ".join(f"{m} {H.percent(v, se.get(m))}" for m, v in head["test_pass@1"].items() if v is not None)
     speed = ", ".join(f"{a} {v:.2f} s/step" for a, v in head["seconds_per_step"].items() if v is not None)
     parts = [
         f"Test pass@1: {scores}" if scores else "Not evaluated in this run",
@@ -141,7 +137,7 @@ def _evaluation(evaluation: dict | None) -> str:
                 "prompts": r[n].get("examples"),
                 **{
                     key: H.percent(r[n].get(key), r[n].get(M.stderr_of(key)))
-                    for key in dict.fromkeys([M.PASS_AT_1, f"pass@{k}", f"maj@{k}"])
+                    for key in dict.fromkeys([M.PASS_AT_1, f"pass@{k}", *([f"maj@{k}"] if k > 1 else [])])
                 },
                 "held-out loss increase (nats/token)": r.get(M.HELDOUT_LOSS_INCREASE),
                 "forgetting": "FLAGGED" if r.get("forgetting_flagged") else "no",
@@ -154,7 +150,8 @@ def _evaluation(evaluation: dict | None) -> str:
 def _evaluation_note(evaluation: dict) -> str:
     """How the evaluation table's numbers are made (the evaluate stage's settings, as it recorded them)."""
     k, n, t = evaluation["k"], evaluation.get("n_samples"), evaluation.get("temperature")
-    sampled = f"pass@{k} and maj@{k} from {n} samples per prompt at temperature {t}"
+    scores = f"pass@{k} and maj@{k}" if k > 1 else "pass@1"
+    sampled = f"{scores} from {n} sample{'s' if n != 1 else ''} per prompt at temperature {t}"
     first = "pass@1 is the sampled one" if k == 1 else "pass@1 is greedy decoding"
     limit = evaluation.get("max_loss_increase")
     forgetting = f"; forgetting is flagged above +{limit} nats/token" if limit is not None else ""

@@ -113,7 +113,8 @@ def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: li
             stderr_of(f"pass@{cfg.k}"): sampled.pass_at_k_stderr,
             "examples": len(rows),
         }
-        if sampled.maj_at_k is not None:  # a code set has no answers to vote on
+        # a vote needs two samples or more (maj@1 is pass@1 again); a code set has no answers to vote on
+        if cfg.k > 1 and sampled.maj_at_k is not None:
             result[set_name][f"maj@{cfg.k}"] = sampled.maj_at_k
         outputs = sampled.outputs
         if greedy:

@@ -36,9 +36,7 @@ def test_the_headline_names_each_models_score_the_winner_and_the_step_time():
     }
     assert list(head["test_pass@1"]) == ["sft", "grpo"]  # the reference first, whatever the file's order
     # each score with its standard error over prompts, where the evaluation has one
-    assert (
-        run_report.headline_text(head) == "Test pass@1: sft 31.2%, grpo 50.0% ± 6.2%; winner: grpo; grpo 1.25 s/step."
-    )
+    assert run_report.headline_text(head) == "Test pass@1: sft 31.2%, grpo 50.0% ± 6.2; winner: grpo; grpo 1.25 s/step."
     assert run_report.headline_metrics(head) == {
         "test_pass_at_1/sft": 0.3125,
         "test_pass_at_1/grpo": 0.5,
@@ -79,6 +77,7 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     assert "No GRPO-vs-PPO comparison in this run." in page and "<script" not in page
     # A benchmark gets its own row (a code set: no maj@k); no reward model ran.
     assert "<td>humaneval</td>" in page and '<td class="num">6.2%</td>' in page  # shares in %
+    assert "<th>maj@4</th>" in page and "pass@4 and maj@4 from 4 samples" in page
     assert '<td class="num">75.0% ± 5.0</td>' in page  # with the standard error over prompts, in points
     assert '<td class="num">164</td>' in page  # the set's prompts beside its scores
     assert "No reward model in this run." in page
@@ -88,6 +87,19 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     assert "Where the step time goes" in page
     assert '<td>grpo</td><td>rollout</td><td class="num">1.5</td><td class="num">75</td>' in page
     assert '<td>update</td><td class="num">0.5</td><td class="num">25</td>' in page
+
+
+def test_with_k_1_the_page_has_no_vote_of_one_sample(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    evaluate = Path(stage("evaluate").option("metrics").path)
+    evaluate.parent.mkdir(parents=True)
+    one = {"pass@1": 0.25, "pass@1_se": 0.014, "examples": 1000}
+    evaluation = {"k": 1, "n_samples": 1, "temperature": 0.7, "models": {"sft": {"test": one}, "grpo": {"test": one}}}
+    evaluate.write_text(json.dumps(evaluation))
+    run_report.write([StageResult("evaluate", True, 9.0, {})], "grpoflow-pipeline-test")
+    page = run_report.REPORT.read_text()
+    assert '<td class="num">25.0% ± 1.4</td>' in page
+    assert "maj@" not in page and "pass@1 from 1 sample per prompt at temperature 0.7" in page
 
 
 def test_the_page_shows_the_reward_model_where_it_ran(tmp_path, monkeypatch):
