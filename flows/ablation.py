@@ -20,11 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
+from prefect import State, flow
 from prefect.artifacts import create_table_artifact
 
 from flows import serve
 from flows.pipeline import EXIT_INTERRUPTED, INTERRUPTED, held_workspace, parse_overrides, precheck, run_stages
+from flows.stage_run import StageVerdict, verdict_state
 from grpoflow.config import ARMS, ConfigError
 from tasks.cli import command_parser
 from tasks.stages import ABLATION_METRICS, ABLATION_OUT
@@ -48,12 +49,16 @@ def ablation(
     arms: list[str] | None = None,
     seeds: list[int] | None = None,
     overrides: dict[str, Any] | None = None,
-) -> dict:
+) -> dict | State:
     """Arms ``arms`` (the first the baseline) at ``seeds`` on one parameter set, with validated ``overrides``."""
     every = ablation_overrides(arms or ["grpo", "ppo"], seeds or [0], overrides)
     precheck(params_file, every)
     with held_workspace(params_file, every) as params:
-        for r in run_stages(params, params_file, None, overrides=every):
+        try:
+            results = run_stages(params, params_file, None, overrides=every)
+        except StageVerdict as exc:  # expected (a gate, bad input): Failed with one line, no traceback
+            return verdict_state(exc)
+        for r in results:
             print(f"{r.stage}: {'ran' if r.ran else 'cached'} in {r.seconds:.1f} s")
         result = json.loads(Path(ABLATION_METRICS).read_text())
         create_table_artifact(
@@ -92,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except StageVerdict as exc:  # its report is in the log above; the flow run ended Failed
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(INTERRUPTED, file=sys.stderr)
         return EXIT_INTERRUPTED

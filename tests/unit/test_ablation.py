@@ -110,3 +110,28 @@ def test_an_arm_that_forgets_more_is_worse_on_the_forgetting_check():
 
 def forgetting_cell(v: dict) -> str:
     return f"{v['verdict']} ({v['difference']:+.3f}, p={v['p_value']:.3g})"
+
+
+def test_a_gate_failure_ends_the_ablation_failed_with_one_line_and_no_traceback(monkeypatch, capsys):
+    import contextlib
+
+    from flows import ablation as flow
+    from flows.stage_run import StageVerdict
+
+    verdict = StageVerdict("stage 'prepare' failed with exit code 3: prepare: the gate failed")
+
+    def gate_fails(*args, **kwargs):
+        raise verdict
+
+    monkeypatch.setattr(flow, "precheck", lambda *a, **k: None)
+    monkeypatch.setattr(flow, "held_workspace", lambda *a, **k: contextlib.nullcontext(None))
+    monkeypatch.setattr(flow, "run_stages", gate_fails)
+    state = flow.ablation.fn("params/default.yaml", ["grpo", "ppo"], [0])
+    # returned, not raised: Prefect logs a returned Failed state's message, without a traceback
+    assert state.is_failed() and state.message == str(verdict)
+
+    monkeypatch.setattr(flow, "ablation", gate_fails)
+    monkeypatch.setattr(flow.serve, "prefect_api", contextlib.nullcontext)
+    assert flow.main(["--arms", "grpo", "ppo"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: {verdict}\n"
