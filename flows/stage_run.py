@@ -105,15 +105,17 @@ class DvcAdvice:
 class EngineNoise:
     """The engines' start-up chatter: vLLM's and DeepSpeed's INFO/WARNING log lines (a vLLM engine
     start prints its whole config on one line of about 3,000 characters, and the same thread
-    warning again and again), library warnings from site-packages with the source line Python
-    prints under them, and weight-loading progress bars. The stage's full log file keeps them; the
-    flow's console shows the stage's own lines, and every ERROR line whatever its source."""
+    warning again and again), torch's C++ warnings (NUMA binding), library warnings from
+    site-packages with the source line Python prints under them, and weight-loading progress bars.
+    The stage's full log file keeps them; the flow's console shows the stage's own lines, and every
+    ERROR line whatever its source."""
 
     PATTERNS = (
         re.compile(r"^(\([\w-]+ pid=\d+\) )?(DEBUG|INFO|WARNING) \d\d-\d\d \d\d:\d\d:\d\d \["),  # vLLM
         re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\] \[(DEBUG|INFO|WARNING)\]"),  # DeepSpeed
         re.compile(r"^Loading safetensors checkpoint shards:"),
         re.compile(r"^Triton is installed, but"),
+        re.compile(r"^\[[IW]\d{4} \d\d:\d\d:\d\d\.\d+ \S+:\d+\] "),  # torch's C++ (c10) info and warnings
     )
     LIBRARY_WARNING = re.compile(r"^/\S+/(site|dist)-packages/\S+:\d+: \w*Warning")
 
