@@ -115,7 +115,7 @@ class EngineNoise:
         re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\] \[(DEBUG|INFO|WARNING)\]"),  # DeepSpeed
         re.compile(r"^Loading safetensors checkpoint shards:"),
         re.compile(r"^Triton is installed, but"),
-        re.compile(r"^\[[IW]\d{4} \d\d:\d\d:\d\d\.\d+ \S+:\d+\] "),  # torch's C++ (c10) info and warnings
+        re.compile(r"^(\[rank\d+\]:)?\[[IW]\d{4} \d\d:\d\d:\d\d\.\d+ \S+:\d+\] "),  # torch's C++ (c10) lines
     )
     LIBRARY_WARNING = re.compile(r"^/\S+/(site|dist)-packages/\S+:\d+: \w*Warning")
 

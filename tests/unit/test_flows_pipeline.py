@@ -367,6 +367,7 @@ def test_engine_chatter_goes_to_the_log_file_and_errors_stay_on_the_console():
         '  if hasattr(value, "__dict__"):',
         "Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00,  9.2it/s]",
         "[W1203 07:36:22.384953152 utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy for memory allocation",
+        "[rank0]:[W1203 08:13:22.769256563 utils.cpp:68] Warning: NUMA binding: the same from a distributed rank",
         "(MainProcess pid=22385) ERROR 12-03 04:33:00 [core.py:12] EngineCore failed",
         "  indented output of the stage's own",
         "grpo step 1/28: reward 0.109 kl 0.0000",
