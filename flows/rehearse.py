@@ -98,14 +98,14 @@ def _cap_launch(raw: dict, params) -> int:
 
 
 def launch_note(full, smoke) -> str | None:
-    """The line that says how the rehearsal's launch departs from the set's (None: it does not)."""
+    """The line that says how many processes the rehearsal launches, against the set's (None: one, as the set)."""
     was, now = full.launch, smoke.launch
-    if was == now:
+    if was == now and now.world_size == 1:
         return None
     return (
         f"rehearsal: the set's launch of {was.world_size} processes (launch.nproc_per_node={was.nproc_per_node} x "
         f"launch.nnodes={was.nnodes}) runs as {now.world_size} on this machine (one node; gloo on a CPU), "
-        f"{smoke.rl.prompts_per_step // now.world_size} prompt(s) per process"
+        f"{smoke.rl.prompts_per_step // launched_world_size(smoke)} prompt(s) per process"
     )
 
 

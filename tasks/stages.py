@@ -8,6 +8,9 @@ graph of its module, so that editing any file a stage imports makes ``dvc repro`
                                        # dvc.yaml's params_file names; --write --params X switches sets)
     python -m tasks.stages --check     # exit 1 when dvc.yaml differs (a unit test does the same)
 
+A set's ``launch`` section (more than one process) puts ``torchrun`` with its options in front of
+the commands of the stages it names (:func:`launchers`); one process keeps ``python -m``.
+
 The Prefect flow reads stage order, outputs and metrics from here as well.
 """
 

@@ -74,8 +74,8 @@ class LaunchConfig(_Section):
         return self
 
     def torchrun_args(self, run_id: str) -> list[str]:
-        """torchrun and its options, the words before ``-m <module>``; ``run_id`` stands in for a null
-        ``rdzv_id``."""
+        """torchrun and its options, the words before ``-m <module>``; ``run_id`` (its characters beyond
+        letters, digits and ``. - _`` as ``-``) stands in for a null ``rdzv_id``."""
         return [
             "torchrun",
             "--nproc_per_node",
@@ -87,7 +87,7 @@ class LaunchConfig(_Section):
             "--rdzv_endpoint",
             self.rdzv_endpoint or LOCAL_ENDPOINT,
             "--rdzv_id",
-            self.rdzv_id or run_id,
+            self.rdzv_id or re.sub(r"[^A-Za-z0-9._-]", "-", run_id),
             "--max_restarts",
             str(self.max_restarts),
         ]
