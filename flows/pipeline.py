@@ -33,6 +33,7 @@ from flows.dag import pipeline_params_file, run_order
 from flows.run_report import StageResult
 from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
 from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_dotted, validate_params
+from grpoflow.config.launch import DISTRIBUTED_STAGES
 from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short_repr
 from grpoflow.models.model_source import has_chat_template, model_unavailable
 from tasks import tracking
@@ -167,21 +168,28 @@ def precheck(params_file: str, overrides: dict[str, Any] | None = None, stages: 
             _check_params_file(params_file, overrides, stages)
 
 
-def _wired_for(params_file: str) -> list[str] | None:
-    """The stages dvc.yaml runs when it reads its parameters from ``params_file``; None when it reads
-    another file."""
+def _commands(text: str) -> list[tuple[str, str | None]]:
+    """Each stage of a dvc.yaml's text, in order, with its command where the set's ``launch`` decides
+    it (the distributed stages; None for the others, whose hand edits a run keeps)."""
+    stages = (yaml.safe_load(text) or {}).get("stages") or {}
+    return [(name, (entry or {}).get("cmd") if name in DISTRIBUTED_STAGES else None) for name, entry in stages.items()]
+
+
+def _wired_for(params_file: str) -> list[tuple[str, str | None]] | None:
+    """The stages dvc.yaml runs, with the commands of the distributed ones, when it reads its
+    parameters from ``params_file``; None when it reads another file."""
     wired = pipeline_params_file(DVC_YAML)
     if not wired or Path(wired).resolve() != Path(params_file).resolve():
         return None
-    return list((yaml.safe_load(Path(DVC_YAML).read_text()) or {}).get("stages") or {})
+    return _commands(Path(DVC_YAML).read_text())
 
 
 def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, str]:
-    """The files this run rewrites for DVC to see what it runs: dvc.yaml, rendered for the set and
-    its stages (tasks/stages.py) when the current one reads another set or runs other stages (a
-    dvc.yaml already wired for the run keeps its hand edits); and the set itself, when there are
-    overrides or the file leaves out a key a stage depends on (DVC reads those keys from the file,
-    not from the schema).
+    """The files this run rewrites for DVC to see what it runs: dvc.yaml, rendered for the set, its
+    stages and its launch (tasks/stages.py) when the current one reads another set, runs other stages
+    or launches the distributed ones otherwise (a dvc.yaml wired for the run keeps its hand edits to
+    the other stages' commands); and the set itself, when there are overrides or the file leaves out
+    a key a stage depends on (DVC reads those keys from the file, not from the schema).
 
     The set is rewritten as ``dvc exp run --set-param`` would: the user's values as they are, with
     only the overridden keys (and the missing ones, at the schema's defaults) set. DVC compares each
@@ -190,10 +198,11 @@ def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, s
     changes: dict[str, str] = {}
     params = load_params(params_file, overrides)
     stages = stages_for(params)
-    if _wired_for(params_file) != [s.name for s in stages]:
-        # Another set, or another choice of stages or arms: dvc.yaml is generated, so the same text for them.
-        # A dvc.yaml already wired for this run is left as it is, hand edits (torchrun commands) included.
-        changes[DVC_YAML] = dvc_yaml_for(params_file, params)
+    generated = dvc_yaml_for(params_file, params)
+    if _wired_for(params_file) != _commands(generated):
+        # Another set, another choice of stages or arms, or another launch (launch.*: torchrun or not):
+        # dvc.yaml is generated, so the same text for them, and a training stage runs as `dvc repro` runs it.
+        changes[DVC_YAML] = generated
     raw = load_yaml(Path(params_file).read_text()) or {}
     edited = copy.deepcopy(raw)
     for key, value in (overrides or {}).items():

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from grpoflow.config import load_params, set_dotted
+from grpoflow.config.rules import launched_world_size
 from grpoflow.provenance import copy_checkout
 
 # What makes a run smoke-sized; everything else stays the set's own.
@@ -51,6 +52,9 @@ SMOKE: dict[str, Any] = {
     "orchestration.stage_retries": 0,
 }
 SOURCE_ROWS = 300  # rows read from each file or hub source (benchmarks: a sixth of it)
+# Processes a rehearsal launches at most (one node, gloo on a CPU): two already take every
+# distributed path (sharding, all-reduce, rank 0 alone writing); more would only queue on the cores.
+REHEARSAL_PROCESSES = 2
 # Where this checkout's stages keep DeepSpeed's compiled CPU ops when TORCH_EXTENSIONS_DIR is not set
 # (grpoflow.models.engine.EXTENSIONS_DIR, spelled out: that module imports torch). The scratch copy
 # has none of its own, and building them again costs minutes.
@@ -67,13 +71,42 @@ def smoke_params(params_file: str, overrides: dict[str, Any] | None) -> dict:
         for source in data.get(key) or []:
             source["limit"] = min(source.get("limit") or rows, rows)
     params = load_params_from(raw, params_file)
+    world = _cap_launch(raw, params)
     rl = raw.setdefault("rl", {})
     # Two prompts per process and a short completion keep a big set's step to seconds on a CPU;
     # G, the engines and everything else stay as the set has them.
-    rl["prompts_per_step"] = min(params.rl.prompts_per_step, 2)
+    rl["prompts_per_step"] = min(params.rl.prompts_per_step // launched_world_size(params), 2) * world
     rl.setdefault("sampling", {})["max_completion_length"] = min(params.rl.sampling.max_completion_length, 32)
     rl.setdefault("engine", {})["micro_batch_size"] = 2 * params.rl.num_generations
     return raw
+
+
+def _cap_launch(raw: dict, params) -> int:
+    """Shrink the set's launch in ``raw`` to at most :data:`REHEARSAL_PROCESSES` processes on this
+    one node (a local rendezvous); the processes its training stages will run on."""
+    launch = params.launch
+    capped = min(launch.world_size, REHEARSAL_PROCESSES)
+    if launch.world_size > 1:
+        raw["launch"] = {
+            **(raw.get("launch") or {}),
+            "nproc_per_node": capped,
+            "nnodes": 1,
+            "rdzv_backend": "c10d",
+            "rdzv_endpoint": None,
+        }
+    return capped if launched_world_size(params) > 1 else 1
+
+
+def launch_note(full, smoke) -> str | None:
+    """The line that says how many processes the rehearsal launches, against the set's (None: one, as the set)."""
+    was, now = full.launch, smoke.launch
+    if was == now and now.world_size == 1:
+        return None
+    return (
+        f"rehearsal: the set's launch of {was.world_size} processes (launch.nproc_per_node={was.nproc_per_node} x "
+        f"launch.nnodes={was.nnodes}) runs as {now.world_size} on this machine (one node; gloo on a CPU), "
+        f"{smoke.rl.prompts_per_step // launched_world_size(smoke)} prompt(s) per process"
+    )
 
 
 def load_params_from(raw: dict, source: str):
@@ -87,9 +120,10 @@ def rehearse(
     params_file: str, overrides: dict[str, Any] | None, stages: list[str] | None, *, keep: bool = False
 ) -> int:
     """Run the pipeline on the smoke version of ``params_file`` in a scratch copy; its exit code."""
-    load_params(params_file, overrides)  # the set itself must validate first, with its own numbers
+    full = load_params(params_file, overrides)  # the set itself must validate first, with its own numbers
     raw = smoke_params(params_file, overrides)
-    load_params_from(raw, f"{params_file} (rehearsal)")
+    if note := launch_note(full, load_params_from(raw, f"{params_file} (rehearsal)")):
+        print(note, flush=True)
     scratch = Path(tempfile.mkdtemp(prefix="grpoflow-rehearsal-"))
     project = copy_checkout(Path.cwd(), scratch / "project")
     rel = Path(params_file)

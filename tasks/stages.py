@@ -8,6 +8,9 @@ graph of its module, so that editing any file a stage imports makes ``dvc repro`
                                        # dvc.yaml's params_file names; --write --params X switches sets)
     python -m tasks.stages --check     # exit 1 when dvc.yaml differs (a unit test does the same)
 
+A set's ``launch`` section (more than one process) puts ``torchrun`` with its options in front of
+the commands of the stages it names (:func:`launchers`); one process keeps ``python -m``.
+
 The Prefect flow reads stage order, outputs and metrics from here as well.
 """
 
@@ -92,11 +95,12 @@ class Stage:
         """Its metrics JSON files."""
         return self.paths("metric")
 
-    def command(self) -> str:
+    def command(self, launcher: list[str] | None = None) -> str:
         """The shell command dvc.yaml runs, every interpolated word quoted: DVC hands it to a shell
         after putting the params file's name in place of ``${params_file}``, inside the quotes. (Only a
-        quote in the name could end them: every entry point refuses names beyond ``[A-Za-z0-9._/-]``.)"""
-        words = ["python", "-m", self.module, "--params", PARAMS_VAR]
+        quote in the name could end them: every entry point refuses names beyond ``[A-Za-z0-9._/-]``.)
+        ``launcher`` (torchrun and its options, :func:`launchers`) stands in for ``python``."""
+        words = [*(launcher or ["python"]), "-m", self.module, "--params", PARAMS_VAR]
         for i in self.io:
             if i.flag:
                 words += [f"--{i.flag}", *([i.path] if isinstance(i.path, str) else i.path)]
@@ -353,9 +357,18 @@ def stage(name: str) -> Stage:
     return BY_NAME[name]
 
 
-def _dvc_stage(s: Stage) -> dict:
+def launchers(params) -> dict[str, list[str]]:
+    """Per stage the set launches on several processes (``launch.stages``), torchrun and its options;
+    empty for one process, whose stages run as ``python -m`` exactly as without the section."""
+    launch = params.launch
+    if launch.world_size == 1:
+        return {}
+    return {name: launch.torchrun_args(params.experiment.name) for name in launch.stages}
+
+
+def _dvc_stage(s: Stage, launcher: list[str] | None = None) -> dict:
     deps = s.paths("dep") + s.code()
-    entry: dict = {"cmd": s.command(), "deps": list(dict.fromkeys(deps))}
+    entry: dict = {"cmd": s.command(launcher), "deps": list(dict.fromkeys(deps))}
     if s.params:
         entry["params"] = [{PARAMS_VAR: list(s.params)}]
     outs: list = []
@@ -416,16 +429,17 @@ def dvc_spec(
     stages: list[str] | None = None,
     arms: list[str] | None = None,
     seeds: list[int] | None = None,
+    launch: dict[str, list[str]] | None = None,
 ) -> dict:
     """dvc.yaml's content for the stages a set runs (and its ablation's arms and seeds), reading
-    parameters from ``params_file``."""
+    parameters from ``params_file``; the stages in ``launch`` (:func:`launchers`) run under its launcher."""
     chosen = select(stages, ablation_stages(arms or [], seeds or []))
     plots: list = [
         {s.plot["title"]: {"x": "step", "y": {s.paths("history")[0]: s.plot["y"]}}} for s in chosen if s.plot
     ]
     return {
         "vars": [{"params_file": params_file}],
-        "stages": {s.name: _dvc_stage(s) for s in chosen},
+        "stages": {s.name: _dvc_stage(s, (launch or {}).get(s.name)) for s in chosen},
         "metrics": [RUN_RECORD],
         "plots": plots + (REPORT_PLOTS if "compare" in {s.name for s in chosen} else []),
     }
@@ -447,15 +461,17 @@ def render(
     stages: list[str] | None = None,
     arms: list[str] | None = None,
     seeds: list[int] | None = None,
+    launch: dict[str, list[str]] | None = None,
 ) -> str:
     """dvc.yaml as text, for the set in ``params_file`` running ``stages`` (None: all) and the
-    ablation ``arms`` x ``seeds`` (none by default)."""
-    return HEADER + yaml.safe_dump(dvc_spec(params_file, stages, arms, seeds), sort_keys=False, width=120)
+    ablation ``arms`` x ``seeds`` (none by default), the stages in ``launch`` under its launcher."""
+    spec = dvc_spec(params_file, stages, arms, seeds, launch)
+    return HEADER + yaml.safe_dump(spec, sort_keys=False, width=120)
 
 
 def for_params(params_file: str, params) -> str:
-    """dvc.yaml for a validated set: its stages, and its ablation's arms and seeds."""
-    return render(params_file, stage_names(params), params.ablation.arms, params.ablation.seeds)
+    """dvc.yaml for a validated set: its stages, its ablation's arms and seeds, and its launch."""
+    return render(params_file, stage_names(params), params.ablation.arms, params.ablation.seeds, launchers(params))
 
 
 def stages_for(params) -> list[Stage]:

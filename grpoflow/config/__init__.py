@@ -6,7 +6,8 @@ error names the file and the dotted key. One module per owner: :mod:`~grpoflow.c
 :mod:`~grpoflow.config.model`, :mod:`~grpoflow.config.rewards`, :mod:`~grpoflow.config.rl`
 (with the presets), :mod:`~grpoflow.config.grpo`, :mod:`~grpoflow.config.ppo`,
 :mod:`~grpoflow.config.sft`, :mod:`~grpoflow.config.evaluate`,
-:mod:`~grpoflow.config.orchestration` (with the ablation arms), :mod:`~grpoflow.config.params`
+:mod:`~grpoflow.config.orchestration` (with the ablation arms), :mod:`~grpoflow.config.launch`
+(torchrun's options), :mod:`~grpoflow.config.params`
 (the whole set), :mod:`~grpoflow.config.loader` (files, overrides, error wording) and
 :mod:`~grpoflow.config.docs` (the configuration reference). The schema imports no maths module
 and no verifier implementation: names are checked against light name tables.
@@ -33,6 +34,7 @@ from grpoflow.config.grpo import (
     GRPOConfig,
     NoAdvantageOptions,
 )
+from grpoflow.config.launch import DISTRIBUTED_STAGES, LaunchConfig
 from grpoflow.config.loader import arm_params, load_params, validate_params
 from grpoflow.config.model import LoraConfig, ModelConfig, PromptConfig
 from grpoflow.config.orchestration import (
@@ -67,6 +69,7 @@ __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "ARMS",
     "CRITIC_ESTIMATORS",
+    "DISTRIBUTED_STAGES",
     "PII_ENTITIES",
     "PRESETS",
     "RM_DEFAULT_PATH",
@@ -85,6 +88,7 @@ __all__ = [
     "GRPOConfig",
     "GenerationScheduleStep",
     "GroupNormOptions",
+    "LaunchConfig",
     "LeakageConfig",
     "Limits",
     "LoraConfig",

@@ -10,6 +10,7 @@ from grpoflow.config.base import _Section
 from grpoflow.config.data import DataConfig
 from grpoflow.config.evaluate import EvaluateConfig
 from grpoflow.config.grpo import GRPOConfig
+from grpoflow.config.launch import LaunchConfig
 from grpoflow.config.model import ModelConfig, PromptConfig
 from grpoflow.config.orchestration import AblationConfig, ExperimentConfig, OrchestrationConfig, TrackingConfig
 from grpoflow.config.ppo import PPOConfig
@@ -54,6 +55,9 @@ class Params(_Section):
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="The PPO baseline stage's own settings.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="The evaluate stage.")
     ablation: AblationConfig = Field(default_factory=AblationConfig, description="The ablation flow's arms and seeds.")
+    launch: LaunchConfig = Field(
+        default_factory=LaunchConfig, description="Processes per distributed stage: torchrun's options (1: none)."
+    )
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
     orchestration: OrchestrationConfig = Field(
         default_factory=OrchestrationConfig, description="Prefect runs: pool, GPU limit, retries, DVC experiments."

@@ -51,10 +51,26 @@ def trained_algorithms(params: Params) -> list[str]:
 # -- rules of the shared sections -----------------------------------------------------------------
 
 
+def launched_world_size(params: Params) -> int:
+    """The processes a training stage of the set runs on: ``launch.nproc_per_node`` x ``launch.nnodes``
+    where ``launch.stages`` names an algorithm the set trains, else 1."""
+    launch = params.launch
+    return launch.world_size if set(launch.stages) & set(trained_algorithms(params)) else 1
+
+
 def batch_splits(params: Params) -> list[str]:
-    """``rl.prompts_per_step`` x every G of the schedule must split into ``rl.engine.micro_batch_size``
-    micro-batches (on one process; the stage checks its real world size, :mod:`grpoflow.config.advice`)."""
-    return batch_problems(params.rl, 1)
+    """``rl.prompts_per_step`` must shard over the launched processes (whole groups per process), and
+    each process's prompts x every G of the schedule must split into ``rl.engine.micro_batch_size``
+    micro-batches (the stage checks its real world size again, :mod:`grpoflow.config.advice`)."""
+    world = launched_world_size(params)
+    launch = params.launch
+    where = (
+        f" (launch.nproc_per_node={launch.nproc_per_node} x launch.nnodes={launch.nnodes} = {world} processes "
+        f"for {', '.join(launch.stages)})"
+        if world > 1
+        else ""
+    )
+    return [problem + where for problem in batch_problems(params.rl, world)]
 
 
 def sampling_is_not_greedy(params: Params) -> list[str]:

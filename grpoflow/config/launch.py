@@ -1,0 +1,93 @@
+"""The ``launch`` section: how many processes run each distributed stage, in torchrun's own words.
+
+One process (the default) runs a stage as ``python -m tasks.<stage>``, exactly as before the
+section existed; more than one makes the generated dvc.yaml (tasks/stages.py) put ``torchrun``
+with these options in front of the stages named in ``stages``, so ``dvc repro``, the Prefect flow
+and the deployments all launch them the same way. The same command runs on every node: the
+dynamic rendezvous backends hand out node ranks themselves (torchrun's ``static`` backend, which
+needs a ``--node_rank`` per node, is therefore not offered).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from grpoflow.config.base import _Section
+
+# The stages whose CLI runs under torch.distributed: each process trains on its shard of the prompts
+# and only rank 0 writes (tasks/rl_stage.py). sft, reward_model and evaluate run one process: every
+# rank would train or score the same data and write the same outputs.
+DistributedStage = Literal["grpo", "ppo"]
+DISTRIBUTED_STAGES: tuple[DistributedStage, ...] = ("grpo", "ppo")
+# A free port on this host, as torchrun --standalone picks: one node never collides with another run.
+LOCAL_ENDPOINT = "localhost:0"
+# Words DVC and the shell pass through as they are (no ${...} interpolation, no quoting surprises).
+_ENDPOINT = re.compile(r"[A-Za-z0-9._-]+:[0-9]{1,5}")
+_RUN_ID = re.compile(r"[A-Za-z0-9._-]+")
+
+
+class LaunchConfig(_Section):
+    """Processes per node and nodes for the distributed stages, with torchrun's option names."""
+
+    nproc_per_node: int = Field(1, ge=1, description="Processes per node (one per GPU on a GPU node).")
+    nnodes: int = Field(1, ge=1, description="Nodes the stage runs on; each runs the same torchrun command.")
+    rdzv_backend: Literal["c10d", "etcd", "etcd-v2"] = Field(
+        "c10d", description="torchrun's rendezvous backend (c10d: a TCP store hosted by the first agent)."
+    )
+    rdzv_endpoint: str | None = Field(
+        None,
+        description="host:port of the rendezvous, the same on every node (null: a free local port, one node only).",
+        examples=["127.0.0.1:29500"],
+    )
+    rdzv_id: str | None = Field(
+        None,
+        description="The job's rendezvous id, the same on every node (null: the set's experiment.name).",
+        examples=["gsm8k-qwen-run-7"],
+    )
+    max_restarts: int = Field(0, ge=0, description="Times torchrun restarts the worker group after a failure.")
+    stages: list[DistributedStage] = Field(
+        default_factory=lambda: list(DISTRIBUTED_STAGES),
+        description="The stages launched this way (the training stages; the others run one process).",
+    )
+
+    @property
+    def world_size(self) -> int:
+        """Processes in all: ``nproc_per_node`` x ``nnodes``."""
+        return self.nproc_per_node * self.nnodes
+
+    @model_validator(mode="after")
+    def _rendezvous(self) -> LaunchConfig:
+        if self.rdzv_endpoint is not None and not _ENDPOINT.fullmatch(self.rdzv_endpoint):
+            raise ValueError(f"rdzv_endpoint {self.rdzv_endpoint!r}: expected host:port (letters, digits, . - _)")
+        if self.rdzv_id is not None and not _RUN_ID.fullmatch(self.rdzv_id):
+            raise ValueError(f"rdzv_id {self.rdzv_id!r}: use letters, digits and . - _")
+        if self.rdzv_endpoint is None and (self.nnodes > 1 or self.rdzv_backend != "c10d"):
+            raise ValueError(
+                f"rdzv_endpoint is needed for nnodes={self.nnodes} with rdzv_backend={self.rdzv_backend!r}: "
+                "the host:port every node meets at (e.g. the first node's address and a free port)"
+            )
+        if len(set(self.stages)) != len(self.stages):
+            raise ValueError(f"stages listed twice: {self.stages}")
+        return self
+
+    def torchrun_args(self, run_id: str) -> list[str]:
+        """torchrun and its options, the words before ``-m <module>``; ``run_id`` (its characters beyond
+        letters, digits and ``. - _`` as ``-``) stands in for a null ``rdzv_id``."""
+        return [
+            "torchrun",
+            "--nproc_per_node",
+            str(self.nproc_per_node),
+            "--nnodes",
+            str(self.nnodes),
+            "--rdzv_backend",
+            self.rdzv_backend,
+            "--rdzv_endpoint",
+            self.rdzv_endpoint or LOCAL_ENDPOINT,
+            "--rdzv_id",
+            self.rdzv_id or re.sub(r"[^A-Za-z0-9._-]", "-", run_id),
+            "--max_restarts",
+            str(self.max_restarts),
+        ]
