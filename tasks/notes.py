@@ -17,7 +17,7 @@ SPLITS = ("train", "val", "test")
 
 
 def _gate(name: str, metrics: dict[str, Any]) -> str:
-    """ "gate passed", or "gate FAILED: <first failure> (+2 more)"."""
+    """The gate's verdict: "gate passed", or "gate FAILED: <first failure> (+2 more)"."""
     if metrics.get("passed"):
         return f"{name} passed"
     failures = [str(f) for f in metrics.get("failures") or []] or ["no reason recorded"]
@@ -26,7 +26,7 @@ def _gate(name: str, metrics: dict[str, Any]) -> str:
 
 
 def prepare_note(metrics: dict[str, Any]) -> str:
-    """ "2,480 train / 310 val / 310 test prompts; 0 quarantined; gate passed" (with the benchmark
+    """The splits: "2,480 train / 310 val / 310 test prompts; 0 quarantined; gate passed" (with the benchmark
     sets and preference pairs where there are any)."""
     rows = metrics["rows"]
     parts = [
@@ -43,7 +43,7 @@ def prepare_note(metrics: dict[str, Any]) -> str:
 
 
 def verifiers_note(metrics: dict[str, Any]) -> str:
-    """ "verifier gate passed: 63 cases on 2 sets, lowest precision 100.0%, lowest recall 98.0%"
+    """The gate: "verifier gate passed; 63 cases on 2 sets, lowest precision 100.0%, lowest recall 98.0%"
     (and the reward model's win rate where the gate checked one)."""
     results = list((metrics.get("verifiers") or {}).values())
     line = _gate("verifier gate", metrics)
@@ -60,7 +60,7 @@ def verifiers_note(metrics: dict[str, Any]) -> str:
 
 
 def sft_note(metrics: dict[str, Any]) -> str:
-    """ "val 31.3% on 64 prompts after 120 steps (final loss 0.213)"; a reference that was not
+    """The reference: "val 31.3% on 64 prompts after 120 steps (final loss 0.213)"; one that was not
     fine-tuned says so."""
     val = f"val {metrics['val_accuracy']:.1%} on {metrics['val_examples']} prompts"
     if not metrics.get("steps"):
@@ -74,7 +74,7 @@ def _reference_first(names: list[str]) -> list[str]:
 
 
 def evaluate_note(metrics: dict[str, Any]) -> str:
-    """ "test pass@1: sft 31.2% ± 1.3, grpo 43.8% ± 1.5 (240 prompts); forgetting flagged: none"."""
+    """Every model: "test pass@1: sft 31.2% ± 1.3, grpo 43.8% ± 1.5 (240 prompts); forgetting flagged: none"."""
     models = metrics["models"]
     scored = [m for m in _reference_first(list(models)) if M.PASS_AT_1 in models[m].get("test", {})]
     if not scored:
@@ -82,13 +82,13 @@ def evaluate_note(metrics: dict[str, Any]) -> str:
     tests = {m: models[m]["test"] for m in scored}
     scores = ", ".join(f"{m} {percent(t[M.PASS_AT_1], t.get(M.stderr_of(M.PASS_AT_1)))}" for m, t in tests.items())
     prompts = sorted({t["examples"] for t in tests.values() if t.get("examples") is not None})
-    size = f" ({'/'.join(map(str, prompts))} prompts)" if prompts else ""
+    size = f" ({'/'.join(f'{n:,}' for n in prompts)} prompts)" if prompts else ""
     flagged = [m for m in _reference_first(list(models)) if models[m].get("forgetting_flagged")]
     return f"test {M.PASS_AT_1}: {scores}{size}; forgetting flagged: {', '.join(flagged) or 'none'}"
 
 
 def compare_note(metrics: dict[str, Any]) -> str:
-    """ "winner on test pass@1: grpo (grpo 43.8%, ppo 37.5%); peak memory GRPO / PPO 0.87"."""
+    """The verdict: "winner on test pass@1: grpo (grpo 43.8%, ppo 37.5%); peak memory GRPO / PPO 0.87"."""
     summaries = metrics.get("summaries") or {}
     scores = ", ".join(
         f"{a} {percent(s['test_pass@1'])}" for a, s in summaries.items() if s.get("test_pass@1") is not None
@@ -99,7 +99,8 @@ def compare_note(metrics: dict[str, Any]) -> str:
 
 
 def reward_model_note(metrics: dict[str, Any]) -> str:
-    """ "held-out pairwise accuracy 81.2% on 64 pairs (train 256: 300 from data.pairs, 20 self-built)"."""
+    """The reward model: "held-out pairwise accuracy 81.2% on 64 pairs (train 256: 300 from data.pairs, 20
+    self-built)"."""
     pairs = metrics["pairs"]
     return (
         f"held-out pairwise accuracy {metrics['heldout_accuracy']:.1%} on {pairs['heldout']} pairs "
@@ -108,7 +109,7 @@ def reward_model_note(metrics: dict[str, Any]) -> str:
 
 
 def base_model_note(record: dict[str, Any]) -> str:
-    """ "tiny gpt2-tiny (licence MIT)": the starting model, where it came from and its licence."""
+    """The starting model, where it came from and its licence: "tiny gpt2-config (licence MIT)"."""
     return f"{record.get('kind')} {record.get('source')} (licence {record.get('license')})"
 
 

@@ -54,7 +54,9 @@ def _stage_outputs() -> None:
         m: {"test": {"pass@1": p, "pass@4": p, "maj@4": p}, "heldout_loss_increase": 0.0}
         for m, p in (("sft", 0.3125), ("grpo", 0.4375), ("ppo", 0.375))
     }
-    Path(stage("evaluate").option("metrics").path).write_text(json.dumps({"k": 4, "models": models}))
+    Path(stage("evaluate").option("metrics").path).write_text(
+        json.dumps({"k": 4, "n_samples": 4, "temperature": 0.7, "models": models})
+    )
     Path(stage("compare").option("metrics").path).write_text(json.dumps({"winner_on_test_pass@1": "grpo"}))
     table = Path(stage("compare").option("out").path) / "table.json"
     table.parent.mkdir(parents=True, exist_ok=True)

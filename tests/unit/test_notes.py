@@ -67,6 +67,10 @@ def test_evaluate_lists_every_models_score_the_reference_first():
     assert notes.evaluate_note({"models": models}) == (
         "test pass@1: sft 31.2% ± 1.3, grpo 43.8% ± 1.5, ppo 37.5% (240 prompts); forgetting flagged: ppo"
     )
+    big = {"sft": {"test": {"pass@1": 0.102, "pass@1_se": 0.0096, "examples": 1000}}}
+    assert (
+        notes.evaluate_note({"models": big}) == "test pass@1: sft 10.2% ± 1.0 (1,000 prompts); forgetting flagged: none"
+    )
     assert notes.evaluate_note({"models": {"sft": {"test": {"pass@4": 0.5}}}}) == "not evaluated on the test split"
 
 
