@@ -318,6 +318,13 @@ def _prefect_link(flow_run_id: str) -> str:
     return f"{base.rstrip('/')}/runs/flow-run/{flow_run_id}" if base and not serve.on_temporary_server() else ""
 
 
+def run_links(experiment_id: str, parent_id: str, flow_run_id: str) -> dict[str, str]:
+    """The run page's way back, by name: the MLflow parent run and the Prefect flow run (none
+    without a flow run id)."""
+    prefect = _prefect_link(flow_run_id) if flow_run_id else ""
+    return {"MLflow parent run": _mlflow_link(experiment_id, parent_id), "Prefect flow run": prefect}
+
+
 def _publish_run_report(
     results: list[StageResult], title: str, experiment_id: str, parent_id: str, params_file: str, flow_run_id: str
 ) -> None:
@@ -325,16 +332,9 @@ def _publish_run_report(
     the comparison's plots as artifacts) and in Prefect (a link and a markdown artifact)."""
     import mlflow
 
-    links = {
-        "MLflow parent run": _mlflow_link(experiment_id, parent_id),
-        "Prefect flow run": _prefect_link(flow_run_id),
-    }
+    links = run_links(experiment_id, parent_id, flow_run_id)
     head = run_report.write(results, title, params_file=params_file, links=links)
-    text = run_report.headline_text(head)
-    mlflow.log_metrics(run_report.headline_metrics(head))
-    if head["winner"]:
-        mlflow.set_tag("winner", head["winner"])
-    mlflow.set_tag("mlflow.note.content", f"{text}\n\nThe whole run on one page: `run.html` under Artifacts.")
+    text = run_report.log_headline(head)
     mlflow.log_artifact(str(run_report.REPORT))
     compare_report = Path(stage_declaration("compare").file("out")) / "report.html"
     for path in (compare_report, *map(Path, REPORT_PLOTS)):

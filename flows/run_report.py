@@ -82,6 +82,38 @@ def headline_metrics(head: dict[str, Any]) -> dict[str, float]:
     }
 
 
+# The models' test pass@1 as one metric, step i the i-th model (the reference first): MLflow draws
+# it as one chart on one axis, where a metric per model gets a chart and an axis of its own.
+BY_MODEL = "test_pass_at_1_by_model"
+
+
+def headline_by_model(head: dict[str, Any]) -> tuple[dict[int, float], str]:
+    """The models' test pass@1 as the steps of :data:`BY_MODEL`, and which model each step is
+    ("steps of `test_pass_at_1_by_model`: 0 sft, 1 grpo, 2 ppo"; empty without scores)."""
+    scored = [(m, v) for m, v in head["test_pass@1"].items() if v is not None]
+    legend = ", ".join(f"{i} {m}" for i, (m, _) in enumerate(scored))
+    return {i: float(v) for i, (_, v) in enumerate(scored)}, (f"steps of `{BY_MODEL}`: {legend}" if scored else "")
+
+
+def log_headline(head: dict[str, Any]) -> str:
+    """The headline on the active MLflow run (the parent): its metrics, the models on one axis
+    (:func:`headline_by_model`), the winner as a tag, and the description; the headline's text."""
+    import mlflow
+
+    from tasks.tracking import NOTE
+
+    text = headline_text(head)
+    mlflow.log_metrics(headline_metrics(head))
+    steps, legend = headline_by_model(head)
+    for step, value in steps.items():
+        mlflow.log_metric(BY_MODEL, value, step=step)
+    if head["winner"]:
+        mlflow.set_tag("winner", head["winner"])
+    chart = f"\n\nOne chart for all models, {legend}." if legend else ""
+    mlflow.set_tag(NOTE, f"{text}{chart}\n\nThe whole run on one page: `run.html` under Artifacts.")
+    return text
+
+
 def trainings(read_metrics: Callable[[str], dict | None], only: set[str] | None = None) -> dict[str, dict]:
     """Each training stage's metrics that ``read_metrics(path)`` finds (of the stages in ``only``)."""
     return {s.name: m for s in TRAINING if (only is None or s.name in only) and (m := read_metrics(s.file("metrics")))}
@@ -117,7 +149,20 @@ def _curves(histories: dict[str, list[dict]], trains: dict[str, dict]) -> str:
     starts = {name: trains.get(name, {}).get(M.VAL_ACCURACY_START) for name in histories}
     with tempfile.TemporaryDirectory() as tmp:
         path = plot_curves(histories, Path(tmp), starts)
-        return H.image(path, "reward, KL and validation accuracy per training step (accuracy from the reference's)")
+        image = H.image(path, "reward, KL and validation accuracy per training step (accuracy from the reference's)")
+    return image + _start_caption(starts)
+
+
+def _start_caption(starts: dict[str, float | None]) -> str:
+    """Where the validation curves start: the reference's (SFT's) score, drawn at step 0."""
+    known = {name: v for name, v in starts.items() if v is not None}
+    if not known:
+        return '<p class="muted">No starting validation accuracy recorded: curves start at the first evaluation.</p>'
+    scores = ", ".join(f"{name} {H.percent(v)}" for name, v in known.items())
+    return (
+        f'<p class="muted" id="val-start">Validation accuracy at step 0, before training, is the reference\'s '
+        f"(SFT): {H.esc(scores)}.</p>"
+    )
 
 
 def _evaluation(evaluation: dict | None) -> str:
@@ -189,10 +234,26 @@ def _health(trains: dict[str, dict]) -> str:
         for name, m in trains.items()
         for v in m.get(M.HEALTH) or []
     ]
+    verdict = _health_verdict(trains)
     if rows:
-        return H.table(rows)
+        return verdict + H.table(rows)
     ran = ", ".join(trains) or "no training stage"
-    return f'<p class="muted">No symptom seen ({H.esc(ran)}).</p>'
+    return verdict + f'<p class="muted">No symptom seen ({H.esc(ran)}).</p>'
+
+
+def _health_verdict(trains: dict[str, dict]) -> str:
+    """Each training stage's final verdict, as its MLflow run's ``health`` tag and description
+    have it: "grpo: health ok (cleared: reward_flat)"."""
+    from tasks.notes import health_text
+
+    lines = [
+        f"{name}: {health_text(list(m.get(M.HEALTH_SYMPTOMS) or []), list(m.get(M.HEALTH) or []))}"
+        for name, m in trains.items()
+    ]
+    if not lines:
+        return ""
+    bad = any(m.get(M.HEALTH_SYMPTOMS) for m in trains.values())
+    return f'<p class="{"bad" if bad else "good"}" id="health-verdict">Verdict: {H.esc("; ".join(lines))}.</p>'
 
 
 def _reward_model(here: set[str]) -> str:

@@ -26,7 +26,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
 
     from grpoflow.io import write_json
     from grpoflow.models.base_model import prepare_base
-    from tasks import tracking
+    from tasks import notes, tracking
 
     start = time.perf_counter()
     with tracking.stage_run("base_model", params, args.params):
@@ -41,6 +41,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
         mlflow.set_tags(
             {f"model_{k}": str(v) for k, v in record.items() if k in ("kind", "source", "sha256", "license")}
         )
+        mlflow.set_tag(tracking.NOTE, notes.base_model_note(record))
         mlflow.log_artifact(args.metrics)
     print(f"base_model: {record['kind']} {record['source']} (licence {record['license']}, sha256 {record['sha256']})")
 

@@ -83,7 +83,7 @@ def report_html(summaries: dict, memory: dict, verdict: str, curves: Path, cost:
 def main(args: argparse.Namespace, params: Params) -> None:
     import mlflow  # here, not above: --help answers without loading MLflow or matplotlib
 
-    from tasks import tracking
+    from tasks import notes, tracking
     from tasks.plots import plot_bars, plot_curves, read_history
 
     out = Path(args.out)
@@ -110,6 +110,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
         write_json(args.metrics, metrics)
         tracking.log_summary({"memory": memory, **{a: s for a, s in summaries.items()}})
         mlflow.set_tag("winner_on_test_pass_at_1", verdict)
+        mlflow.set_tag(tracking.NOTE, notes.compare_note(metrics))
         for path in (curves, cost, out / "report.md", out / "report.html"):
             mlflow.log_artifact(str(path))
     print(text)

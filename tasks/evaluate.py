@@ -126,7 +126,7 @@ def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: li
 def main(args: argparse.Namespace, params: Params) -> None:
     import mlflow  # here, not above: --help answers without loading MLflow (and torch)
 
-    from tasks import tracking
+    from tasks import notes, tracking
 
     data, out = Path(args.data), Path(args.out)
     models = dict(m.split("=", 1) for m in args.models)
@@ -161,6 +161,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
             "max_loss_increase": cfg.max_loss_increase,
         }
         write_json(args.metrics, metrics)
+        mlflow.set_tag(tracking.NOTE, notes.evaluate_note(metrics))
         tracking.log_summary(results)
         mlflow.log_artifact(args.metrics)
     k = params.evaluate.k

@@ -73,7 +73,7 @@ def write_outputs(prepared: Prepared, out: Path, report: str) -> str:
 def main(args: argparse.Namespace, params: Params) -> None:
     import mlflow  # here, not above: --help answers without loading MLflow
 
-    from tasks import tracking
+    from tasks import notes, tracking
 
     out = Path(args.out)
     with tracking.stage_run("prepare", params, args.params):
@@ -99,6 +99,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
             }
         )
         mlflow.set_tags({f"license.{k}": str(v) for k, v in metrics["licenses"].items()})
+        mlflow.set_tag(tracking.NOTE, notes.prepare_note(metrics))
         tracking.log_summary(metrics)
         for name in ("report.md", "quarantine.jsonl", "leakage.jsonl"):
             mlflow.log_artifact(str(out / name))

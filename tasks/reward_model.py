@@ -150,7 +150,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
     from grpoflow.models.modeling import save_pretrained
     from grpoflow.trainers.reward_model import encode_pairs, pairwise_eval
-    from tasks import tracking
+    from tasks import notes, tracking
 
     torch.manual_seed(params.experiment.seed)
     data, policy_dir, out, report = Path(args.data), Path(args.policy), Path(args.out), Path(args.report)
@@ -188,6 +188,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
             "seconds": round(time.perf_counter() - start, 1),
         }
         write_json(args.metrics, metrics)
+        mlflow.set_tag(tracking.NOTE, notes.reward_model_note(metrics))
         tracking.log_summary(metrics)
         mlflow.log_artifact(str(plot_margins(evaluation.margins, report)))
         mlflow.log_artifact(args.metrics)

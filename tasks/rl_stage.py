@@ -127,10 +127,10 @@ def summary(rows: list[dict], val_start: float | None, health: list[str], run) -
 
 def run_note(start: float | None, end: float | None, standing: list[str], verdict: list[dict]) -> str:
     """The training run's one-line description in MLflow: "val 31.3% -> 47.3%; health ok (cleared: reward_flat)"."""
+    from tasks.notes import health_text
+
     val = "val " + " -> ".join("n/a" if v is None else f"{v:.1%}" for v in (start, end))
-    cleared = [v["name"] for v in verdict if v["name"] not in standing]
-    health = ", ".join(standing) or "ok"
-    return f"{val}; health {health}" + (f" (cleared: {', '.join(cleared)})" if cleared else "")
+    return f"{val}; {health_text(standing, verdict)}"
 
 
 def _console_line(name: str, step: int, total: int, m: dict) -> str:
@@ -264,8 +264,9 @@ def _resume(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> S
 
 
 def _start(s: Stage, extra_params: dict) -> float | None:
-    """Tag the MLflow run, run the preflight of a fresh run, and return the starting val accuracy
-    (the checkpoint's when resuming; None on processes other than the first)."""
+    """Tag the MLflow run, chart the starting val accuracy at step 0 (the checkpoint's when
+    resuming), run the preflight of a fresh run, and return that accuracy (None on processes
+    other than the first)."""
     import mlflow
 
     from grpoflow.config.advice import format_findings
@@ -283,11 +284,16 @@ def _start(s: Stage, extra_params: dict) -> float | None:
         # Params, so that MLflow's compare view shows what differs between the GRPO and PPO runs.
         mlflow.log_params({"algorithm": name, "train_seed": rl_run.seed, **extra_params})
         mlflow.log_text(format_findings(s.findings), "config_check.txt")
-    if s.resumed is None and rl_run.params.rl.preflight.prompts and s.lead:
-        _preflight(rl_run, name, s.out)
     val_start = (s.resumed or {}).get(M.VAL_ACCURACY_START)
     if val_start is None and s.lead:
         val_start = rl_run.evaluate(-1)[M.VAL_ACCURACY]
+    if s.lead and val_start is not None:
+        # The reference's score opens the validation curve at step 0, as on the run page. Logged
+        # first, so that it leads the run's metrics: MLflow's compare page plots the first metric
+        # the runs share, and this one's last value (the final accuracy) differs between them.
+        mlflow.log_metric(M.tracked(M.VAL_ACCURACY) or M.VAL_ACCURACY, val_start, step=0)
+    if s.resumed is None and rl_run.params.rl.preflight.prompts and s.lead:
+        _preflight(rl_run, name, s.out)
     return val_start
 
 

@@ -78,7 +78,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     from grpoflow.models.prompting import prompter_for
     from grpoflow.rl.rewards import correctness_scorer
     from grpoflow.rollout import build_rollout
-    from tasks import tracking
+    from tasks import notes, tracking
 
     torch.manual_seed(params.experiment.seed)
     data, out = Path(args.data), Path(args.out)
@@ -122,6 +122,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
             "seconds": round(time.perf_counter() - start, 1),
         }
         write_json(args.metrics, metrics)
+        mlflow.set_tag(tracking.NOTE, notes.sft_note(metrics))
         tracking.log_summary(metrics)
         mlflow.log_artifact(args.metrics)
     print(f"sft: val accuracy {result.accuracy:.1%} on {len(result.outputs)} prompts, {metrics['seconds']} s -> {out}")

@@ -174,7 +174,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     import mlflow  # here, not above: --help answers without loading MLflow (or torch)
 
     from grpoflow.rl.rewards import row_task
-    from tasks import tracking
+    from tasks import notes, tracking
 
     out = Path(args.out)
     with tracking.stage_run("validate_verifiers", params, args.params):
@@ -210,6 +210,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
         }
         write_json(args.metrics, metrics)
         mlflow.set_tag("gate", "passed" if not failures else "failed")
+        mlflow.set_tag(tracking.NOTE, notes.verifiers_note(metrics))
         tracking.log_summary({**metrics, "verifiers": {k: _without_kinds(r) for k, r in summary.items()}})
         mlflow.log_table(kinds_table(summary), artifact_file="cases_by_kind.json")
         mlflow.log_artifact(str(out / "report.md"))

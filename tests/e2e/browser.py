@@ -8,8 +8,13 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,9 +35,14 @@ PROBE = """<script>
 addEventListener("load", () => {
   const images = [...document.images].map(i => ({alt: i.alt, loaded: i.complete && i.naturalWidth > 0}));
   const head = document.querySelector(".headline");
+  const links = [...document.links].map(a => ({text: a.innerText, href: a.href}));
+  const shown = Object.fromEntries([...document.querySelectorAll("[id]")]
+    .filter(e => e.getBoundingClientRect().height > 0).map(e => [e.id, e.innerText]));
+  const headings = [...document.querySelectorAll("h2")].map(h => h.innerText);
   const out = document.createElement("pre"); out.id = "grpoflow-probe";
   out.textContent = JSON.stringify({images, headline: head ? head.innerText : null,
-                                    headline_height: head ? head.getBoundingClientRect().height : 0});
+                                    headline_height: head ? head.getBoundingClientRect().height : 0,
+                                    links, shown, headings});
   document.body.appendChild(out);
 });
 </script>"""
@@ -61,7 +71,8 @@ def chromium() -> str:
 
 def rendered(page: Path) -> dict:
     """What Chromium rendered of ``page``: ``images`` (alt, loaded), ``headline`` (its visible
-    text) and ``headline_height`` (pixels)."""
+    text), ``headline_height`` (pixels), ``links`` (text, href), ``shown`` (the visible text of
+    each element with an id, by id) and ``headings`` (each section's title)."""
     with tempfile.TemporaryDirectory() as tmp:
         probed = Path(tmp) / page.name
         probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
@@ -105,3 +116,72 @@ def screenshot(url: str, out: Path, width: int = 1400, height: int = 1000, wait_
         )
     assert out.is_file(), f"Chromium took no screenshot of {url} (exit {done.returncode}): {done.stderr[-1000:]}"
     return out
+
+
+def _text_of(dom: str) -> str:
+    """The words of a dumped DOM: styles, scripts and drawings left out, whitespace collapsed."""
+    dom = re.sub(r"<(style|script|svg)\b.*?</\1>", " ", dom, flags=re.S)
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", dom))).strip()
+
+
+def visible_text(url: str, until: list[str], wait_ms: int = 20000, tries: int = 3) -> str:
+    """The text of ``url`` (a single-page app) once Chromium has rendered it for ``wait_ms`` of
+    the page's own time: a fetch in flight holds that clock, so a slow server only makes it take
+    longer. Rendered again, up to ``tries`` times, while any of ``until`` is missing (a server's
+    first answers can come after the page gave up); the last text either way."""
+    text = ""
+    for attempt in range(tries):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = subprocess.run(
+                [
+                    chromium(),
+                    *FLAGS,
+                    f"--user-data-dir={tmp}/profile",
+                    f"--virtual-time-budget={wait_ms * (attempt + 1)}",
+                    "--dump-dom",
+                    url,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        text = _text_of(out.stdout)
+        if all(s in text for s in until):
+            break
+    return text
+
+
+@contextmanager
+def mlflow_ui(store: Path, port: int) -> Iterator[str]:
+    """The MLflow UI over the SQLite ``store``, as `make ui` serves it (flows.ui), on ``port``;
+    its base URL. Stopped on leaving."""
+    from flows.ui import ui_command
+
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    # A session of its own: stopping it stops the server process `mlflow ui` starts, too.
+    proc = subprocess.Popen(
+        ui_command(port, store.resolve()),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300  # a start on a loaded machine: generous, and no assertion on it
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/health", timeout=5)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the MLflow UI did not start (exit {proc.poll()})") from None
+                time.sleep(0.5)
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -6,49 +6,16 @@ run, the GRPO run's charts, the run's page in MLflow's artifact viewer, and that
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
 from flows.pipeline import MLFLOW_VIEW
-from tests.e2e.browser import screenshot
+from tests.e2e.browser import mlflow_ui, screenshot
 from tests.e2e.conftest import free_port
 
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
-
-
-def _serve(store: Path, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "ui",
-            "--backend-store-uri",
-            f"sqlite:///{store}",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-            return proc
-        except OSError:
-            time.sleep(0.5)
-    proc.terminate()
-    raise RuntimeError("the MLflow UI did not start")
 
 
 def main(project: Path) -> None:
@@ -62,19 +29,14 @@ def main(project: Path) -> None:
     )
     eid, pid = parent.info.experiment_id, parent.info.run_id
     (grpo,) = client.search_runs([eid], f"tags.`mlflow.parentRunId` = '{pid}' and tags.`grpoflow.stage` = 'grpo'")
-    port = free_port()
-    proc = _serve(store, port)
-    try:
-        base = f"http://127.0.0.1:{port}/#/experiments/{eid}/runs"
+    with mlflow_ui(store, free_port()) as ui:  # as `make ui` serves it
+        base = f"{ui}/#/experiments/{eid}/runs"
         view = f"?{MLFLOW_VIEW}"
         # A fresh server answers its first chart requests late (it registers its jobs first): a first look warms it.
         screenshot(f"{base}/{grpo.info.run_id}/model-metrics{view}", IMAGES / "warm-up.png").unlink()
         print(screenshot(f"{base}/{pid}{view}", IMAGES / "mlflow-parent-run.png", height=1400))
         print(screenshot(f"{base}/{grpo.info.run_id}/model-metrics{view}", IMAGES / "mlflow-grpo-run.png", height=1400))
         print(screenshot(f"{base}/{pid}/artifacts/run.html{view}", IMAGES / "mlflow-run-html.png", height=1400))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
     print(
         screenshot(
             (project / "reports" / "run.html").resolve().as_uri(), IMAGES / "run-report.png", height=1800, wait_ms=3000

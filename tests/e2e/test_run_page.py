@@ -1,9 +1,12 @@
-"""The run's page as a person sees it: Debian's headless Chromium renders reports/run.html, built
-by the flow's own code from stage outputs, and every plot loads and the headline is on screen."""
+"""The run as a person sees it: Debian's headless Chromium renders reports/run.html, built by the
+flow's own code from stage outputs, and the MLflow parent run it links back to, served as `make ui`
+serves it: every plot loads, the headline, the health verdict and where the validation curves
+start are on screen, and the link opens MLflow's training view of the run with its headline."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,13 +14,27 @@ import pytest
 from flows import run_report
 from flows.run_report import StageResult
 from tasks.stages import stage
-from tests.e2e.browser import rendered
+from tests.e2e.browser import mlflow_ui, rendered, visible_text
+from tests.e2e.conftest import REPO, free_port
 
 pytestmark = pytest.mark.e2e
 
+TITLE = "grpoflow-pipeline-test"
+HEADLINE = "Test pass@1: sft 31.2%, grpo 43.8%, ppo 37.5%; winner: grpo; grpo 1.50 s/step, ppo 1.50 s/step."
+REFERENCE = 0.3125  # the SFT reference's validation accuracy: where both training curves start
+
+
+def _symptom(name: str, step: int, **status) -> dict:
+    return {"name": name, "step": step, "evidence": "e", "cause": "c", "remedy": "r", **status}
+
 
 def _stage_outputs() -> None:
-    """What the training, evaluate and compare stages leave in the workspace."""
+    """What the training, evaluate and compare stages leave in the workspace: GRPO with a symptom
+    that cleared, PPO with one that stands."""
+    health = {
+        "grpo": [_symptom("reward_flat", 1, status="cleared", cleared_by=2)],
+        "ppo": [_symptom("kl_rising_fast", 1, status="standing")],
+    }
     for algo, rewards in (("grpo", (0.25, 0.5, 0.75)), ("ppo", (0.25, 0.25, 0.5))):
         history = Path(stage(algo).option("history").path)
         history.parent.mkdir(parents=True, exist_ok=True)
@@ -25,37 +42,93 @@ def _stage_outputs() -> None:
             "step,reward_mean,kl,val_accuracy\n"
             + "".join(f"{i},{r},{0.01 * i},{r if i == 2 else ''}\n" for i, r in enumerate(rewards))
         )
-        Path(stage(algo).option("metrics").path).write_text(json.dumps({"seconds_per_step": 1.5}))
+        standing = [v["name"] for v in health[algo] if v["status"] == "standing"]
+        metrics = {
+            "seconds_per_step": 1.5,
+            "val_accuracy_start": REFERENCE,
+            "health": health[algo],
+            "health_symptoms": standing,
+        }
+        Path(stage(algo).option("metrics").path).write_text(json.dumps(metrics))
     models = {
         m: {"test": {"pass@1": p, "pass@4": p, "maj@4": p}, "heldout_loss_increase": 0.0}
         for m, p in (("sft", 0.3125), ("grpo", 0.4375), ("ppo", 0.375))
     }
-    Path(stage("evaluate").option("metrics").path).write_text(json.dumps({"k": 4, "models": models}))
+    Path(stage("evaluate").option("metrics").path).write_text(
+        json.dumps({"k": 4, "n_samples": 4, "temperature": 0.7, "models": models})
+    )
     Path(stage("compare").option("metrics").path).write_text(json.dumps({"winner_on_test_pass@1": "grpo"}))
     table = Path(stage("compare").option("out").path) / "table.json"
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text(json.dumps([{"metric": "test_pass@1", "grpo": 0.4375, "ppo": 0.375}]))
 
 
-def test_every_plot_loads_and_the_headline_numbers_are_on_screen(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    _stage_outputs()
-    rows = [
-        StageResult(name, ran, 1.0, {})
-        for name, ran in (
-            ("prepare", False),
-            ("sft", False),
-            ("grpo", True),
-            ("ppo", True),
-            ("evaluate", True),
-            ("compare", True),
-        )
-    ]
-    run_report.write(rows, "grpoflow-pipeline-test")
-    page = rendered(run_report.REPORT.resolve())
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Iterator[tuple[Path, str, str]]:
+    """A finished run's workspace: the stages' outputs, and its MLflow parent run in the
+    workspace's SQLite store, with the page and the headline as the flow publishes them;
+    (workspace, experiment id, parent run id)."""
+    from flows.pipeline import run_links
+    from grpoflow.config import load_params
+    from tasks import tracking
+
+    work = tmp_path_factory.mktemp("run")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(work)
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)  # the workspace's mlflow.db, as `make demo` has it
+        mp.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+        _stage_outputs()
+        params = load_params(str(REPO / "params" / "default.yaml"))
+        rows = [
+            StageResult(name, ran, 1.0, {})
+            for name, ran in (
+                ("prepare", False),
+                ("sft", False),
+                ("grpo", True),
+                ("ppo", True),
+                ("evaluate", True),
+                ("compare", True),
+            )
+        ]
+        with tracking.pipeline_run(params, "params/default.yaml", TITLE, "none") as parent:
+            eid, pid = parent.info.experiment_id, parent.info.run_id
+            head = run_report.write(rows, TITLE, links=run_links(eid, pid, ""))
+            run_report.log_headline(head)
+        yield work, eid, pid
+
+
+def _mlflow_href(page: dict) -> str:
+    (href,) = [link["href"] for link in page["links"] if link["text"] == "MLflow parent run"]
+    return href
+
+
+def test_every_plot_loads_and_the_headline_health_and_curve_start_are_on_screen(finished):
+    work, eid, pid = finished
+    page = rendered((work / run_report.REPORT).resolve())
     assert len(page["images"]) == 1 and all(image["loaded"] for image in page["images"]), page["images"]
     assert page["headline_height"] > 0
-    assert (
-        page["headline"]
-        == "Test pass@1: sft 31.2%, grpo 43.8%, ppo 37.5%; winner: grpo; grpo 1.50 s/step, ppo 1.50 s/step."
+    assert page["headline"] == HEADLINE
+    assert "Health" in page["headings"]
+    # The final verdict: GRPO's symptom cleared and does not stand; PPO's stands.
+    assert page["shown"]["health-verdict"] == (
+        "Verdict: grpo: health ok (cleared: reward_flat); ppo: health kl_rising_fast."
     )
+    # The curves are drawn from the same starting scores the caption shows (tasks.plots draws
+    # them at step 0; tests/unit/test_plots.py reads the drawn line back).
+    assert page["shown"]["val-start"] == (
+        "Validation accuracy at step 0, before training, is the reference's (SFT): grpo 31.2%, ppo 31.2%."
+    )
+    assert _mlflow_href(page) == f"http://127.0.0.1:5000/#/experiments/{eid}/runs/{pid}?workflowType=machine_learning"
+
+
+def test_the_link_back_opens_mlflows_training_view_of_the_run_with_its_headline(finished):
+    work, eid, pid = finished
+    href = _mlflow_href(rendered((work / run_report.REPORT).resolve()))
+    metrics = ["test_pass_at_1/sft", "test_pass_at_1/grpo", "test_pass_at_1/ppo", run_report.BY_MODEL]
+    with mlflow_ui(work / "mlflow.db", free_port()) as base:
+        # The page links `make ui`'s address; this server listens elsewhere, the path is the page's.
+        text = visible_text(href.replace("http://127.0.0.1:5000", base), until=[HEADLINE, *metrics])
+    assert TITLE in text and HEADLINE in text, text[:3000]  # the run, and its description
+    assert all(name in text for name in metrics), text[:3000]
+    # The model-training view's sidebar (its runs and registry), not the GenAI one's evaluation runs.
+    assert "Model registry" in text and "Evaluation runs" not in text, text[:3000]

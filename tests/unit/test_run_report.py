@@ -141,3 +141,54 @@ def test_the_page_links_back_to_mlflow_and_prefect():
     line = run_report.links_line({"MLflow run": "http://127.0.0.1:5000/#/x?a=1&b=2", "Prefect flow run": ""})
     assert line == '<p><a href="http://127.0.0.1:5000/#/x?a=1&amp;b=2">MLflow run</a></p>'  # escaped; none when empty
     assert run_report.links_line(None) == ""
+
+
+def test_the_page_gives_the_health_verdict_and_where_the_validation_curves_start(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cleared = {"name": "reward_flat", "step": 39, "evidence": "e", "cause": "c", "remedy": "r"}
+    health = {
+        "grpo": ([cleared | {"status": "cleared", "cleared_by": 80}], []),
+        "ppo": ([cleared | {"name": "kl_rising_fast", "status": "standing"}], ["kl_rising_fast"]),
+    }
+    for algo, (verdict, standing) in health.items():
+        history = Path(stage(algo).option("history").path)
+        history.parent.mkdir(parents=True, exist_ok=True)
+        history.write_text("step,reward_mean,kl,val_accuracy\n0,0.2,0.0,\n1,0.4,0.01,0.5\n")
+        metrics = {"val_accuracy_start": 0.3125, "health": verdict, "health_symptoms": standing}
+        Path(stage(algo).option("metrics").path).write_text(json.dumps(metrics))
+    run_report.write([StageResult("grpo", True, 1.0), StageResult("ppo", True, 1.0)], "t")
+    page = run_report.REPORT.read_text()
+    assert (
+        '<p class="bad" id="health-verdict">Verdict: grpo: health ok (cleared: reward_flat); '
+        "ppo: health kl_rising_fast.</p>"
+    ) in page
+    assert (
+        '<p class="muted" id="val-start">Validation accuracy at step 0, before training, is the '
+        "reference's (SFT): grpo 31.2%, ppo 31.2%.</p>"
+    ) in page
+
+
+def test_the_parent_run_draws_every_models_score_on_one_axis(tmp_path, monkeypatch):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from tasks.tracking import NOTE
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("run-report-test")
+    head = run_report.headline(EVALUATION, {"winner_on_test_pass@1": "grpo"}, {})
+    legend = "steps of `test_pass_at_1_by_model`: 0 sft, 1 grpo"
+    assert run_report.headline_by_model(head) == ({0: 0.3125, 1: 0.5}, legend)
+    with mlflow.start_run() as run:
+        text = run_report.log_headline(head)
+    client = MlflowClient(uri)
+    got = client.get_run(run.info.run_id)
+    history = client.get_metric_history(run.info.run_id, run_report.BY_MODEL)
+    assert sorted((m.step, m.value) for m in history) == [(0, 0.3125), (1, 0.5)]
+    assert got.data.metrics["test_pass_at_1/grpo"] == 0.5 and got.data.tags["winner"] == "grpo"
+    assert got.data.tags[NOTE] == (
+        f"{text}\n\nOne chart for all models, steps of `test_pass_at_1_by_model`: 0 sft, 1 grpo.\n\n"
+        "The whole run on one page: `run.html` under Artifacts."
+    )
+    assert run_report.headline_by_model(run_report.headline(None, None, {})) == ({}, "")

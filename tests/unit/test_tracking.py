@@ -168,3 +168,33 @@ def test_every_models_evaluation_run_names_its_scores_alike():
         "humaneval/pass_at_4": 0.1,
         "heldout/loss": 1.5,
     }
+
+
+def test_a_training_run_opens_its_validation_curve_at_step_0_before_any_other_metric(client, tmp_path, monkeypatch):
+    """MLflow's compare page plots the first metric the runs share: the validation accuracy, whose
+    last value differs between GRPO and PPO, rather than the preflight's, equal on both."""
+    import argparse
+    from types import SimpleNamespace
+
+    from tasks import rl_stage
+
+    def preflight(run, name, out):
+        tracking.log_summary({"signal": 0.5}, "preflight/")
+
+    monkeypatch.setattr(rl_stage, "_preflight", preflight)
+    rl_run = SimpleNamespace(
+        lead=True,
+        seed=0,
+        world=1,
+        params=validate_params({"rl": {"preflight": {"prompts": 4}}}),
+        trainer=SimpleNamespace(state=SimpleNamespace(step=0)),
+        evaluate=lambda step: {"val_accuracy": 0.3125},
+    )
+    args = argparse.Namespace(out=str(tmp_path))
+    stage = rl_stage.Stage("grpo", args, rl_run, [], None, None)
+    experiment = mlflow.create_experiment("val-start", artifact_location=(tmp_path / "artifacts").as_uri())
+    with mlflow.start_run(experiment_id=experiment) as run:
+        assert rl_stage._start(stage, {}) == 0.3125
+    rid = run.info.run_id
+    assert _history(client, rid, "eval/val_accuracy") == [(0, 0.3125)]
+    assert list(client.get_run(rid).data.metrics) == ["eval/val_accuracy", "preflight/signal"]
