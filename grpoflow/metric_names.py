@@ -64,9 +64,13 @@ LR = "lr"
 HEALTH_SYMPTOMS = "health_symptoms"  # the symptoms that stand at the end of the run (names)
 HEALTH = "health"  # every symptom seen, with its final status (grpoflow.rl.health.HealthMonitor.verdict)
 VAL_ACCURACY = "val_accuracy"
-# PPO's critic.
+# PPO's critic: its loss, how much of the returns' variance its values explain (before the step's
+# update), the returns' scale (its targets), and whether the step only fitted it (ppo.critic_warmup_steps).
 VALUE_LOSS = "value_loss"
 EXPLAINED_VARIANCE = "explained_variance"
+RETURNS_MEAN = "returns_mean"
+RETURNS_STD = "returns_std"
+CRITIC_WARMUP = "critic_warmup"  # 1: the policy was frozen at this step, 0: it was updated
 
 # The per-step history CSV (DVC plots), in column order.
 HISTORY_FIELDS = [
@@ -97,6 +101,9 @@ HISTORY_FIELDS = [
     VAL_ACCURACY,
     VALUE_LOSS,
     EXPLAINED_VARIANCE,
+    RETURNS_MEAN,
+    RETURNS_STD,
+    CRITIC_WARMUP,
     *PHASES,
     PHASE_WALL,
 ]
@@ -156,7 +163,7 @@ _GROUPS = {
         ROLLOUT_RATIO_MAX,
         ROLLOUT_MASKED_FRAC,
     ),
-    SCHEDULE: (KL_COEF, NUM_GENERATIONS, MAX_COMPLETION_LENGTH, MICRO_BATCH_SIZE, LR),
+    SCHEDULE: (KL_COEF, NUM_GENERATIONS, MAX_COMPLETION_LENGTH, MICRO_BATCH_SIZE, LR, CRITIC_WARMUP),
 }
 _GROUP_OF = {key: prefix for prefix, keys in _GROUPS.items() for key in keys}
 # In the history CSV only: the count of health symptoms so far (MLflow has them as a tag and a report).

@@ -1,19 +1,44 @@
 """The PPO baseline's own section, and the critic-based advantage estimators with their typed options
-(GAE, read from the flat ``ppo.gamma`` and ``ppo.lam`` keys)."""
+(GAE, read from the flat ``ppo.gamma``, ``ppo.lam``, ``ppo.lam_actor`` and ``ppo.lam_critic`` keys)."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from grpoflow.config.base import _Section
 from grpoflow.config.rl import EngineConfig
 
+_LAM = (
+    "GAE lambda of the policy's advantages and of the critic's targets, unless ppo.lam_actor / ppo.lam_critic "
+    "set one apart."
+)
+_LAM_ACTOR = "GAE lambda of the policy's advantages (decoupled GAE, VAPO); null: ppo.lam."
+_LAM_CRITIC = (
+    "GAE lambda of the critic's regression targets (decoupled GAE); 1.0 (VAPO, Open-Reasoner-Zero): Monte Carlo "
+    "returns, not biased by the critic's own values; null: ppo.lam."
+)
+
 
 class GaeOptions(_Section):
-    """Options of generalised advantage estimation (Schulman et al. 2016)."""
+    """Options of generalised advantage estimation (Schulman et al. 2016), its lambda decoupled as in
+    VAPO (Yue et al. 2025): one for the policy's advantages, one for the critic's targets."""
 
     gamma: float = Field(1.0, gt=0, le=1, description="Discount (ppo.gamma).")
-    lam: float = Field(0.95, ge=0, le=1, description="Lambda (ppo.lam).")
+    lam: float = Field(0.95, ge=0, le=1, description="Lambda of both, unless one is set apart (ppo.lam).")
+    lam_actor: float | None = Field(None, ge=0, le=1, description="Lambda of the advantages (ppo.lam_actor).")
+    lam_critic: float | None = Field(None, ge=0, le=1, description="Lambda of the targets (ppo.lam_critic).")
+
+    @property
+    def actor_lam(self) -> float:
+        """The lambda of the policy's advantages: ``lam_actor``, else the shared ``lam``."""
+        return self.lam if self.lam_actor is None else self.lam_actor
+
+    @property
+    def critic_lam(self) -> float:
+        """The lambda of the critic's targets: ``lam_critic``, else the shared ``lam``."""
+        return self.lam if self.lam_critic is None else self.lam_critic
 
 
 # Each critic-based estimator grpoflow.rl.advantages registers, by name, with its typed options (see
@@ -25,12 +50,25 @@ class PPOConfig(_Section):
     """The PPO baseline's own settings (critic, GAE, its KL penalty); its budget is the ``rl`` section's."""
 
     gamma: float = Field(1.0, gt=0, le=1, description="Discount of GAE (1: none, as usual for one reward at the end).")
-    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    lam: float = Field(0.95, ge=0, le=1, description=_LAM)
+    lam_actor: float | None = Field(None, ge=0, le=1, description=_LAM_ACTOR)
+    lam_critic: float | None = Field(None, ge=0, le=1, description=_LAM_CRITIC)
     kl_coef: float = Field(
         0.04, ge=0, description="Per-token KL penalty folded into the reward, InstructGPT-style (0: no reference)."
     )
     cliprange_value: float = Field(0.2, gt=0, description="Clip range of the value update around the old values.")
     whiten_advantages: bool = Field(True, description="Normalise GAE advantages over the batch's tokens.")
+    critic_warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="The first N of rl.steps fit the critic alone on the frozen policy's rollouts (VAPO's value "
+        "pretraining): the policy and its optimizer are untouched, and rl.steps - N steps update it. 0: none.",
+    )
+    critic_init: Literal["policy", "reward_model"] = Field(
+        "policy",
+        description="Where the critic starts: policy (the SFT model's trunk, a zero value head) or reward_model "
+        "(the trunk and score head of the reward model that rewards names as rm; InstructGPT).",
+    )
     critic_engine: EngineConfig = Field(
         default_factory=lambda: EngineConfig(lr=1e-3, micro_batch_size=64),
         description="DeepSpeed settings for the critic.",

@@ -22,7 +22,7 @@ from contextvars import ContextVar
 
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from grpoflow.config import ConfigError, Params, arm_params, batch_problems
+from grpoflow.config import RM_REWARD, ConfigError, Params, arm_params, batch_problems
 
 ALGORITHMS = ("grpo", "ppo")  # each is also the name of its training stage (tasks/stages.py)
 KL_KEYS = {"grpo": "grpo.beta", "ppo": "ppo.kl_coef"}  # each algorithm's own KL coefficient
@@ -174,10 +174,38 @@ def kl_in_the_reward_has_a_coefficient(params: Params, algorithm: str) -> list[s
     return []
 
 
+def critic_warmup_leaves_policy_steps(params: Params, algorithm: str) -> list[str]:
+    """PPO's ``ppo.critic_warmup_steps`` count against ``rl.steps`` (their rollouts are sampled like
+    any step's, so both algorithms get the same rollout budget): at least one step must update the policy."""
+    warmup, steps = params.ppo.critic_warmup_steps, params.rl.steps
+    if algorithm == "ppo" and warmup >= steps:
+        return [
+            f"ppo.critic_warmup_steps={warmup} leaves none of rl.steps={steps} to update the policy (the warm-up "
+            "counts against rl.steps): lower it or raise rl.steps"
+        ]
+    return []
+
+
+def critic_from_a_reward_model_has_one(params: Params, algorithm: str) -> list[str]:
+    """``ppo.critic_init: reward_model`` starts PPO's critic from the reward model ``rewards`` names (name: rm)."""
+    if (
+        algorithm == "ppo"
+        and params.ppo.critic_init == "reward_model"
+        and all(r.name != RM_REWARD for r in params.rewards)
+    ):
+        return [
+            "ppo.critic_init: reward_model starts the critic from the reward model in rewards (name: rm), but "
+            "rewards has none: add one (the reward_model stage trains it), or use ppo.critic_init: policy"
+        ]
+    return []
+
+
 ALGORITHM_RULES: tuple[Callable[[Params, str], list[str]], ...] = (
     adaptive_kl_has_a_coefficient,
     reference_refresh_has_a_reference,
     kl_in_the_reward_has_a_coefficient,
+    critic_warmup_leaves_policy_steps,
+    critic_from_a_reward_model_has_one,
 )
 
 

@@ -11,7 +11,9 @@ For the G completions ``r_1..r_G`` of one prompt (outcome rewards, one per compl
   ``B`` of this process, no per-prompt baseline.
 
 GAE (Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage
-Estimation", eq. 16) is the critic-based estimator that the PPO baseline uses.
+Estimation", eq. 16) is the critic-based estimator that the PPO baseline uses, with the lambda of
+the policy's advantages and that of the critic's targets set apart as VAPO's decoupled GAE does
+(Yue et al. 2025, "VAPO", arXiv 2504.05118).
 
 Both kinds are registered by name (:data:`ESTIMATORS`, :data:`CRITIC_ESTIMATOR_FNS`), each with typed
 options of its own (:data:`grpoflow.config.grpo.ADVANTAGE_ESTIMATORS`,
@@ -155,36 +157,43 @@ def gae(
     *,
     gamma: float = 1.0,
     lam: float = 0.95,
+    lam_critic: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation over completion tokens.
+    """Generalised advantage estimation over completion tokens, its lambda decoupled as in VAPO.
 
     ``delta_t = r_t + gamma * V_{t+1} - V_t`` and ``A_t = delta_t + gamma * lam * A_{t+1}``,
     where ``V`` and ``A`` beyond the last unmasked token are 0 (the episode ends there).
 
     Args:
         rewards, values, mask: ``(N, T)`` token-level rewards, critic values, 0/1 mask.
+        lam: the lambda of the advantages (the policy's).
+        lam_critic: the lambda of the returns (the critic's targets); None: ``lam``. At 1.0 the
+            returns are the Monte Carlo returns, whatever the values (VAPO's decoupled GAE).
     Returns:
         ``(advantages, returns)``, both ``(N, T)``, zero where ``mask`` is 0;
-        ``returns = advantages + values`` are the critic's regression targets.
+        ``returns = A'_t + values`` are the critic's regression targets, ``A'`` the advantages
+        under ``lam_critic`` (the same as ``advantages`` when it is None or equal to ``lam``).
     """
     if not (rewards.shape == values.shape == mask.shape) or rewards.dim() != 2:
         raise ValueError(
             f"rewards, values and mask must share one (N, T) shape, got "
             f"{tuple(rewards.shape)}, {tuple(values.shape)}, {tuple(mask.shape)}"
         )
+    lams = (lam,) if lam_critic is None or lam_critic == lam else (lam, lam_critic)
     m = mask.to(values.dtype)
-    advantages = values.new_zeros(values.shape)
+    out = [values.new_zeros(values.shape) for _ in lams]
     next_value = values.new_zeros(values[:, 0].shape)
-    next_adv = values.new_zeros(values[:, 0].shape)
+    next_adv = [values.new_zeros(values[:, 0].shape) for _ in lams]
     for t in reversed(range(values.shape[1])):
         delta = rewards[:, t] + gamma * next_value - values[:, t]
-        adv_t = (delta + gamma * lam * next_adv) * m[:, t]
-        advantages[:, t] = adv_t
+        for i, lam_i in enumerate(lams):
+            adv_t = (delta + gamma * lam_i * next_adv[i]) * m[:, t]
+            out[i][:, t] = adv_t
+            next_adv[i] = adv_t
         # A masked position ends the episode for the tokens before it.
         next_value = values[:, t] * m[:, t]
-        next_adv = adv_t
-    returns = (advantages + values) * m
-    return advantages, returns
+    returns = (out[-1] + values) * m
+    return out[0], returns
 
 
 # Critic-based estimators by name: (rewards, values, mask, the ppo section or the estimator's options)
@@ -198,7 +207,7 @@ def _gae_estimator(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`gae` with the ``ppo`` section's (or its own) :class:`~grpoflow.config.ppo.GaeOptions`."""
     options = cfg if isinstance(cfg, GaeOptions) else cfg.estimator_options("gae")
-    return gae(rewards, values, mask, gamma=options.gamma, lam=options.lam)
+    return gae(rewards, values, mask, gamma=options.gamma, lam=options.actor_lam, lam_critic=options.critic_lam)
 
 
 CRITIC_ESTIMATOR_FNS["gae"] = _gae_estimator  # a name of grpoflow.config.ppo.CRITIC_ESTIMATORS

@@ -1,4 +1,5 @@
-"""Training health: the troubleshooting table of the GRPO spec as rules over the metric history.
+"""Training health: the troubleshooting table of the GRPO spec as rules over the metric history, and
+one rule of the PPO baseline's own: a critic that does not learn (its explained variance).
 
 Each rule names a symptom, the evidence (metric, step, value), the likely cause and the remedy.
 A symptom is reported once, at the first step it is seen; at the end of the run
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from statistics import mean, pstdev
+from statistics import mean, median, pstdev
 
 from grpoflow import metric_names as M
 
@@ -37,7 +38,16 @@ class Symptom:
         return asdict(self)
 
 
-RULES = ("kl_rising_fast", "reward_flat", "unstable_loss", "degenerate_groups", "entropy_collapse", "length_cap")
+# The spec's rows, then the PPO baseline's own: a critic whose values explain too little of the returns.
+RULES = (
+    "kl_rising_fast",
+    "reward_flat",
+    "unstable_loss",
+    "degenerate_groups",
+    "entropy_collapse",
+    "length_cap",
+    "critic_not_learning",
+)
 STANDING, CLEARED = "standing", "cleared"
 
 
@@ -63,6 +73,7 @@ class HealthMonitor:
     window: int = 10
     kl_limit: float = 0.5
     flat_after: int = M.RECENT_STEPS
+    min_explained_variance: float = 0.2  # a critic below it after its warm-up explains too little
     history: list[dict] = field(default_factory=list)
     symptoms: dict[str, Symptom] = field(default_factory=dict)
     pending: list[Symptom] = field(default_factory=list)
@@ -99,7 +110,7 @@ class HealthMonitor:
         metrics, as the history CSV keeps them): a rule's symptom that no longer holds at the last
         step is ``cleared``, ``cleared_by`` the first step after the last one it held at; one
         that still holds, and an event (a back-off, a corrupt checkpoint), is ``standing``."""
-        replay = HealthMonitor(self.window, self.kl_limit, self.flat_after)
+        replay = HealthMonitor(self.window, self.kl_limit, self.flat_after, self.min_explained_variance)
         held: dict[str, int] = {}
         steps: list[int] = []
         for row in rows:
@@ -193,6 +204,28 @@ class HealthMonitor:
             f"{mean(trunc):.0%} of completions hit max_completion_length",
             "completions longer than the cap",
             "raise rl.sampling.max_completion_length, or set rl.mask_truncated_completions",
+        )
+
+    def _critic_not_learning(self, step: int) -> Symptom | None:
+        """PPO's critic after its warm-up (the steps that updated the policy too): the median explained
+        variance of the last ``window`` of them below ``min_explained_variance``. The median, so that
+        one noisy step neither raises the symptom nor clears it."""
+        ev = [
+            h[M.EXPLAINED_VARIANCE]
+            for h in self.history
+            if h.get(M.EXPLAINED_VARIANCE) is not None and not h.get(M.CRITIC_WARMUP)
+        ][-self.window :]
+        if len(ev) < self.window or median(ev) >= self.min_explained_variance:
+            return None
+        return Symptom(
+            "critic_not_learning",
+            step,
+            f"explained_variance median {median(ev):.3f} over the last {len(ev)} steps after the critic's warm-up "
+            f"(below {self.min_explained_variance})",
+            "the critic does not predict the returns, so GAE's advantages are mostly its noise: a value head that "
+            "starts untrained, too low a critic learning rate, or targets biased by its own values",
+            "fit the critic first (ppo.critic_warmup_steps), give it Monte Carlo targets (ppo.lam_critic: 1.0), "
+            "raise ppo.critic_engine.lr",
         )
 
     def report(self, verdict: list[dict] | None = None) -> str:

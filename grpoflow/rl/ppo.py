@@ -2,6 +2,11 @@
 the policy, token-level rewards (the verifier's reward on the last token, a per-token KL penalty
 toward the reference), GAE advantages, the clipped policy loss and a clipped value loss, the
 critic on its own DeepSpeed engine and optimizer. Everything else is shared with GRPO.
+
+The critic starts from the SFT policy's trunk with a zero value head, or from the reward model
+(``ppo.critic_init``). Its first ``ppo.critic_warmup_steps`` steps fit it alone on the frozen
+policy's rollouts (VAPO's value pretraining, Yue et al. 2025), and GAE may give its targets a
+lambda of their own (``ppo.lam_critic``; 1.0 in VAPO and Open-Reasoner-Zero, Hu et al. 2025).
 """
 
 from __future__ import annotations
@@ -12,11 +17,13 @@ import torch
 from transformers import AutoModel
 
 from grpoflow import metric_names as M
-from grpoflow.config import Params, PPOConfig, rules
+from grpoflow.config import RM_REWARD, Params, PPOConfig, rules
 from grpoflow.models.engine import build_engine, optimizer_step
+from grpoflow.rl import micro_batches
 from grpoflow.rl import shared_prefix as sp
 from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS, masked_whiten
 from grpoflow.rl.algorithm import Algorithm, BuiltTrainer
+from grpoflow.rl.logprobs import completion_logprobs
 from grpoflow.rl.losses import grpo_loss, kl_k3
 from grpoflow.rl.trainer import Batch, MicroBatch, PolicyTrainer, TrainerInputs, masked_mean
 
@@ -36,6 +43,21 @@ class ValueModel(torch.nn.Module):
         """A critic whose trunk is the pretrained model at ``path`` and whose head starts at zero."""
         trunk = AutoModel.from_pretrained(path)
         return cls(trunk, trunk.config.hidden_size)
+
+    @classmethod
+    def from_reward_model(cls, path: str) -> ValueModel:
+        """A critic that starts as the reward model at ``path`` (a sequence classifier with one score,
+        :mod:`grpoflow.trainers.reward_model`): its backbone as the trunk, its score head as the value
+        head, which then reads a score at every position instead of at the last one only."""
+        from grpoflow.trainers.reward_model import load_reward_model
+
+        rm, _ = load_reward_model(path)
+        critic = cls(getattr(rm, rm.base_model_prefix), rm.config.hidden_size)
+        with torch.no_grad():
+            critic.head.weight.copy_(rm.score.weight)
+            if getattr(rm.score, "bias", None) is not None:
+                critic.head.bias.copy_(rm.score.bias)
+        return critic
 
     def forward(self, input_ids, attention_mask, position_ids=None) -> torch.Tensor:
         """``V(s_t)`` at every position: ``(N, T)``."""
@@ -74,12 +96,38 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     return float(1 - (returns[m] - values[m]).var(correction=0) / var) if var > 0 else 0.0
 
 
+def clipped_value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip: float
+) -> torch.Tensor:
+    """PPO's clipped value loss (the PPO2 form): ``0.5 * max((V - R)^2, (V_clip - R)^2)`` averaged over
+    the counted tokens, with ``V_clip = V_old + clamp(V - V_old, -clip, clip)``: a token whose value has
+    moved more than ``clip`` from its old one gives no gradient, unless the move took it further from
+    the return than the clipped value (the larger, pessimistic loss is the one that counts)."""
+    clipped = old_values + (values - old_values).clamp(-clip, clip)
+    vf = 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
+    return (vf * mask).sum() / mask.sum().clamp(min=1)
+
+
+def critic_metrics(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """How well the values (before the step's update) explain the returns, and the returns' scale."""
+    counted = returns[mask.bool()]
+    return {
+        M.EXPLAINED_VARIANCE: explained_variance(values, returns, mask),
+        M.RETURNS_MEAN: float(counted.mean()) if counted.numel() else 0.0,
+        M.RETURNS_STD: float(counted.std(correction=0)) if counted.numel() else 0.0,
+    }
+
+
 class PPOTrainer(PolicyTrainer):
     """The PPO baseline: the shared loop with a critic, GAE and the KL penalty in the reward."""
 
     def __init__(self, inputs: TrainerInputs, *, ppo: PPOConfig, critic_engine):
         super().__init__(inputs, kl_coef=ppo.kl_coef)
         self.ppo, self.critic = ppo, critic_engine
+
+    def updates_policy(self, step: int) -> bool:
+        """Every step after the critic's warm-up (``ppo.critic_warmup_steps``, counted in ``rl.steps``)."""
+        return step >= self.ppo.critic_warmup_steps
 
     @torch.no_grad()
     def _old_values(self, b: Batch) -> torch.Tensor:
@@ -88,19 +136,57 @@ class PPOTrainer(PolicyTrainer):
             [completion_values(self.critic, b.ids[sl], b.attn[sl], b.start, shared) for sl in self._plan(b)]
         )
 
-    def update(self, step: int, b: Batch) -> dict[str, float]:
-        """mu clipped updates of the policy and the critic on one batch."""
-        cfg, ppo, eng, critic = self.cfg, self.ppo, self.engine, self.critic
-        critic.set_train_micro_batch_size(eng.train_micro_batch_size_per_gpu())
-        critic.set_train_batch_size(len(b.ids) * self.world)
-        old_logp = self._frozen_logprobs(eng.module, b)
+    @torch.no_grad()
+    def _frozen_with_entropy(self, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy's log-probs and entropies without gradients (a warm-up step's only policy pass)."""
+        with self.timer.phase(M.PHASE_OLD_LOGPROBS):
+            parts = [
+                completion_logprobs(
+                    self.engine.module,
+                    b.ids[sl],
+                    b.attn[sl],
+                    b.start,
+                    with_entropy=True,
+                    shared_prefix=self.cfg.engine.shared_prefix,
+                )
+                for sl in self._plan(b)
+            ]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts if p[1] is not None])
+
+    def _targets(
+        self, b: Batch, old_logp: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(kl or None, old values, advantages, returns)`` of the batch: the KL to the reference,
+        the critic's values before the update, GAE's advantages (whitened as ``ppo.whiten_advantages``
+        says) under ``ppo.lam_actor`` and its returns, the critic's targets, under ``ppo.lam_critic``."""
         ref_logp = self._frozen_logprobs(self.ref, b) if self.ref is not None else None
         kl = kl_k3(old_logp, ref_logp) if ref_logp is not None else None
         old_values = self._old_values(b) * b.mask
         rewards = token_rewards(b.rewards, b.mask, kl, self.state.beta)
-        adv, returns = CRITIC_ESTIMATOR_FNS["gae"](rewards, old_values, b.mask, ppo)
-        if ppo.whiten_advantages:
+        adv, returns = CRITIC_ESTIMATOR_FNS["gae"](rewards, old_values, b.mask, self.ppo)
+        if self.ppo.whiten_advantages:
             adv = masked_whiten(adv, b.mask)
+        return kl, old_values, adv, returns
+
+    def _value_step(self, b: Batch, sl: slice, scale: float, old_values: torch.Tensor, returns: torch.Tensor) -> float:
+        """The clipped value loss on micro-batch ``sl`` (``ppo.cliprange_value`` around the old values),
+        its backward (times ``scale``) and the critic's optimizer step; the loss."""
+        critic = self.critic
+        values = completion_values(critic, b.ids[sl], b.attn[sl], b.start, self.cfg.engine.shared_prefix)
+        value_loss = clipped_value_loss(values, old_values[sl], returns[sl], b.mask[sl], self.ppo.cliprange_value)
+        critic.backward(value_loss * scale)
+        optimizer_step(critic)
+        return value_loss.item()
+
+    def update(self, step: int, b: Batch) -> dict[str, float]:
+        """mu clipped updates of the policy and the critic on one batch (of the critic alone in its warm-up)."""
+        cfg, eng, critic = self.cfg, self.engine, self.critic
+        critic.set_train_micro_batch_size(eng.train_micro_batch_size_per_gpu())
+        critic.set_train_batch_size(len(b.ids) * self.world)
+        if not self.updates_policy(step):
+            return self._warm_up(b)
+        old_logp = self._frozen_logprobs(eng.module, b)
+        kl, old_values, adv, returns = self._targets(b, old_logp)
 
         def policy_loss(mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
             loss, m = grpo_loss(
@@ -118,29 +204,66 @@ class PPOTrainer(PolicyTrainer):
             return loss, {M.CLIP_RATIO: m[M.CLIP_RATIO]}
 
         def critic_step(mb: MicroBatch) -> dict[str, float]:
-            """The clipped value loss on the micro-batch, after the policy's step on it."""
-            sl = mb.sl
-            values = completion_values(critic, b.ids[sl], b.attn[sl], b.start, cfg.engine.shared_prefix)
-            clipped = old_values[sl] + (values - old_values[sl]).clamp(-ppo.cliprange_value, ppo.cliprange_value)
-            vf = 0.5 * torch.maximum((values - returns[sl]) ** 2, (clipped - returns[sl]) ** 2)
-            value_loss = (vf * b.mask[sl]).sum() / b.mask[sl].sum().clamp(min=1)
-            critic.backward(value_loss * mb.scale)
-            optimizer_step(critic)
-            return {M.VALUE_LOSS: value_loss.item()}
+            """The critic's step on the micro-batch, after the policy's step on it."""
+            return {M.VALUE_LOSS: self._value_step(b, mb.sl, mb.scale, old_values, returns)}
 
         out = self._micro_batch_loop(
             step, b, old_logp, policy_loss, tallies=(M.VALUE_LOSS,), critic=critic, critic_step=critic_step
         )
         out[M.KL] = masked_mean(kl, b.mask) if kl is not None else 0.0
-        out[M.EXPLAINED_VARIANCE] = explained_variance(old_values, returns, b.mask)
-        return out
+        return out | critic_metrics(old_values, returns, b.mask) | {M.CRITIC_WARMUP: 0.0}
+
+    def _warm_up(self, b: Batch) -> dict[str, float]:
+        """A warm-up step: ``num_iterations`` passes of the critic's updates on the frozen policy's
+        rollouts, with the targets a later step would give it; the policy's weights, optimizer and
+        learning-rate schedule are not touched."""
+        old_logp, entropy = self._frozen_with_entropy(b)
+        kl, old_values, _, returns = self._targets(b, old_logp)
+        critic = self.critic
+        critic.train()
+        slices = self._plan(b)
+        scales = micro_batches.loss_scales(slices, critic.gradient_accumulation_steps())
+        value_loss = 0.0
+        for _ in range(self.cfg.num_iterations):
+            for sl, scale in zip(micro_batches.accumulation(slices, critic), scales):
+                share = (sl.stop - sl.start) / len(b.ids)  # as the shared loop weighs micro-batches
+                value_loss += self._value_step(b, sl, scale, old_values, returns) * share
+        return {
+            M.VALUE_LOSS: value_loss / self.cfg.num_iterations,
+            M.KL: masked_mean(kl, b.mask) if kl is not None else 0.0,
+            M.ENTROPY: masked_mean(entropy, b.mask),
+            M.CRITIC_WARMUP: 1.0,
+        } | critic_metrics(old_values, returns, b.mask)
+
+
+def initial_critic(params: Params, reference_dir: Path) -> ValueModel:
+    """The critic as ``ppo.critic_init`` says: the SFT policy's trunk with a zero head (``policy``),
+    or the reward model that ``rewards`` names (``reward_model``; the schema's rules make sure there
+    is one), which must read the policy's tokens."""
+    if params.ppo.critic_init == "policy":
+        return ValueModel.from_pretrained(str(reference_dir))
+    path = next(r.model_path for r in params.rewards if r.name == RM_REWARD)
+    _check_same_vocabulary(path, reference_dir)
+    return ValueModel.from_reward_model(path)
+
+
+def _check_same_vocabulary(rm_dir: str | Path, reference_dir: str | Path) -> None:
+    """Raise unless the reward model's tokenizer is the policy's: the critic reads the policy's token ids."""
+    from transformers import AutoTokenizer
+
+    ours, theirs = (AutoTokenizer.from_pretrained(str(d), local_files_only=True) for d in (reference_dir, rm_dir))
+    if ours.get_vocab() != theirs.get_vocab():
+        raise ValueError(
+            f"ppo.critic_init: reward_model: the reward model {rm_dir} has another vocabulary than the policy "
+            f"({reference_dir}), and the critic reads the policy's tokens; use ppo.critic_init: policy"
+        )
 
 
 def _build(params: Params, inputs: TrainerInputs, reference_dir: Path) -> BuiltTrainer:
-    critic_model = ValueModel.from_pretrained(str(reference_dir))
+    model = initial_critic(params, reference_dir)
     # The critic steps with the policy, micro-batch for micro-batch (see PPOTrainer.update).
     critic_cfg = params.ppo.critic_engine.model_copy(update={"micro_batch_size": params.rl.engine.micro_batch_size})
-    critic = build_engine(critic_model, critic_cfg, inputs.engine.train_batch_size())
+    critic = build_engine(model, critic_cfg, inputs.engine.train_batch_size())
     return BuiltTrainer(PPOTrainer(inputs, ppo=params.ppo, critic_engine=critic), {"critic": critic})
 
 

@@ -373,6 +373,11 @@ class PolicyTrainer:
         """The algorithm's optimizer step(s) on ``batch``; returns its own metrics."""
         raise NotImplementedError
 
+    def updates_policy(self, step: int) -> bool:
+        """Whether ``step`` updates the policy (PPO's critic warm-up steps do not): adaptive KL control
+        moves on those only."""
+        return True
+
     # -- budget under out-of-memory back-off ------------------------------------------------
     def generations(self, step: int) -> int:
         """G at ``step``: the schedule's, capped by any out-of-memory back-off."""
@@ -458,8 +463,8 @@ class PolicyTrainer:
         metrics = _all_mean(local, self.world, self.engine.device)
         metrics.update(self._loop_metrics(g, time.perf_counter() - t0, t_rollout, t_update))
         if (
-            self.cfg.adaptive_kl.enabled and self.ref is not None
-        ):  # grpoflow.config.rules: enabled only with a coefficient
+            self.cfg.adaptive_kl.enabled and self.ref is not None and self.updates_policy(step)
+        ):  # grpoflow.config.rules: enabled only with a coefficient; a frozen policy's KL says nothing
             a = self.cfg.adaptive_kl
             self.state.beta = adapt_beta(self.state.beta, metrics[M.KL], a.target_kl, a.horizon)
         return metrics

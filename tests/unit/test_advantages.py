@@ -136,6 +136,57 @@ def test_gae_shape_mismatch_raises():
         gae(torch.zeros(1, 3), torch.zeros(1, 2), torch.ones(1, 3))
 
 
+def test_gae_with_decoupled_lambdas_hand_computed():
+    # gamma 1; the actor's lambda 0 (one-step TD errors), the critic's 0.5. Row 0, values 0.5 0.4 0.8:
+    #   delta_2 = 1.0 + 0   - 0.8 =  0.2     delta_1 = -0.1 + 0.8 - 0.4 = 0.3     delta_0 = 0 + 0.4 - 0.5 = -0.1
+    #   actor  (lam 0):   A = delta                         = [-0.1, 0.3, 0.2]
+    #   critic (lam 0.5): A'_2 = 0.2, A'_1 = 0.3 + 0.5 * 0.2 = 0.4, A'_0 = -0.1 + 0.5 * 0.4 = 0.1
+    #   returns = A' + V = [0.1 + 0.5, 0.4 + 0.4, 0.2 + 0.8] = [0.6, 0.8, 1.0]
+    # Row 1 ends after two tokens (its third value, 9.0, is padding and never read):
+    #   delta_1 = 1.0 + 0 - 0.6 = 0.4     delta_0 = 0 + 0.6 - 0.2 = 0.4
+    #   actor: [0.4, 0.4, 0]; critic: A'_1 = 0.4, A'_0 = 0.4 + 0.5 * 0.4 = 0.6; returns [0.8, 1.0, 0]
+    rewards = torch.tensor([[0.0, -0.1, 1.0], [0.0, 1.0, 0.0]])
+    values = torch.tensor([[0.5, 0.4, 0.8], [0.2, 0.6, 9.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    adv, ret = gae(rewards, values, mask, gamma=1.0, lam=0.0, lam_critic=0.5)
+    assert close(adv, [[-0.1, 0.3, 0.2], [0.4, 0.4, 0.0]])
+    assert close(ret, [[0.6, 0.8, 1.0], [0.8, 1.0, 0.0]])
+    # VAPO's critic lambda 1: the returns are the rewards still to come, whatever the values.
+    _, mc = gae(rewards, values, mask, gamma=1.0, lam=0.0, lam_critic=1.0)
+    assert close(mc, [[0.9, 0.9, 1.0], [1.0, 1.0, 0.0]])
+
+
+@settings(max_examples=100)
+@given(st.integers(1, 3), st.integers(1, 6), st.floats(0, 1), st.floats(0, 1), st.data())
+def test_decoupled_gae_takes_its_advantages_from_one_lambda_and_its_returns_from_the_other(n, t, lam_a, lam_c, data):
+    floats = st.floats(-10, 10, allow_nan=False)
+    rewards = torch.tensor(data.draw(st.lists(floats, min_size=n * t, max_size=n * t)), dtype=torch.float64).view(n, t)
+    values = torch.tensor(data.draw(st.lists(floats, min_size=n * t, max_size=n * t)), dtype=torch.float64).view(n, t)
+    lengths = data.draw(st.lists(st.integers(0, t), min_size=n, max_size=n))
+    mask = (torch.arange(t).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).double()
+    adv, ret = gae(rewards, values, mask, gamma=0.9, lam=lam_a, lam_critic=lam_c)
+    assert torch.equal(adv, gae(rewards, values, mask, gamma=0.9, lam=lam_a)[0])
+    assert torch.equal(ret, gae(rewards, values, mask, gamma=0.9, lam=lam_c)[1])
+
+
+def test_the_ppo_section_decouples_its_lambdas_and_each_unset_one_is_ppo_lam():
+    from grpoflow.config import validate_params
+    from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS
+
+    rewards, values = torch.tensor([[0.0, -0.1, 1.0]]), torch.tensor([[0.5, 0.4, 0.8]])
+    mask = torch.ones(1, 3)
+    ppo = validate_params({"ppo": {"lam": 0.3, "lam_actor": 0.0, "lam_critic": 0.5}}).ppo
+    adv, ret = CRITIC_ESTIMATOR_FNS["gae"](rewards, values, mask, ppo)
+    assert close(adv, [[-0.1, 0.3, 0.2]]) and close(ret, [[0.6, 0.8, 1.0]])  # the hand-computed row above
+    shared = validate_params({"ppo": {"lam": 0.5}}).ppo  # both unset: ppo.lam for both, as before the split
+    assert (shared.estimator_options().actor_lam, shared.estimator_options().critic_lam) == (0.5, 0.5)
+    adv, ret = CRITIC_ESTIMATOR_FNS["gae"](rewards, values, mask, shared)
+    expected = gae(rewards, values, mask, gamma=1.0, lam=0.5)
+    assert torch.equal(adv, expected[0]) and torch.equal(ret, expected[1])
+    only_critic = validate_params({"ppo": {"lam": 0.0, "lam_critic": 0.5}}).ppo.estimator_options()
+    assert (only_critic.actor_lam, only_critic.critic_lam) == (0.0, 0.5)
+
+
 def test_masked_whiten_zero_mean_unit_var_on_mask():
     x = torch.tensor([[1.0, 2.0, 3.0, 100.0]])
     m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])

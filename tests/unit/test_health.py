@@ -37,6 +37,7 @@ def test_healthy_run_has_no_symptoms():
         ("degenerate_groups", [{**BASE, "frac_zero_std_groups": 0.95} for _ in range(6)]),
         ("entropy_collapse", [{**BASE, "entropy": 1.0 * 0.5**i} for i in range(8)]),
         ("length_cap", [{**BASE, "frac_truncated": 0.6} for _ in range(6)]),
+        ("critic_not_learning", [{**BASE, "explained_variance": 0.05} for _ in range(10)]),
     ],
 )
 def test_each_symptom_is_detected_once_with_evidence(name, rows):
@@ -94,3 +95,44 @@ def test_a_flat_reward_that_rises_later_is_cleared():
     assert feed(monitor, flat + rising) == ["reward_flat"]
     (entry,) = monitor.verdict(history(flat + rising))
     assert entry["status"] == "cleared" and 40 < entry["cleared_by"] < 80
+
+
+# -- PPO's critic: explained variance after its warm-up ------------------------------------------
+def critic_rows(warmup: list[float], after: list[float]) -> list[dict]:
+    """PPO steps: ``warmup`` explained variances of critic-only steps, then ``after`` of full ones."""
+    return [{**BASE, "explained_variance": ev, "critic_warmup": 1.0} for ev in warmup] + [
+        {**BASE, "explained_variance": ev, "critic_warmup": 0.0} for ev in after
+    ]
+
+
+def test_a_critic_that_does_not_learn_is_flagged_once_its_window_after_the_warmup_is_full():
+    monitor = HealthMonitor()
+    # 5 warm-up steps, then 10 full ones at 0.1: the window (10) fills at the 15th step, index 14.
+    seen = feed(monitor, critic_rows([0.0] * 5, [0.1] * 10))
+    assert seen == ["critic_not_learning"] and monitor.symptoms["critic_not_learning"].step == 14
+    symptom = monitor.symptoms["critic_not_learning"]
+    assert "median 0.100 over the last 10 steps" in symptom.evidence and "ppo.critic_warmup_steps" in symptom.remedy
+
+
+@pytest.mark.parametrize(
+    "warmup, after",
+    [
+        ([0.0] * 20, [0.5] * 9),  # low only while it warms up; the window after it is not full yet
+        ([], [0.5] * 9 + [-3.0]),  # one noisy step: the median of the window is 0.5
+        ([], [0.0, 0.1, 0.3, 0.3, 0.3, 0.3, 0.3, 0.1, 0.1, 0.1]),  # median (0.3 + 0.1) / 2 = 0.2, not below
+        ([], []),  # GRPO: no explained variance at all
+    ],
+)
+def test_a_critic_that_learns_or_is_still_warming_up_is_not_flagged(warmup, after):
+    rows = critic_rows(warmup, after) or [BASE] * 20
+    assert "critic_not_learning" not in feed(HealthMonitor(), rows)
+
+
+def test_a_critic_that_learns_later_is_cleared_in_the_verdict():
+    rows = critic_rows([], [0.1] * 10 + [0.6] * 10)
+    monitor = HealthMonitor()
+    assert feed(monitor, rows) == ["critic_not_learning"]
+    (entry,) = monitor.verdict(history(rows))
+    # With k of the last 10 at 0.6, the 5th and 6th smallest are both 0.1 while k <= 4 (up to index 13);
+    # at k = 5 (index 14) the median is (0.1 + 0.6) / 2 = 0.35, no longer below 0.2.
+    assert entry["status"] == "cleared" and entry["cleared_by"] == 14

@@ -20,6 +20,20 @@ def test_explained_variance():
     assert explained_variance(torch.full_like(returns, 2.0), returns, mask) == pytest.approx(0.0)
 
 
+def test_the_value_loss_is_clipped_around_the_old_values_as_documented():
+    # clip 0.2. Token 0: V 1.0, old 0, return 1.0: unclipped (1.0 - 1.0)^2 = 0, clipped V 0.2: (0.2 - 1.0)^2 = 0.64;
+    # the larger, 0.64, counts and its gradient is 0 (the clamp saturates). Token 1: V 0, old 0, return 0.5: both
+    # (0 - 0.5)^2 = 0.25. Token 2 is not counted. Loss 0.5 * (0.64 + 0.25) / 2 = 0.2225; dL/dV_1 = (0 - 0.5) / 2.
+    from grpoflow.rl.ppo import clipped_value_loss
+
+    values = torch.tensor([[1.0, 0.0, 5.0]], requires_grad=True)
+    old, returns = torch.zeros(1, 3), torch.tensor([[1.0, 0.5, 0.0]])
+    loss = clipped_value_loss(values, old, returns, torch.tensor([[1.0, 1.0, 0.0]]), 0.2)
+    loss.backward()
+    assert loss.item() == pytest.approx(0.2225)
+    assert values.grad[0].tolist() == pytest.approx([0.0, -0.25, 0.0])
+
+
 # -- shared-prefix groups: PPO's policy and critic passes equal the unshared ones ---------------
 from transformers import AutoModel, LlamaConfig, Qwen2Config  # noqa: E402
 

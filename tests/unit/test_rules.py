@@ -176,3 +176,15 @@ def test_the_rules_and_the_schema_load_without_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_critic_warmup_leaves_steps_that_update_the_policy():
+    # The warm-up counts against rl.steps: a warm-up as long as the run would train no policy at all.
+    refused({"rl": {"steps": 10}, "ppo": {"critic_warmup_steps": 10}}, "ppo.critic_warmup_steps=10", "rl.steps=10")
+    validate_params({"rl": {"steps": 10}, "ppo": {"critic_warmup_steps": 9}})
+    validate_params({"rl": {"steps": 10}, "ppo": {"critic_warmup_steps": 10}, **GRPO_ONLY})  # PPO is not trained
+
+
+def test_a_critic_from_the_reward_model_needs_one_in_the_rewards():
+    refused({"ppo": {"critic_init": "reward_model"}}, "ppo.critic_init", "rewards")
+    validate_params({"ppo": {"critic_init": "reward_model"}, "rewards": [{"name": "math"}, {"name": "rm"}]})

@@ -1,0 +1,170 @@
+"""PPO's critic done right (grpoflow/rl/ppo.py): the warm-up fits the critic alone and leaves the
+policy bit-identical, the critic's explained variance rises as it fits a batch, it can start from
+the reward model, and its curves are charted under ``learning/``."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from grpoflow import metric_names as M
+from grpoflow.config import ModelConfig, validate_params
+from grpoflow.io import write_jsonl
+from grpoflow.rl.ppo import ALGORITHM as PPO
+from grpoflow.rl.ppo import initial_critic
+from grpoflow.rl.run import build_rl_run
+from grpoflow.rl.trainer import Batch
+
+TINY = {
+    "rl": {
+        "steps": 3,
+        "prompts_per_step": 4,
+        "num_generations": 2,
+        "checkpoint_every": 100,
+        "eval_every": 100,
+        "sampling": {"max_completion_length": 4},
+        "engine": {"micro_batch_size": 4, "lr": 0.01},  # two micro-batches a step: accumulation is exercised
+    },
+    "ppo": {"critic_warmup_steps": 2, "lam_critic": 1.0, "critic_engine": {"micro_batch_size": 4, "lr": 0.003}},
+}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A prepared split and a saved tiny reference model, as the stages leave them."""
+    from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
+
+    root = tmp_path_factory.mktemp("critic")
+    rows = [
+        {"id": str(i), "prompt": f"Tom has {i} apples. How many?", "reference_answer": str(i), "solution": f"#### {i}"}
+        for i in range(8)
+    ]
+    write_jsonl(root / "data" / "train.jsonl", rows)
+    write_jsonl(root / "data" / "val.jsonl", rows[:2])
+    tok = train_tokenizer([r["prompt"] + r["solution"] for r in rows] * 5, vocab_size=96)
+    model = build_tiny_model(
+        ModelConfig(hidden_size=32, num_layers=1, num_heads=1, intermediate_size=64, max_length=64), tok, 0
+    )
+    save_pretrained(model, tok, root / "ref")
+    return root
+
+
+def by_prompt(completions, rows):
+    """A reward the critic can predict from the prompt alone (the untrained policy earns no verifier's)."""
+    return torch.tensor([int(r["reference_answer"]) / 7 for r in rows]), {}
+
+
+def tiny_run(workspace, **ppo):
+    params = validate_params({**TINY, "ppo": {**TINY["ppo"], **ppo}})
+    run = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
+    run.trainer.reward = by_prompt
+    return run
+
+
+def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in module.named_parameters()}
+
+
+def identical(a, b) -> bool:
+    """Nested dicts, lists and tensors equal bit for bit."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(identical(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_the_warmup_fits_the_critic_alone_and_leaves_the_policy_bit_identical(workspace):
+    run = tiny_run(workspace)
+    policy, critic = run.engine, run.trainer.critic
+    before = weights(policy.module), copy.deepcopy(policy.optimizer.state_dict()), policy.global_steps
+    schedule = copy.deepcopy(policy.lr_scheduler.state_dict())
+    critic_before = weights(critic.module)
+    warm = [run.trainer.step(step) for step in range(2)]  # ppo.critic_warmup_steps: 2
+    after = weights(policy.module), policy.optimizer.state_dict(), policy.global_steps
+    assert before[0].keys() == after[0].keys() and all(torch.equal(before[0][n], after[0][n]) for n in before[0])
+    assert identical(before[1], after[1]) and before[2] == after[2] == 0
+    assert identical(schedule, policy.lr_scheduler.state_dict())
+    changed = [n for n, p in weights(critic.module).items() if not torch.equal(p, critic_before[n])]
+    assert "head.weight" in changed and any(n.startswith("trunk.") for n in changed)
+    for m in warm:
+        assert m[M.CRITIC_WARMUP] == 1.0 and M.LOSS not in m and m[M.VALUE_LOSS] > 0 and m[M.ENTROPY] > 0
+        assert m[M.RETURNS_STD] > 0 and m[M.KL] == 0.0  # the frozen policy is the reference
+    # The third step of rl.steps updates the policy: the warm-up counted against the budget.
+    m = run.trainer.step(2)
+    assert m[M.CRITIC_WARMUP] == 0.0 and M.LOSS in m
+    assert any(not torch.equal(p, before[0][n]) for n, p in weights(policy.module).items())
+
+
+def test_explained_variance_rises_as_the_critic_fits_a_fixed_batch(workspace):
+    trainer = tiny_run(workspace).trainer
+    scored = trainer._scored(0, 2)
+    ids, attn, mask, start = trainer._inputs(scored.rollouts)
+    trainer._set_batch(len(ids))
+    batch = Batch(ids, attn, mask, start, scored.total, 2)
+    # Each warm-up update reports the explained variance of the values before it: a zero head's first.
+    ev = [trainer.update(0, batch)[M.EXPLAINED_VARIANCE] for _ in range(25)]
+    assert ev[0] == 0.0
+    assert 0.4 < ev[-1] and ev[12] < ev[-1] and ev[1] < ev[12], ev  # measured: 0.03, 0.17, 0.63
+
+
+def test_the_critic_starts_from_the_sft_policy_by_default_with_a_zero_head(workspace):
+    critic = initial_critic(validate_params({}), workspace / "ref")
+    assert not critic.head.weight.any() and not critic.head.bias.any()
+
+
+def test_the_critic_can_start_from_the_reward_model(workspace, tmp_path):
+    from transformers import AutoTokenizer
+
+    from grpoflow.trainers.reward_model import reward_model_from_policy
+
+    tok = AutoTokenizer.from_pretrained(str(workspace / "ref"))
+    rm = reward_model_from_policy(workspace / "ref", tok)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        rm.score.weight.normal_(0, 0.5)  # a trained RM's head is not zero
+        for p in rm.base_model.parameters():
+            p.add_(0.01 * torch.randn_like(p))  # nor is its backbone the policy's
+    rm.save_pretrained(tmp_path / "rm")
+    tok.save_pretrained(tmp_path / "rm")
+    params = validate_params(
+        {
+            "ppo": {"critic_init": "reward_model"},
+            "rewards": [{"name": "math"}, {"name": "rm", "path": str(tmp_path / "rm")}],
+        }
+    )
+    critic = initial_critic(params, workspace / "ref")
+    assert torch.equal(critic.head.weight, rm.score.weight) and not critic.head.bias.any()
+    ids = tok("Tom has 3 apples. How many?", return_tensors="pt").input_ids
+    attn = torch.ones_like(ids)
+    with torch.no_grad():  # the value at the last position is the RM's score of the whole text
+        assert torch.allclose(critic(ids, attn)[:, -1], rm(input_ids=ids, attention_mask=attn).logits[:, 0], atol=1e-5)
+
+
+def test_a_reward_model_of_another_vocabulary_cannot_host_the_critic(workspace, tmp_path):
+    from grpoflow.models.modeling import train_tokenizer
+    from grpoflow.rl.ppo import _check_same_vocabulary
+
+    # Merges of other texts: a vocabulary beside the policy's 256 bytes and specials that differs from it.
+    train_tokenizer(["something else entirely"] * 5, vocab_size=300).save_pretrained(tmp_path / "other")
+    _check_same_vocabulary(workspace / "ref", workspace / "ref")
+    with pytest.raises(ValueError, match="another vocabulary"):
+        _check_same_vocabulary(tmp_path / "other", workspace / "ref")
+
+
+@pytest.mark.parametrize(
+    "key, name",
+    [
+        (M.EXPLAINED_VARIANCE, "learning/explained_variance"),
+        (M.VALUE_LOSS, "learning/value_loss"),
+        (M.RETURNS_MEAN, "learning/returns_mean"),
+        (M.RETURNS_STD, "learning/returns_std"),
+        (M.CRITIC_WARMUP, "schedule/critic_warmup"),  # charted only where it moves: the warm-up's end
+    ],
+)
+def test_the_critics_curves_are_charted_in_mlflow(key, name):
+    assert M.tracked(key) == name and key in M.HISTORY_FIELDS
