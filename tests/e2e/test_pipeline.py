@@ -46,10 +46,11 @@ def test_leakage_gate_fails_the_flow_with_a_report(project, run_env):
     assert not (project / "data" / "verifier_validation").exists()  # nothing downstream ran
 
 
-def test_editing_a_module_reruns_exactly_the_stages_that_import_it(smoke, run_env):
+def test_editing_a_module_reruns_exactly_the_stages_that_import_it(smoke_sft, run_env):
     # dvc.yaml's code deps are each stage's import graph (tasks/stages.py): the loss is imported by
     # the RL stages only. (Every stage that imports a file re-runs on its edit: tests/unit/test_stages.py.)
-    project, _ = smoke
+    # The stages up to sft come reproduced (the session's shared copy): only grpo runs first.
+    project, _ = smoke_sft
     assert run([PY, "-m", "dvc", "repro", "grpo"], project, run_env).returncode == 0
     losses = project / "grpoflow" / "rl" / "losses.py"
     losses.write_text(losses.read_text() + "\n# an edit\n")
