@@ -101,10 +101,6 @@ def prefect_query(project: Path, env: dict[str, str], body: str):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def prefect_artifact_keys(project: Path, env: dict[str, str]) -> list[str]:
-    return prefect_query(project, env, "return [a.key or '' for a in await c.read_artifacts()]")
-
-
 # The tiny default, shrunk to seconds: same stages, same code paths, few steps.
 SMOKE_OVERRIDES = {
     "data.synthetic.num_examples": 400,
