@@ -158,11 +158,13 @@ def smoke(project: Path) -> tuple[Path, str]:
 
 @pytest.fixture(scope="session")
 def smoke_sft_built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """One smoke project with every stage up to SFT reproduced by ``dvc repro sft``, built once per
-    session: the tests that start from a finished SFT each get a copy (:func:`smoke_sft`)."""
+    """One smoke project with the stages every training stage starts from (base_model, prepare,
+    validate_verifiers, sft) reproduced by DVC, built once per session: the tests that start from
+    a finished SFT each get a copy (:func:`smoke_sft`)."""
     root = tmp_path_factory.mktemp("smoke-sft")
     project, rel = smoke_project(new_project(root / "project"))
-    out = run([sys.executable, "-m", "dvc", "repro", "sft"], project, tool_env(root))
+    # validate_verifiers is no dep of sft, but of every training stage after it: built here too.
+    out = run([sys.executable, "-m", "dvc", "repro", "sft", "validate_verifiers"], project, tool_env(root))
     assert out.returncode == 0, out
     return project, rel
 
@@ -183,7 +185,7 @@ def copy_project(built: Path, dest: Path) -> Path:
 
 @pytest.fixture
 def smoke_sft(smoke_sft_built: tuple[Path, str], tmp_path: Path) -> tuple[Path, str]:
-    """A copy of :func:`smoke_sft_built` of this test's own: the smoke project, its data and SFT
-    reference as ``dvc repro sft`` left them."""
+    """A copy of :func:`smoke_sft_built` of this test's own: the smoke project, its data, gate and
+    SFT reference as DVC left them."""
     built, rel = smoke_sft_built
     return copy_project(built, tmp_path / "project"), rel
