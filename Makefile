@@ -82,8 +82,9 @@ lint: setup
 	$(VENV)/bin/ruff format --check $(LINT_DIRS)
 	$(VENV)/bin/mypy
 
+# The suite without slow and gpu tests (pyproject's addopts); each run's log ends with its 15 slowest.
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=15
 
 test-all: setup
 	$(PY) -m pytest -m "not gpu"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import shutil
 import subprocess
+from functools import cache
 from pathlib import Path
 
 from grpoflow.io import sha256_paths
@@ -67,8 +68,16 @@ def _imported(path: Path, name: str) -> set[str]:
     """Project modules that the file of module ``name`` imports anywhere in it (lazy imports too),
     with their parent packages, whose __init__ runs first."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return set(_imports_in(path.read_text(), str(path), package))
+
+
+@cache
+def _imports_in(source: str, filename: str, package: str) -> frozenset[str]:
+    """:func:`_imported` of the file ``filename`` holding ``source``. Keyed by the text itself, so
+    an edited file is parsed again; every stage's graph walks the same shared modules, and parsing
+    them is the walk's cost (dvc.yaml's generation walks each stage's)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(ast.parse(source, filename=filename)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -80,7 +89,7 @@ def _imported(path: Path, name: str) -> set[str]:
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
     with_parents = {".".join(m.split(".")[:i]) for m in found for i in range(1, m.count(".") + 2)}
-    return {m for m in with_parents if m.split(".")[0] in PROJECT_PACKAGES}
+    return frozenset(m for m in with_parents if m.split(".")[0] in PROJECT_PACKAGES)
 
 
 def module_files(*modules: str, root: str | Path = ".") -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,22 +18,30 @@ from grpoflow.provenance import copy_checkout
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A fresh clone-like copy of the working tree (tracked and untracked, ignored files left out)."""
-    dest = copy_checkout(REPO, tmp_path / "project")
-    git = ["git", "-c", "user.email=ci@grpoflow.local", "-c", "user.name=ci"]
+GIT = ["git", "-c", "user.email=ci@grpoflow.local", "-c", "user.name=ci"]
+
+
+def new_project(dest: Path) -> Path:
+    """A fresh clone-like copy of the working tree at ``dest``, committed in a git repo of its own."""
+    copy_checkout(REPO, dest)
     subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
     subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
-    subprocess.run([*git, "commit", "-qm", "copy"], cwd=dest, check=True)
+    subprocess.run([*GIT, "commit", "-qm", "copy"], cwd=dest, check=True)
     return dest
 
 
 @pytest.fixture
-def run_env(tmp_path: Path) -> dict[str, str]:
+def project(tmp_path: Path) -> Path:
+    """A fresh clone-like copy of the working tree (tracked and untracked, ignored files left out)."""
+    return new_project(tmp_path / "project")
+
+
+def tool_env(home: Path) -> dict[str, str]:
+    """This process's environment for the real tools, with Prefect's home under ``home`` and no
+    tracking server, Prefect API or run of the caller's leaking in."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_"))}
     env.update(
-        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_HOME=str(home / "prefect-home"),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         MLFLOW_DISABLE_TELEMETRY="true",
         DVC_NO_ANALYTICS="1",
@@ -42,6 +51,11 @@ def run_env(tmp_path: Path) -> dict[str, str]:
         PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
     )
     return env
+
+
+@pytest.fixture
+def run_env(tmp_path: Path) -> dict[str, str]:
+    return tool_env(tmp_path)
 
 
 class Ran(subprocess.CompletedProcess):
@@ -87,10 +101,6 @@ def prefect_query(project: Path, env: dict[str, str], body: str):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def prefect_artifact_keys(project: Path, env: dict[str, str]) -> list[str]:
-    return prefect_query(project, env, "return [a.key or '' for a in await c.read_artifacts()]")
-
-
 # The tiny default, shrunk to seconds: same stages, same code paths, few steps.
 SMOKE_OVERRIDES = {
     "data.synthetic.num_examples": 400,
@@ -133,13 +143,49 @@ def use_params(project: Path, rel: str) -> None:
     dvc_yaml.write_text(dvc_yaml.read_text().replace("params_file: params/default.yaml", f"params_file: {rel}"))
 
 
-@pytest.fixture
-def smoke(project: Path) -> tuple[Path, str]:
+def smoke_project(project: Path) -> tuple[Path, str]:
+    """``project`` on the smoke params (dvc.yaml pointed at them), committed."""
     rel = write_params(project, "smoke", SMOKE_OVERRIDES)
     use_params(project, rel)
-    subprocess.run(
-        ["git", "-c", "user.email=ci@grpoflow.local", "-c", "user.name=ci", "commit", "-qam", "smoke"],
-        cwd=project,
-        check=True,
-    )
+    subprocess.run([*GIT, "commit", "-qam", "smoke"], cwd=project, check=True)
     return project, rel
+
+
+@pytest.fixture
+def smoke(project: Path) -> tuple[Path, str]:
+    return smoke_project(project)
+
+
+@pytest.fixture(scope="session")
+def smoke_sft_built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One smoke project with the stages every training stage starts from (base_model, prepare,
+    validate_verifiers, sft) reproduced by DVC, built once per session: the tests that start from
+    a finished SFT each get a copy (:func:`smoke_sft`)."""
+    root = tmp_path_factory.mktemp("smoke-sft")
+    project, rel = smoke_project(new_project(root / "project"))
+    # validate_verifiers is no dep of sft, but of every training stage after it: built here too.
+    out = run([sys.executable, "-m", "dvc", "repro", "sft", "validate_verifiers"], project, tool_env(root))
+    assert out.returncode == 0, out
+    return project, rel
+
+
+def copy_project(built: Path, dest: Path) -> Path:
+    """A copy of the project ``built`` at ``dest``: its files, git repo, outputs, DVC cache and lock,
+    as a run left them, without MLflow's store or DVC's state."""
+    # MLflow's store names its artifact folders by absolute path (a copy would log into the built
+    # project's), and .dvc/tmp holds DVC's state of the built project (inodes, locks): the copy's
+    # stages and DVC make their own.
+    left_out = {built: {"mlflow.db", "mlruns", "mlartifacts"}, built / ".dvc": {"tmp"}}
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        return left_out.get(Path(directory), set()) & set(names)
+
+    return shutil.copytree(built, dest, symlinks=True, ignore=ignore)
+
+
+@pytest.fixture
+def smoke_sft(smoke_sft_built: tuple[Path, str], tmp_path: Path) -> tuple[Path, str]:
+    """A copy of :func:`smoke_sft_built` of this test's own: the smoke project, its data, gate and
+    SFT reference as DVC left them."""
+    built, rel = smoke_sft_built
+    return copy_project(built, tmp_path / "project"), rel

@@ -65,8 +65,11 @@ def rest(url: str, path: str, body: dict) -> dict:
         return json.loads(resp.read())
 
 
-def test_arms_over_seeds_give_intervals_verdicts_and_comparable_runs_and_cache_per_seed(smoke, run_env, mlflow_server):
-    project, params_file = smoke
+def test_arms_over_seeds_give_intervals_verdicts_and_comparable_runs_and_cache_per_seed(
+    smoke_sft, run_env, mlflow_server
+):
+    # The shared stages come reproduced (the session's SFT, conftest.smoke_sft): the arms are what train here.
+    project, params_file = smoke_sft
     env = {**run_env, "MLFLOW_TRACKING_URI": mlflow_server}
     ablation = [PY, "-m", "flows.ablation", "--params", params_file, "--arms", "grpo", "rloo", "ppo", "--seeds"]
     first = run([*ablation, "0", "1"], project, env, timeout=1500)

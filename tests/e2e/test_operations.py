@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from flows.pipeline import EXIT_INTERRUPTED, INTERRUPTED
 from grpoflow.models.checkpoint import latest_step, verify
 from tasks.stages import select
-from tests.e2e.conftest import free_port, prefect_artifact_keys, prefect_query, run, write_params
+from tests.e2e.conftest import GIT, free_port, prefect_query, run
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -85,17 +85,19 @@ return {{i: (await c.read_flow_run(i)).state.type.value for i in ids}}""",
         time.sleep(3)
 
 
-def flow_run_logs(project: Path, env: dict, run_id: str) -> str:
-    return "\n".join(
-        prefect_query(
-            project,
-            env,
-            f"""
+def flow_run_logs(project: Path, env: dict, run_ids: list[str]) -> dict[str, str]:
+    """Each flow run's log, in one query (each is a Python process importing Prefect)."""
+    logs = prefect_query(
+        project,
+        env,
+        f"""
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-logs = await c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[{run_id!r}])), limit=200)
-return [log.message for log in logs]""",
-        )
+logs = {{}}
+for i in {run_ids!r}:
+    logs[i] = [log.message for log in await c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[i])), limit=200)]
+return logs""",
     )
+    return {i: "\n".join(messages) for i, messages in logs.items()}
 
 
 def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_overrides(served):
@@ -112,10 +114,10 @@ def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_
         project, env, "grpoflow-pipeline/scheduled", params_file=params_file, overrides={"rl.num_generations": 1}
     )
     states = wait_for(project, env, [first, second, bad], timeout_s=1200)  # two runs, one after the other
-    assert states[first] == states[second] == "COMPLETED", {i: flow_run_logs(project, env, i)[-3000:] for i in states}
+    logs = flow_run_logs(project, env, [first, second, bad])
+    assert states[first] == states[second] == "COMPLETED", {i: log[-3000:] for i, log in logs.items()}
 
     # The two good runs shared the workspace one after the other; the bad one never got that far.
-    logs = {i: flow_run_logs(project, env, i) for i in (first, second, bad)}
     assert sum("is busy with flow run" in logs[i] for i in (first, second)) >= 1
     assert states[bad] == "FAILED"
     assert "rl.num_generations" in logs[bad] and "greater than or equal to 2" in logs[bad]
@@ -143,19 +145,21 @@ def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_
             assert child.data.tags["verifier_hash"] == parent.data.tags["verifier_hash"] != ""
     # In Prefect, a stage DVC skipped ends in a state of its own name; every run links its page.
     ids = [p.data.tags["prefect_flow_run_id"] for p in parents]  # the run that ran, the run DVC skipped
-    stage_states = prefect_query(
+    # One query (a Python process importing Prefect): the runs' stage states and every artifact's key.
+    stage_states, keys = prefect_query(
         project,
         env,
         f"""
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 runs = await c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_={ids!r})))
-return [[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {list(STAGES)!r}]""",
+return ([[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {list(STAGES)!r}],
+        [a.key or '' for a in await c.read_artifacts()])""",
     )
     named = {(run_id, name): state for run_id, name, state in stage_states}
     assert {named[ids[0], s] for s in STAGES} == {"Completed"} and {named[ids[1], s] for s in STAGES} == {"Cached"}, (
         named
     )
-    assert {"run-report", "run-headline", "mlflow-run"} <= set(prefect_artifact_keys(project, env))
+    assert {"run-report", "run-headline", "mlflow-run"} <= set(keys)
 
     first_prepare = next(r for r in runs if r.data.tags.get("grpoflow.stage") == "prepare")
     assert (
@@ -208,7 +212,6 @@ return [[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {l
     assert status.returncode == 0 and "in sync" in status.stdout, status.stdout + status.stderr
     assert any(remote.rglob("*")), "nothing was pushed to the DVC remote"
 
-    keys = set(prefect_artifact_keys(project, env))
     assert {
         "grpo-progress",
         "sft-progress",
@@ -218,13 +221,9 @@ return [[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {l
         "prepare-report",
         "validate-verifiers-report",
         "compare-report",
-    } <= keys
-    limits = prefect_query(project, env, "return [l.name for l in await c.read_global_concurrency_limits()]")
-    assert "gpu" in limits
-
-    # The cron deployment has its next runs scheduled (with SQLAlchemy 2.1 the server's scheduler failed
-    # on every cycle and created none), and no server error of that kind reached the serve console.
-    scheduled = prefect_query(
+    } <= set(keys)
+    # One query: the concurrency limits, and the cron deployment's scheduled runs.
+    limits, scheduled = prefect_query(
         project,
         env,
         """
@@ -233,8 +232,13 @@ from prefect.client.schemas.filters import (DeploymentFilter, DeploymentFilterNa
 runs = await c.read_flow_runs(
     deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["scheduled"])),
     flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=["SCHEDULED"]))))
-return [r.expected_start_time.isoformat() for r in runs]""",
+return ([l.name for l in await c.read_global_concurrency_limits()],
+        [r.expected_start_time.isoformat() for r in runs])""",
     )
+    assert "gpu" in limits
+
+    # The cron deployment has its next runs scheduled (with SQLAlchemy 2.1 the server's scheduler failed
+    # on every cycle and created none), and no server error of that kind reached the serve console.
     assert scheduled and all(datetime.fromisoformat(t) > datetime.now(UTC) for t in scheduled), scheduled
     console = serve_log.read_text()
     assert "InvalidRequestError" not in console and "bulk DML" not in console, console[-3000:]
@@ -286,18 +290,18 @@ def test_a_transient_stage_failure_is_retried_and_a_lasting_one_reported_once(sm
     # prepare failed once and passed on its retry; validate_verifiers failed twice, then the run gave up.
     assert (project / ".prepare-attempts").read_text() == "2" and (project / ".validate-attempts").read_text() == "2"
     assert (project / "data" / "prepared" / "train.jsonl").is_file()
-    keys = prefect_artifact_keys(project, run_env)
-    assert (
-        "failed-prepare" not in keys and keys.count("failed-validate-verifiers") == 1
-    )  # only the last attempt reports
-    report = prefect_query(
+    # One query (each starts Prefect's temporary server): every artifact's key, and the failure report.
+    keys, report = prefect_query(
         project,
         run_env,
         """
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 arts = await c.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["failed-validate-verifiers"])))
-return arts[0].data""",
+return [a.key or '' for a in await c.read_artifacts()], arts[0].data if arts else None""",
     )
+    assert (
+        "failed-prepare" not in keys and keys.count("failed-validate-verifiers") == 1
+    )  # only the last attempt reports
     assert "injected fault: attempt 2 fails" in report and "Health diagnosis" in report and "attempt 2" in report
 
 
@@ -327,26 +331,14 @@ def start_and_wait_for_checkpoint(project: Path, flow: list[str], env: dict, ste
     return proc
 
 
-def test_a_flow_interrupted_then_killed_mid_training_resumes_and_skips_finished_stages(smoke, run_env, tmp_path):
-    project, _ = smoke
-    params_file = write_params(
-        project,
-        "long",
-        {
-            "rl.steps": 8,
-            "rl.checkpoint_every": 2,
-            "rl.eval_every": 8,
-            "data.synthetic.num_examples": 400,
-            "verifier_gate.max_examples": 50,
-            "sft.epochs": 0.5,
-            "sft.eval_examples": 16,
-            "rl.prompts_per_step": 4,
-            "rl.num_generations": 4,
-            "rl.engine.micro_batch_size": 8,
-        },
-    )
-    # Another params set and an override: the run edits dvc.yaml and the params file, and a kill
-    # must not leave those edits behind for the next run to mistake for the user's.
+def test_a_flow_interrupted_then_killed_mid_training_resumes_and_skips_finished_stages(smoke_sft, run_env, tmp_path):
+    # The smoke set with the stages up to sft reproduced on it (the session's shared copy): training starts at once.
+    project, params_file = smoke_sft
+    # dvc.yaml on the default set, the run on another set with overrides: the run edits dvc.yaml and
+    # the params file, and a kill must not leave those edits behind for the next run to mistake for the user's.
+    dvc_yaml = project / "dvc.yaml"
+    dvc_yaml.write_text(dvc_yaml.read_text().replace(f"params_file: {params_file}", "params_file: params/default.yaml"))
+    subprocess.run([*GIT, "commit", "-qam", "dvc.yaml on the default set"], cwd=project, check=True)
     flow = [
         PY,
         "-m",
@@ -354,6 +346,8 @@ def test_a_flow_interrupted_then_killed_mid_training_resumes_and_skips_finished_
         "--params",
         params_file,
         "--set",
+        "rl.steps=8",
+        "rl.eval_every=8",
         "rl.sampling.temperature=0.9",
         "--stages",
         "base_model",

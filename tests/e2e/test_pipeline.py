@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.e2e.conftest import prefect_artifact_keys, prefect_query, run
+from tests.e2e.conftest import prefect_query, run
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -37,19 +37,25 @@ def test_leakage_gate_fails_the_flow_with_a_report(project, run_env):
     report = (project / "data" / "prepared" / "report.md").read_text()
     assert "FAILED" in report and "A train travels 270 miles" in report
     assert json.loads((project / "metrics" / "prepare.json").read_text())["leakage"]["leaking_train_rows"] >= 1
-    assert "failed-prepare" in prefect_artifact_keys(project, run_env)
-    # A gate's verdict is not retried (the same data gives the same answer), and says why at once.
-    attempts = prefect_query(
-        project, run_env, "return [t.run_count for t in await c.read_task_runs() if t.name == 'prepare']"
+    # One query (each starts Prefect's temporary server): the artifacts' keys and prepare's attempts.
+    keys, attempts = prefect_query(
+        project,
+        run_env,
+        """
+return ([a.key or '' for a in await c.read_artifacts()],
+        [t.run_count for t in await c.read_task_runs() if t.name == 'prepare'])""",
     )
+    assert "failed-prepare" in keys
+    # A gate's verdict is not retried (the same data gives the same answer), and says why at once.
     assert attempts == [1]
     assert not (project / "data" / "verifier_validation").exists()  # nothing downstream ran
 
 
-def test_editing_a_module_reruns_exactly_the_stages_that_import_it(smoke, run_env):
+def test_editing_a_module_reruns_exactly_the_stages_that_import_it(smoke_sft, run_env):
     # dvc.yaml's code deps are each stage's import graph (tasks/stages.py): the loss is imported by
     # the RL stages only. (Every stage that imports a file re-runs on its edit: tests/unit/test_stages.py.)
-    project, _ = smoke
+    # The stages up to sft come reproduced (the session's shared copy): only grpo runs first.
+    project, _ = smoke_sft
     assert run([PY, "-m", "dvc", "repro", "grpo"], project, run_env).returncode == 0
     losses = project / "grpoflow" / "rl" / "losses.py"
     losses.write_text(losses.read_text() + "\n# an edit\n")

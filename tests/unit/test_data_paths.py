@@ -15,8 +15,13 @@ ROW = {"question": "Ann has 2 cats and buys 3 more. How many?", "answer": "#### 
 RELAXED = {"ngram_min_overlap": 0.8, "near_threshold": 0.9}  # params/default.yaml's, for generated data
 
 
+# The synthetic training set beside the files under test: any size shows the gates, and the
+# default's 4,000 problems cost each prepare() here seconds of generation and leakage checks.
+SYNTHETIC = {"num_examples": 200}
+
+
 def data_cfg(**data):
-    return validate_params({"data": {"leakage": RELAXED, **data}}).data
+    return validate_params({"data": {"leakage": RELAXED, "synthetic": SYNTHETIC, **data}}).data
 
 
 @pytest.fixture
