@@ -107,24 +107,9 @@ def _tiny() -> dict:
 
 
 def _llama(layers: int = 4) -> dict:
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from benchmarks.models import smollm2_width_lora
 
-    from grpoflow.config import LoraConfig
-    from grpoflow.models.lora import add_adapters
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=layers,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        tie_word_embeddings=True,
-    )
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    lora = LoraConfig(rank=16, alpha=32, dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
-    model = add_adapters(model, lora).train()
+    model = smollm2_width_lora(layers)
     ids, attn, start = _batch(8, 8, [96], 48, 49152)
     setup = f"SmolLM2-width Llama, {layers} layers, LoRA, 8 x G 8, prompt 96, completion <= 48"
     return {"setup": setup, **_compare(model, ids, attn, start)}

@@ -45,3 +45,27 @@ def smollm_folder() -> Path | None:
 def smollm_prompt():
     """The set's prompt section (chat style, its system message)."""
     return load_params(PARAMS).prompt
+
+
+def smollm2_width_lora(layers: int):
+    """A randomly initialised Llama of SmolLM2-135M's width, heads and vocabulary with ``layers``
+    layers (the real model has 30), LoRA r 16 on the attention projections, in training mode."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from grpoflow.config import LoraConfig
+    from grpoflow.models.lora import add_adapters
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=layers,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        tie_word_embeddings=True,
+    )
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    lora = LoraConfig(rank=16, alpha=32, dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    return add_adapters(model, lora).train()
