@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from prefect import State, flow
 from prefect.artifacts import create_table_artifact
@@ -93,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         overrides = parse_overrides(args.overrides)
         precheck(args.params, ablation_overrides(args.arms, args.seeds, overrides))
         with serve.prefect_api():
-            result = ablation(params_file=args.params, arms=args.arms, seeds=args.seeds, overrides=overrides or None)
+            # A Failed state the flow returns comes back raised, as its exception.
+            result = cast(
+                dict, ablation(params_file=args.params, arms=args.arms, seeds=args.seeds, overrides=overrides or None)
+            )
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
