@@ -8,12 +8,12 @@ import time
 import pytest
 
 from grpoflow import metric_names as M
-from grpoflow.config import ModelConfig, validate_params
-from grpoflow.io import write_jsonl
+from grpoflow.config import validate_params
 from grpoflow.rl.grpo import ALGORITHM as GRPO
 from grpoflow.rl.ppo import ALGORITHM as PPO
 from grpoflow.rl.run import build_rl_run
 from grpoflow.rl.step_timing import PhaseTimer
+from tests.unit import rl_workspace
 
 TINY = {
     "rl": {
@@ -31,21 +31,8 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
-
-    root = tmp_path_factory.mktemp("phases")
-    rows = [
-        {"id": str(i), "prompt": f"Tom has {i} apples. How many?", "reference_answer": str(i), "solution": f"#### {i}"}
-        for i in range(8)
-    ]
-    write_jsonl(root / "data" / "train.jsonl", rows)
-    write_jsonl(root / "data" / "val.jsonl", rows[:2])
-    tok = train_tokenizer([r["prompt"] + r["solution"] for r in rows] * 5, vocab_size=96)
-    model = build_tiny_model(
-        ModelConfig(hidden_size=32, num_layers=1, num_heads=1, intermediate_size=64, max_length=64), tok, 0
-    )
-    save_pretrained(model, tok, root / "ref")
-    return root
+    """A prepared split and a saved tiny reference model, as the stages leave them."""
+    return rl_workspace.build(tmp_path_factory.mktemp("phases"))
 
 
 def _check_split(m: dict) -> None:
