@@ -20,11 +20,11 @@ from transformers import AutoModelForCausalLM
 
 from grpoflow import metric_names as M
 from grpoflow.config import validate_params
-from grpoflow.io import write_jsonl
 from grpoflow.rl.grpo import ALGORITHM as GRPO
 from grpoflow.rl.run import build_rl_run
 from grpoflow.rl.trainer import Scored
 from grpoflow.rollout import Rollouts
+from tests.unit import rl_workspace
 from tests.unit.reference_grpo import reference_step
 
 G = 4
@@ -35,19 +35,8 @@ REWARDS = (1.0, 0.0, 0.5, 0.0, 0.0, 1.0, 1.0, 0.25)
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
-
-    root = tmp_path_factory.mktemp("reference_step")
-    rows = [
-        {"id": str(i), "prompt": f"Tom has {i} apples. How many?", "reference_answer": str(i), "solution": f"#### {i}"}
-        for i in range(4)
-    ]
-    write_jsonl(root / "data" / "train.jsonl", rows)
-    write_jsonl(root / "data" / "val.jsonl", rows[:2])
-    tok = train_tokenizer([r["prompt"] + r["solution"] for r in rows] * 5, vocab_size=96)
-    model = build_tiny_model(validate_params({}).model, tok, 0)  # the default tiny model's shape
-    save_pretrained(model, tok, root / "ref")
-    return root
+    # the default tiny model's shape
+    return rl_workspace.build(tmp_path_factory.mktemp("reference_step"), 4, validate_params({}).model)
 
 
 def injected_rollouts(vocab: int, pad: int) -> Rollouts:
