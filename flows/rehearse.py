@@ -94,6 +94,8 @@ def _cap_launch(raw: dict, params) -> int:
             "rdzv_backend": "c10d",
             "rdzv_endpoint": None,
         }
+    if launch.kubernetes.enabled:  # a rehearsal runs on this machine, not as a Job on the cluster
+        set_dotted(raw, "launch.kubernetes.enabled", False)
     return capped if launched_world_size(params) > 1 else 1
 
 
