@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -132,3 +133,26 @@ def test_make_gpu_check_runs_the_module_without_the_cpu_setup():
     assert dry.strip().endswith("-m benchmarks.gpu_check") and "pip install" not in dry
     phony = next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith(".PHONY:"))
     assert "gpu-check" in phony.split()
+
+
+def test_two_ranks_on_one_gpu_get_the_backend_the_environment_names(monkeypatch):
+    """NCCL refuses two ranks on one device: the check's two-rank part asks for gloo, and gets it."""
+    import torch
+    import torch.distributed as dist
+
+    from grpoflow.models import engine
+
+    asked: list[str] = []
+    deepspeed = SimpleNamespace(init_distributed=lambda dist_backend: asked.append(dist_backend))
+    monkeypatch.setattr(engine, "import_deepspeed", lambda: deepspeed)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(key, "0" if key != "MASTER_ADDR" else "127.0.0.1")
+    monkeypatch.delenv(engine.DIST_BACKEND_ENV, raising=False)
+    engine.init_distributed()
+    monkeypatch.setenv(engine.DIST_BACKEND_ENV, "gloo")
+    engine.init_distributed()
+    assert asked == ["nccl", "gloo"]
