@@ -60,19 +60,22 @@ def forwarded_env(template: dict, environ: dict[str, str] | None = None) -> dict
 
 
 def render_files(params_file: str, nodes: int | None, stages: list[str] | None, out: Path | None) -> list[str]:
-    """Each launched stage's Service and Job, as YAML files under ``out`` (or on stdout); their paths."""
+    """Each launched stage's Service and Job, and the flow's Role to submit them (``rbac``), as YAML
+    files under ``out`` (or on stdout); their paths."""
     params = cluster_params(params_file, nodes)
-    written = []
+    files = {"rbac": k8s_manifests.rbac_manifests(params)}  # once per namespace: the flow's right to submit
     for stage_name in stages or params.launch.stages:
         job = k8s_manifests.job_name(params.experiment.name, stage_name)
-        manifests = k8s_manifests.render(params, params_file, stage_name, params.launch.nnodes, job)
+        files[stage_name] = k8s_manifests.render(params, params_file, stage_name, params.launch.nnodes, job)
+    written = []
+    for name, manifests in files.items():
         text = yaml.safe_dump_all(manifests, sort_keys=False, width=120)
         if out is None:
-            print(f"---\n# {stage_name}\n{text}", end="")
+            print(f"---\n# {name}\n{text}", end="")
             continue
         out.mkdir(parents=True, exist_ok=True)
-        path = out / f"{stage_name}.yaml"
-        path.write_text(f"# {stage_name} of {params_file}: python -m flows.k8s (kubectl apply -f {path})\n{text}")
+        path = out / f"{name}.yaml"
+        path.write_text(f"# {name} of {params_file}: python -m flows.k8s (kubectl apply -f {path})\n{text}")
         written.append(str(path))
     return written
 

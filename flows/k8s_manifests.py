@@ -32,7 +32,19 @@ CONTAINER = "trainer"
 GPU = "nvidia.com/gpu"
 # A pod's host name is <job>-<index>, a DNS label of 63 characters at most.
 MAX_JOB_NAME = 52
-MODELS: dict[str, type[Any]] = {"Job": client.V1Job, "Service": client.V1Service}
+MODELS: dict[str, type[Any]] = {
+    "Job": client.V1Job,
+    "Service": client.V1Service,
+    "Role": client.V1Role,
+    "RoleBinding": client.V1RoleBinding,
+}
+# What the flow's pod does with the API (flows/k8s_watch.py), and nothing more.
+FLOW_RULES = [
+    {"apiGroups": ["batch"], "resources": ["jobs", "jobs/status"], "verbs": ["create", "get", "delete"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+]
 
 
 def load_template(path: Path = TEMPLATE) -> dict:
@@ -160,6 +172,29 @@ def service_manifest(params: Params, stage_name: str, job: str) -> dict:
             "ports": [{"name": "rdzv", "port": k8s.rdzv_port, "targetPort": k8s.rdzv_port}],
         },
     }
+
+
+def rbac_manifests(params: Params, template: dict | None = None) -> list[dict]:
+    """The Role that lets the flow's pods (the work pool's service account) submit, watch and delete
+    the stages' Jobs, and its RoleBinding, in ``launch.kubernetes.namespace``; each schema-checked."""
+    namespace = params.launch.kubernetes.namespace
+    pool = template_defaults(template or load_template())  # the flow's pod runs as the pool's account
+    meta = {"name": "grpoflow-stage-jobs", "namespace": namespace}
+    manifests = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta), "rules": FLOW_RULES},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": dict(meta),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": meta["name"]},
+            "subjects": [
+                {"kind": "ServiceAccount", "name": pool["service_account_name"], "namespace": pool["namespace"]}
+            ],
+        },
+    ]
+    for manifest in manifests:
+        validate(manifest)
+    return manifests
 
 
 def render(

@@ -171,6 +171,13 @@ def test_the_command_renders_each_launched_stage_and_checks_the_world_size(monke
             job["spec"]["completions"] == 2
             and f"-m tasks.{stage_name} " in job["spec"]["template"]["spec"]["containers"][0]["command"][2]
         )
+    role, binding = yaml.safe_load_all((tmp_path / "rbac.yaml").read_text())
+    assert isinstance(k8s_manifests.validate(role), client.V1Role)
+    assert isinstance(k8s_manifests.validate(binding), client.V1RoleBinding)
+    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    # What flows/k8s_watch.py calls: create/read/delete the Job, create the Service, list pods, follow logs.
+    assert {("jobs", "create"), ("jobs/status", "get"), ("jobs", "delete"), ("services", "create")} <= granted
+    assert {("pods", "list"), ("pods/log", "get")} <= granted and binding["subjects"][0]["name"] == "grpoflow"
     assert k8s.main(["--params", QWEN, "--nodes", "3"]) == 2  # 64 prompts over 24 processes
     assert "not divisible by 24 processes" in capsys.readouterr().err
 
