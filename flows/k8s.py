@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
+from kubernetes.client import ApiException
 
 from flows import k8s_manifests, k8s_watch
 from grpoflow.config import ConfigError, Params, load_params
@@ -143,6 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except k8s_watch.JobFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ApiException as exc:  # e.g. 403: the flow's service account lacks rbac.yaml's rights
+        print(
+            f"error: the Kubernetes API answered {exc.status} {exc.reason}: {str(exc.body or '')[:500]}",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         print("interrupted: a Job submitted was deleted", file=sys.stderr)

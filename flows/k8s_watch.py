@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
@@ -29,6 +30,10 @@ CANNOT_START = {
     "CreateContainerError",
 }
 LOG_JOIN_S = 30.0  # for the log streams to deliver a finished pod's last lines
+# Looks at the Job that may fail in a row (an API server restarting, a dropped connection) before the
+# wait gives up, poll_s apart (5 minutes at the default 10 s): a blip must not cost a training run, and
+# a Job left running unwatched would meet its own retry on the same checkpoints.
+API_ATTEMPTS = 30
 MESSAGE_LINES = 5  # of a failed container's termination message (its last log lines)
 
 
@@ -154,8 +159,7 @@ def wait(
     said: set[str] = set()
     try:
         while True:
-            job = batch.read_namespaced_job_status(name, namespace)
-            pods = core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}").items
+            job, pods = _look(batch, core, namespace, name, emit, poll_s, sleep)
             streams.follow(pods)
             state, reason = job_state(job)
             if state == "Complete":
@@ -171,6 +175,24 @@ def wait(
             sleep(poll_s)
     finally:
         streams.join()
+
+
+def _look(
+    batch: Any, core: Any, namespace: str, name: str, emit: Callable[[str], None], poll_s: float, sleep: Callable
+) -> tuple[Any, list[Any]]:
+    """The Job and its pods, asking again (``poll_s`` apart) when the API fails, :data:`API_ATTEMPTS` times in all."""
+    for attempt in range(1, API_ATTEMPTS + 1):
+        try:
+            job = batch.read_namespaced_job_status(name, namespace)
+            return job, core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}").items
+        except (client.ApiException, OSError, urllib3.exceptions.HTTPError) as exc:
+            if attempt == API_ATTEMPTS:
+                raise
+            if attempt == 1:
+                said = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+                emit(f"(the Kubernetes API failed to answer, {said}; asking again, {API_ATTEMPTS} times at most)")
+            sleep(poll_s)
+    raise AssertionError("unreachable")
 
 
 def delete(batch: Any, namespace: str, name: str) -> None:
@@ -204,4 +226,11 @@ def run(
     finally:
         if not finished:
             emit(f"deleting job {name}")
-            delete(batch, namespace, name)
+            try:
+                delete(batch, namespace, name)
+            except (
+                client.ApiException,
+                OSError,
+                urllib3.exceptions.HTTPError,
+            ) as exc:  # the first error is the one to see
+                emit(f"could not delete job {name} ({type(exc).__name__}): kubectl delete job {name} -n {namespace}")

@@ -318,6 +318,38 @@ def test_a_job_that_completes_streams_every_nodes_log_and_stays_for_its_ttl(qwen
     assert set(cluster.selectors) == {f"{JOB_LABEL}=j"}
 
 
+def test_an_api_blip_is_waited_out_and_a_lasting_outage_fails_the_wait(qwen_on_two_nodes):
+    class Flaky(FakeCluster):
+        def __init__(self, states, failures):
+            super().__init__(states)
+            self.failures = failures
+
+        def read_namespaced_job_status(self, name, namespace):
+            if self.failures:
+                self.failures -= 1
+                raise client.ApiException(status=503, reason="Service Unavailable")
+            return super().read_namespaced_job_status(name, namespace)
+
+    done = (_job(("Complete", "Completed", "")), [_pod(0, "Succeeded")])
+    blip = Flaky([done], failures=k8s_watch.API_ATTEMPTS - 1)
+    lines = _run(blip, qwen_on_two_nodes)
+    assert lines[-1] == "job j completed" and sum("failed to answer" in line for line in lines) == 1
+    outage = Flaky([done], failures=k8s_watch.API_ATTEMPTS)
+    with pytest.raises(client.ApiException):
+        _run(outage, qwen_on_two_nodes)
+    assert outage.deleted == [("j", "grpoflow", "Background")]  # gone unwatched: it would hold its GPUs
+
+    class Down(Flaky):
+        def delete_namespaced_job(self, name, namespace, propagation_policy):
+            raise client.ApiException(status=503, reason="still down")
+
+    lines = []
+    with pytest.raises(client.ApiException, match="Service Unavailable"):  # the outage, not the failed clean-up
+        down = Down([done], failures=k8s_watch.API_ATTEMPTS)
+        k8s_watch.run(down, down, _render(qwen_on_two_nodes, job="j"), lines.append, poll_s=5, sleep=lambda s: None)
+    assert lines[-1] == "could not delete job j (ApiException): kubectl delete job j -n grpoflow"
+
+
 def test_a_failed_job_fails_with_its_reason_and_each_nodes_end(qwen_on_two_nodes):
     oom = {"terminated": {"exitCode": 137, "reason": "OOMKilled", "message": "a\nb\nc\nd\ne\nf\nCUDA out of memory"}}
     failed = (
@@ -365,3 +397,11 @@ def test_the_stage_command_submits_and_exits_with_the_jobs_verdict(monkeypatch, 
         assert job.spec.completions == 1 and job.metadata.name.startswith("grpoflow-grpo-gsm8k-qwen2-5-0-5b-")
     err = capsys.readouterr().err
     assert "failed: DeadlineExceeded" in err and "trainer terminated: Error (exit 1)" in err
+
+    class Forbidden(FakeCluster):
+        def create_namespaced_job(self, namespace, body):
+            raise client.ApiException(status=403, reason="Forbidden")
+
+    monkeypatch.setattr(k8s, "_clients", lambda: (Forbidden([]), Forbidden([])))
+    assert k8s.main(["--params", QWEN, "--submit", "grpo", "--", *words]) == 1
+    assert "the Kubernetes API answered 403 Forbidden" in capsys.readouterr().err
