@@ -41,6 +41,9 @@ def test_no_cuda_runs_no_part(monkeypatch, tmp_path):
     monkeypatch.setattr(gpu_check, "no_cuda_reason", lambda: "torch 2.13.0+cpu sees no CUDA device")
     monkeypatch.setattr(gpu_check, "run_check", lambda out: pytest.fail("a part ran without CUDA"))
     assert gpu_check.main(["--out", str(tmp_path / "x.json")]) == 2
+    assert gpu_check.main(["--cuda-or-exit"]) == 2
+    monkeypatch.setattr(gpu_check, "no_cuda_reason", lambda: None)
+    assert gpu_check.main(["--cuda-or-exit"]) == 0  # and runs no part either
 
 
 def test_the_numbers_come_from_the_history_leaving_out_the_warm_up_step(tmp_path):
@@ -130,7 +133,9 @@ def test_the_grpo_part_is_the_sets_rehearsal_with_four_steps_of_its_own_batch_in
 
 def test_make_gpu_check_runs_the_module_without_the_cpu_setup():
     dry = subprocess.run(["make", "-n", "gpu-check"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert dry.strip().endswith("-m benchmarks.gpu_check") and "pip install" not in dry
+    commands = dry.strip().splitlines()
+    assert commands[0].endswith("-m benchmarks.gpu_check --cuda-or-exit")  # no CUDA: nothing else runs
+    assert commands[-1].endswith("-m benchmarks.gpu_check") and "torch==" not in dry  # no CPU torch set-up
     phony = next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith(".PHONY:"))
     assert "gpu-check" in phony.split()
 
