@@ -405,3 +405,14 @@ def test_the_stage_command_submits_and_exits_with_the_jobs_verdict(monkeypatch, 
     monkeypatch.setattr(k8s, "_clients", lambda: (Forbidden([]), Forbidden([])))
     assert k8s.main(["--params", QWEN, "--submit", "grpo", "--", *words]) == 1
     assert "the Kubernetes API answered 403 Forbidden" in capsys.readouterr().err
+
+
+def test_a_flow_run_with_the_switch_on_sends_its_training_stages_to_the_cluster(monkeypatch):
+    from flows.pipeline import run_edits
+
+    monkeypatch.chdir(ROOT)
+    assert "dvc.yaml" not in run_edits("params/default.yaml", None)  # off: the committed dvc.yaml, as today
+    on = yaml.safe_load(run_edits("params/default.yaml", {"launch.kubernetes.enabled": True})["dvc.yaml"])["stages"]
+    for name in ("grpo", "ppo"):
+        assert on[name]["cmd"].startswith(f"python -m flows.k8s --params '${{params_file}}' --submit {name} -- ")
+    assert on["sft"]["cmd"].startswith("python -m tasks.sft ")
