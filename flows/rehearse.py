@@ -61,8 +61,9 @@ REHEARSAL_PROCESSES = 2
 OP_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "torch_extensions"
 
 
-def smoke_params(params_file: str, overrides: dict[str, Any] | None) -> dict:
-    """The set's raw params with the user's overrides, shrunk to smoke scale."""
+def smoke_params(params_file: str, overrides: dict[str, Any] | None, after: dict[str, Any] | None = None) -> dict:
+    """The set's raw params with the user's overrides, shrunk to smoke scale; then ``after`` (dotted
+    keys a caller sets over the smoke sizes, e.g. benchmarks/gpu_check.py's steps and batch)."""
     raw = yaml.safe_load(Path(params_file).read_text())
     for key, value in {**(overrides or {}), **SMOKE}.items():
         set_dotted(raw, key, value)
@@ -78,6 +79,8 @@ def smoke_params(params_file: str, overrides: dict[str, Any] | None) -> dict:
     rl["prompts_per_step"] = min(params.rl.prompts_per_step // launched_world_size(params), 2) * world
     rl.setdefault("sampling", {})["max_completion_length"] = min(params.rl.sampling.max_completion_length, 32)
     rl.setdefault("engine", {})["micro_batch_size"] = 2 * params.rl.num_generations
+    for key, value in (after or {}).items():
+        set_dotted(raw, key, value)
     return raw
 
 
@@ -94,6 +97,8 @@ def _cap_launch(raw: dict, params) -> int:
             "rdzv_backend": "c10d",
             "rdzv_endpoint": None,
         }
+    if launch.kubernetes.enabled:  # a rehearsal runs on this machine, not as a Job on the cluster
+        set_dotted(raw, "launch.kubernetes.enabled", False)
     return capped if launched_world_size(params) > 1 else 1
 
 
@@ -117,14 +122,21 @@ def load_params_from(raw: dict, source: str):
 
 
 def rehearse(
-    params_file: str, overrides: dict[str, Any] | None, stages: list[str] | None, *, keep: bool = False
+    params_file: str,
+    overrides: dict[str, Any] | None,
+    stages: list[str] | None,
+    *,
+    keep: bool = False,
+    after: dict[str, Any] | None = None,
+    scratch: Path | None = None,
 ) -> int:
-    """Run the pipeline on the smoke version of ``params_file`` in a scratch copy; its exit code."""
+    """Run the pipeline on the smoke version of ``params_file`` (then ``after``, :func:`smoke_params`)
+    in a scratch copy (under ``scratch``: its ``project``; default a new temporary directory); its exit code."""
     full = load_params(params_file, overrides)  # the set itself must validate first, with its own numbers
-    raw = smoke_params(params_file, overrides)
+    raw = smoke_params(params_file, overrides, after)
     if note := launch_note(full, load_params_from(raw, f"{params_file} (rehearsal)")):
         print(note, flush=True)
-    scratch = Path(tempfile.mkdtemp(prefix="grpoflow-rehearsal-"))
+    scratch = scratch or Path(tempfile.mkdtemp(prefix="grpoflow-rehearsal-"))
     project = copy_checkout(Path.cwd(), scratch / "project")
     rel = Path(params_file)
     if rel.is_absolute():

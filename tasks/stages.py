@@ -35,6 +35,7 @@ Kind = Literal["dep", "out", "persist", "report", "metric", "history"]
 DVC_YAML = "dvc.yaml"
 ROOT = Path(__file__).resolve().parents[1]  # the checkout this code runs from: its import graph is the deps
 PARAMS_VAR = "${params_file}"
+K8S_SUBMIT = ["python", "-m", "flows.k8s", "--params"]  # a launched stage as a Job (launch.kubernetes.enabled)
 # The modules that build verifiers by name (verifiers.create). The registry imports a built-in
 # verifier's module only when it is asked for, which the import graph cannot see: a stage that
 # imports one of these depends on every built-in verifier (verifiers.catalog) as well.
@@ -359,8 +360,11 @@ def stage(name: str) -> Stage:
 
 def launchers(params) -> dict[str, list[str]]:
     """Per stage the set launches on several processes (``launch.stages``), torchrun and its options;
-    empty for one process, whose stages run as ``python -m`` exactly as without the section."""
+    empty for one process, whose stages run as ``python -m`` exactly as without the section. With
+    ``launch.kubernetes.enabled``, the command that submits the stage's Job and waits for it (flows/k8s.py)."""
     launch = params.launch
+    if launch.kubernetes.enabled:  # a Job on the cluster runs the rest of the command under torchrun on every node
+        return {name: [*K8S_SUBMIT, PARAMS_VAR, "--submit", name, "--"] for name in launch.stages}
     if launch.world_size == 1:
         return {}
     return {name: launch.torchrun_args(params.experiment.name) for name in launch.stages}

@@ -27,6 +27,46 @@ LOCAL_ENDPOINT = "localhost:0"
 # Words DVC and the shell pass through as they are (no ${...} interpolation, no quoting surprises).
 _ENDPOINT = re.compile(r"[A-Za-z0-9._-]+:[0-9]{1,5}")
 _RUN_ID = re.compile(r"[A-Za-z0-9._-]+")
+# Kubernetes' spellings: a DNS-1123 name (namespace, service account, claim), a resource quantity.
+_K8S_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+
+
+class KubernetesConfig(_Section):
+    """The cluster side of the launch: the indexed Job (one pod per node) and headless Service that
+    ``python -m flows.k8s`` renders from this section and the work-pool template
+    (deploy/k8s/base-job-template.json), and that a flow run submits for each launched stage when
+    ``enabled``. The defaults are the template's."""
+
+    enabled: bool = Field(
+        False,
+        description="Run the launched stages as a Job on the cluster, submitted and watched by the flow's pod "
+        "(false: on the flow's own machine, as dvc.yaml's torchrun command).",
+    )
+    namespace: str = Field("grpoflow", pattern=_K8S_NAME, description="Namespace of the Job and its Service.")
+    image: str = Field(
+        "ghcr.io/grpoflow/grpoflow:cuda12",
+        pattern=r"^\S+$",
+        description="Image of every node: CUDA torch, DeepSpeed, vLLM (the code is read from the shared volume).",
+    )
+    service_account: str = Field("grpoflow", pattern=_K8S_NAME, description="Service account of the nodes' pods.")
+    volume_claim: str = Field(
+        "grpoflow-shared",
+        pattern=_K8S_NAME,
+        description="ReadWriteMany PersistentVolumeClaim with the checkout, DVC cache, data, models and checkpoints.",
+    )
+    shm_size: str = Field("16Gi", pattern=_QUANTITY, description="Size of /dev/shm (a memory emptyDir) on each node.")
+    cpu: str = Field("8", pattern=_QUANTITY, description="CPU request of each node's pod.")
+    memory: str = Field("64Gi", pattern=_QUANTITY, description="Memory request and limit of each node's pod.")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels the nodes must have, over the template's (e.g. nvidia.com/gpu.product).",
+    )
+    rdzv_port: int = Field(29500, ge=1, le=65535, description="Port of the c10d rendezvous on the first pod.")
+    rdzv_timeout_s: int = Field(
+        1800, ge=60, description="Seconds the nodes wait for each other (pods start apart: scheduling, image pulls)."
+    )
+    poll_s: float = Field(10.0, gt=0, description="Seconds between the flow's looks at the Job's state.")
 
 
 class LaunchConfig(_Section):
@@ -52,6 +92,9 @@ class LaunchConfig(_Section):
         default_factory=lambda: list(DISTRIBUTED_STAGES),
         description="The stages launched this way (the training stages; the others run one process).",
     )
+    kubernetes: KubernetesConfig = Field(
+        default_factory=KubernetesConfig, description="The Job that runs the launched stages on a cluster."
+    )
 
     @property
     def world_size(self) -> int:
@@ -64,7 +107,9 @@ class LaunchConfig(_Section):
             raise ValueError(f"rdzv_endpoint {self.rdzv_endpoint!r}: expected host:port (letters, digits, . - _)")
         if self.rdzv_id is not None and not _RUN_ID.fullmatch(self.rdzv_id):
             raise ValueError(f"rdzv_id {self.rdzv_id!r}: use letters, digits and . - _")
-        if self.rdzv_endpoint is None and (self.nnodes > 1 or self.rdzv_backend != "c10d"):
+        # On the cluster the first pod hosts c10d's rendezvous (flows/k8s.py names it); etcd is elsewhere.
+        on_cluster = self.kubernetes.enabled and self.rdzv_backend == "c10d"
+        if self.rdzv_endpoint is None and not on_cluster and (self.nnodes > 1 or self.rdzv_backend != "c10d"):
             raise ValueError(
                 f"rdzv_endpoint is needed for nnodes={self.nnodes} with rdzv_backend={self.rdzv_backend!r}: "
                 "the host:port every node meets at (e.g. the first node's address and a free port)"

@@ -19,6 +19,7 @@ from grpoflow.config import EngineConfig
 # Where DeepSpeed compiles its CPU ops unless the user chose (TORCH_EXTENSIONS_DIR): in the project,
 # so that every stage process, flow or shell reuses one build.
 EXTENSIONS_DIR = Path(__file__).resolve().parents[2] / ".cache" / "torch_extensions"  # the checkout's, as make's
+DIST_BACKEND_ENV = "GRPOFLOW_DIST_BACKEND"  # the process group's backend, where not NCCL on CUDA / gloo on CPU
 
 
 def import_deepspeed():
@@ -62,7 +63,8 @@ def init_distributed() -> tuple[int, int]:
         os.environ.setdefault(key, value)
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        # NCCL refuses two ranks on one GPU: GRPOFLOW_DIST_BACKEND=gloo runs them (benchmarks/gpu_check.py).
+        backend = os.environ.get(DIST_BACKEND_ENV) or ("nccl" if torch.cuda.is_available() else "gloo")
         _announce_first_build()
         deepspeed.init_distributed(dist_backend=backend)
     return dist.get_rank(), dist.get_world_size()

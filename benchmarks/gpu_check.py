@@ -1,0 +1,295 @@
+"""``make gpu-check``: the one prepared check for the day a GPU machine is lent (under 8 minutes on
+one GPU). It runs, each part on its own so that one failure does not hide the others:
+
+1. the ``gpu`` tests (tests/gpu/: bf16 ZeRO-2 steps, vLLM on CUDA with weight sync, TIS, two GPUs
+   where there are two);
+2. 4 GRPO steps of SmolLM2-135M (params/smollm2-135m.yaml: vLLM rollouts, here on CUDA, bf16 training)
+   through the flow, as a rehearsal runs it (flows/rehearse.py: smoke-sized data in a scratch copy of
+   the checkout), with the set's own batch (8 prompts x G=8, 96-token completions);
+3. where the machine has one GPU only, the same GRPO stage on 2 ranks sharing it (two torchrun
+   agents on 127.0.0.1, gloo: NCCL refuses two ranks on one device); with two GPUs, part 1's
+   two-GPU test is the multi-rank run.
+
+It prints s/step, rollout tokens/s and peak GPU memory (the device's, nvidia-smi's, vLLM's cache
+included; and the trainer's own peak allocation), and writes metrics/gpu_check.json. Without CUDA
+it exits at once with status 2 and one line.
+
+    make gpu-check            # .venv with CUDA torch and vllm (pip install -e .[vllm] without the CPU pins)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from grpoflow.io import write_json
+
+SET = "params/smollm2-135m.yaml"
+STEPS = 4
+STAGES = ["base_model", "prepare", "validate_verifiers", "sft", "grpo"]
+OUT = Path("metrics/gpu_check.json")
+EXIT_NO_CUDA = 2
+# Seconds each part may take before it counts as failed: together under the 8 minutes promised.
+TIMEOUTS = {"gpu_tests": 170, "grpo": 190, "two_ranks": 110}
+TWO_RANKS = "two_ranks"
+TWO_RANK_OUTPUTS = {
+    "--out": "models/grpo_2ranks",
+    "--checkpoints": "checkpoints/grpo_2ranks",
+    "--metrics": "metrics/grpo_2ranks.json",
+    "--history": "metrics/grpo_2ranks_history.csv",
+}
+
+
+def no_cuda_reason() -> str | None:
+    """Why this machine cannot run the check (None: it has a CUDA device). The device files are
+    looked at first, so that a machine without a GPU answers before torch is imported."""
+    if not Path("/dev/nvidiactl").exists() and shutil.which("nvidia-smi") is None:
+        return "no NVIDIA GPU on this machine (no /dev/nvidiactl, no nvidia-smi)"
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} sees no CUDA device (a CPU build, or no driver)"
+    return None
+
+
+def pytest_counts(output: str) -> dict[str, int]:
+    """The counts of pytest's last summary line (``3 passed, 1 skipped in 9.1s``), by outcome."""
+    lines = [line for line in output.splitlines() if re.search(r"\b(passed|failed|skipped|errors?)\b", line)]
+    found = re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)", lines[-1] if lines else "")
+    return {("error" if kind.startswith("error") else kind): int(n) for n, kind in found}
+
+
+def history_stats(path: Path) -> dict[str, Any]:
+    """s/step, rollout tokens/s and the trainer's peak allocation from a training history CSV. The
+    first step pays the warm-ups (CUDA graphs, kernel autotuning): the means leave it out when there
+    are later steps, and it is reported alone."""
+    with open(path) as fh:
+        rows = [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(fh)]
+    if not rows:
+        raise ValueError(f"{path}: no steps")
+    steady = rows[1:] or rows
+    return {
+        "steps": len(rows),
+        "first_step_s": round(rows[0]["step_seconds"], 3),
+        "s_per_step": round(mean(r["step_seconds"] for r in steady), 3),
+        "rollout_tokens_per_s": round(mean(r["rollout_tokens_per_s"] for r in steady), 1),
+        "trainer_peak_memory_mb": round(max(r.get("peak_memory_mb", 0.0) for r in rows), 1),
+    }
+
+
+def summary(parts: dict[str, dict], gpu: dict[str, Any]) -> dict[str, Any]:
+    """metrics/gpu_check.json: each part's outcome and numbers, the GPU, and whether all passed."""
+    return {"gpu": gpu, "parts": parts, "passed": all(p.get("ok") for p in parts.values() if not p.get("skipped"))}
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """The lines the check prints at its end."""
+    gpu = result["gpu"]
+    lines = [
+        f"gpu-check on {gpu.get('name', '?')} x {gpu.get('count', '?')}: {'PASSED' if result['passed'] else 'FAILED'}"
+    ]
+    for name, part in result["parts"].items():
+        if part.get("skipped"):
+            lines.append(f"  {name}: skipped ({part['skipped']})")
+            continue
+        head = f"  {name}: {'ok' if part.get('ok') else 'FAILED'} in {part.get('seconds', 0):.0f} s"
+        if "s_per_step" in part:
+            head += (
+                f"; {part['s_per_step']:.2f} s/step (first {part['first_step_s']:.1f} s), "
+                f"{part['rollout_tokens_per_s']:.0f} rollout tokens/s, peak GPU memory "
+                f"{part.get('peak_gpu_memory_mib', float('nan')):.0f} MiB "
+                f"(trainer {part['trainer_peak_memory_mb']:.0f} MB)"
+            )
+        if "counts" in part:
+            head += f"; {', '.join(f'{n} {k}' for k, n in part['counts'].items())}"
+        lines.append(head + (f"\n    {part['error']}" if part.get("error") else ""))
+    return lines
+
+
+class PeakMemory:
+    """The device's peak used memory (MiB, nvidia-smi's ``memory.used``), sampled each second in a
+    thread while a part runs: the training processes' and their vLLM engines' together."""
+
+    def __init__(self, interval_s: float = 1.0):
+        self.interval_s, self.peak = interval_s, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="gpu-memory", daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+            )
+            used = [float(x) for x in out.stdout.split() if x.replace(".", "", 1).isdigit()]
+            self.peak = max([self.peak, *used])
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> PeakMemory:
+        if shutil.which("nvidia-smi"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+
+def _text(data: str | bytes | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
+
+
+def _timed(name: str, cmds: list[list[str]], cwd: Path | None = None, env: dict | None = None) -> tuple[dict, str]:
+    """Run ``cmds`` at once (one for most parts; the two agents of :data:`TWO_RANKS`) within part
+    ``name``'s timeout, measuring the device's peak memory: the part's outcome, and the output."""
+    start = time.perf_counter()
+    with PeakMemory() as memory:
+        procs = [subprocess.Popen(c, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for c in cmds]
+        try:
+            outputs = [_text(proc.communicate(timeout=TIMEOUTS[name])[0]) for proc in procs]
+            codes = [proc.returncode for proc in procs]
+            error = "" if codes == [0] * len(codes) else f"exit {codes}"
+        except subprocess.TimeoutExpired:
+            for proc in procs:
+                proc.kill()
+            outputs = [_text(proc.communicate()[0]) for proc in procs]
+            error = f"over its {TIMEOUTS[name]} s"
+    output = "\n".join(outputs)
+    print(output[-4000:], flush=True)
+    part = {"ok": not error, "seconds": round(time.perf_counter() - start, 1), "peak_gpu_memory_mib": memory.peak}
+    return part | ({"error": error} if error else {}), output
+
+
+def gpu_info() -> dict[str, Any]:
+    """The devices, as nvidia-smi names them (no CUDA context in this process: it would count in the peak)."""
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"], capture_output=True, text=True
+    )
+    rows = [line.split(", ") for line in out.stdout.strip().splitlines() if line.strip()]
+    return {"count": len(rows), "name": rows[0][0] if rows else "?", "memory_mib": float(rows[0][1]) if rows else 0.0}
+
+
+def check_sizes(params: Any) -> dict[str, Any]:
+    """What the GRPO part sets over the rehearsal's smoke sizes: :data:`STEPS` steps of the set's own
+    batch and completion length, vLLM rollouts, bf16 training; one validation, at the end."""
+    rl = params.rl
+    return {
+        "rl.steps": STEPS,
+        "rl.checkpoint_every": STEPS,
+        "rl.eval_every": STEPS,
+        "rl.rollout_engine": "vllm",
+        "rl.engine.bf16": True,
+        "rl.prompts_per_step": rl.prompts_per_step,
+        "rl.sampling.max_completion_length": rl.sampling.max_completion_length,
+        "rl.engine.micro_batch_size": rl.engine.micro_batch_size,
+    }
+
+
+def _with_history(part: dict, history: Path) -> dict:
+    if part["ok"]:
+        try:
+            part |= history_stats(history)
+        except (OSError, ValueError, KeyError) as exc:
+            part |= {"ok": False, "error": f"no usable history {history}: {exc}"}
+    return part
+
+
+def run_gpu_tests() -> dict:
+    """Part 1: ``pytest -m gpu tests/gpu``."""
+    cmd = [sys.executable, "-m", "pytest", "tests/gpu", "-m", "gpu", "-q", "-p", "no:cacheprovider"]
+    part, output = _timed("gpu_tests", [cmd])
+    counts = pytest_counts(output)
+    return part | {"counts": counts, "ok": part["ok"] and counts.get("passed", 0) > 0}
+
+
+def run_grpo(scratch: Path) -> dict:
+    """Part 2: the rehearsal of the set with :func:`check_sizes`, its workspace kept under ``scratch``."""
+    cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--rehearse-into", str(scratch)]
+    part, _ = _timed("grpo", [cmd])
+    return _with_history(part, scratch / "project" / "metrics" / "grpo_history.csv")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_two_ranks(project: Path) -> dict:
+    """Part 3: the grpo stage as two torchrun agents of one process each (both ``LOCAL_RANK`` 0, so
+    both on the one GPU) meeting on 127.0.0.1, over gloo, in the rehearsal's workspace."""
+    from grpoflow.models.engine import DIST_BACKEND_ENV
+
+    if not (project / "models" / "sft").is_dir():
+        return {"ok": False, "seconds": 0, "error": "no workspace: the GRPO part did not get as far as sft"}
+    launch = ["--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d"]
+    launch += ["--rdzv_endpoint", f"127.0.0.1:{_free_port()}", "--rdzv_id", "gpu-check", "--max_restarts", "0"]
+    outputs = [word for flag, path in TWO_RANK_OUTPUTS.items() for word in (flag, path)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", *launch, "-m", "tasks.grpo", "--params", SET, *outputs]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_"))}
+    part, _ = _timed(TWO_RANKS, [cmd, cmd], cwd=project, env=env | {DIST_BACKEND_ENV: "gloo"})
+    return _with_history(part, project / TWO_RANK_OUTPUTS["--history"])
+
+
+def rehearse_into(scratch: Path) -> int:
+    """The GRPO part's own process: the rehearsal of :data:`SET` up to grpo, with :func:`check_sizes`."""
+    from flows.rehearse import rehearse
+    from grpoflow.config import load_params
+
+    return rehearse(SET, None, STAGES, keep=True, after=check_sizes(load_params(SET)), scratch=scratch)
+
+
+def run_check(out: Path = OUT) -> int:
+    """Every part, the summary printed and written to ``out``; 0 when all passed."""
+    gpu = gpu_info()
+    scratch = Path(tempfile.mkdtemp(prefix="grpoflow-gpu-check-"))
+    try:
+        parts = {"gpu_tests": run_gpu_tests(), "grpo": run_grpo(scratch)}
+        if gpu["count"] == 1:
+            parts[TWO_RANKS] = run_two_ranks(scratch / "project")
+        else:
+            parts[TWO_RANKS] = {"skipped": f"{gpu['count']} GPUs: the gpu tests' two-GPU run is the multi-rank check"}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    result = summary(parts, gpu)
+    write_json(out, result)
+    print("\n".join([*summary_lines(result), f"written to {out}"]), flush=True)
+    return 0 if result["passed"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tasks.cli import command_parser
+
+    parser = command_parser("benchmarks.gpu_check", __doc__)
+    parser.add_argument("--out", type=Path, default=OUT, help="where the summary goes (JSON)")
+    parser.add_argument("--cuda-or-exit", action="store_true", help="only say whether CUDA is here (exit 0 or 2)")
+    parser.add_argument("--rehearse-into", type=Path, default=None, help=argparse.SUPPRESS)  # its GRPO part
+    args = parser.parse_args(argv)
+    if reason := no_cuda_reason():
+        print(
+            f"gpu-check: {reason}: nothing to check here; run `make gpu-check` on a machine with a GPU", file=sys.stderr
+        )
+        return EXIT_NO_CUDA
+    if args.cuda_or_exit:
+        return 0
+    if args.rehearse_into is not None:
+        return rehearse_into(args.rehearse_into)
+    return run_check(args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""``make gpu-check`` (benchmarks/gpu_check.py) without a GPU: it exits at once with one line; its
+numbers (s/step, rollout tokens/s, peak memory) and metrics/gpu_check.json are assembled from a
+training history and each part's outcome by pure functions, checked here on made-up inputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from benchmarks import gpu_check
+from flows.rehearse import load_params_from, smoke_params
+from grpoflow.config import load_params
+
+ROOT = Path(__file__).resolve().parents[2]
+HEADER = "step,step_seconds,rollout_tokens_per_s,peak_memory_mb,reward_mean\n"
+
+
+def _history(path: Path, rows: list[tuple[float, float, float]]) -> Path:
+    path.write_text(HEADER + "".join(f"{i + 1},{s},{t},{m},0.5\n" for i, (s, t, m) in enumerate(rows)))
+    return path
+
+
+@pytest.mark.skipif(gpu_check.no_cuda_reason() is None, reason="this machine has a GPU: the check would run")
+def test_without_cuda_the_check_exits_at_once_with_one_line(tmp_path):
+    out = tmp_path / "gpu_check.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", "--out", str(out)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert run.returncode == gpu_check.EXIT_NO_CUDA == 2
+    assert run.stdout == "" and len(run.stderr.strip().splitlines()) == 1
+    assert run.stderr.startswith("gpu-check: ") and "run `make gpu-check` on a machine with a GPU" in run.stderr
+    assert not out.exists()
+
+
+def test_no_cuda_runs_no_part(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_check, "no_cuda_reason", lambda: "torch 2.13.0+cpu sees no CUDA device")
+    monkeypatch.setattr(gpu_check, "run_check", lambda out: pytest.fail("a part ran without CUDA"))
+    assert gpu_check.main(["--out", str(tmp_path / "x.json")]) == 2
+    assert gpu_check.main(["--cuda-or-exit"]) == 2
+    monkeypatch.setattr(gpu_check, "no_cuda_reason", lambda: None)
+    assert gpu_check.main(["--cuda-or-exit"]) == 0  # and runs no part either
+
+
+def test_the_numbers_come_from_the_history_leaving_out_the_warm_up_step(tmp_path):
+    history = _history(tmp_path / "h.csv", [(30.0, 100.0, 900.0), (2.0, 4000.0, 1500.0), (4.0, 2000.0, 1400.0)])
+    assert gpu_check.history_stats(history) == {
+        "steps": 3,
+        "first_step_s": 30.0,
+        "s_per_step": 3.0,
+        "rollout_tokens_per_s": 3000.0,
+        "trainer_peak_memory_mb": 1500.0,
+    }
+    one = _history(tmp_path / "one.csv", [(5.0, 10.0, 1.0)])
+    assert gpu_check.history_stats(one)["s_per_step"] == 5.0  # a single step is all there is
+    with pytest.raises(ValueError, match="no steps"):
+        gpu_check.history_stats(_history(tmp_path / "none.csv", []))
+
+
+def test_pytests_summary_line_is_read_by_outcome():
+    out = "....s\n=== short test summary info ===\nSKIPPED [1] needs 2 GPUs\n3 passed, 1 skipped, 1 error in 41.2s\n"
+    assert gpu_check.pytest_counts(out) == {"passed": 3, "skipped": 1, "error": 1}
+    assert gpu_check.pytest_counts("ImportError: no module named vllm\n") == {}
+
+
+def _parts(tmp_path, grpo_ok=True):
+    history = _history(tmp_path / "h.csv", [(20.0, 50.0, 800.0), (1.5, 6000.0, 2100.0), (2.5, 4000.0, 2000.0)])
+    grpo = {"ok": grpo_ok, "seconds": 95.0, "peak_gpu_memory_mib": 47000.0, **gpu_check.history_stats(history)}
+    return {
+        "gpu_tests": {
+            "ok": True,
+            "seconds": 60.0,
+            "peak_gpu_memory_mib": 30000.0,
+            "counts": {"passed": 3, "skipped": 1},
+        },
+        "grpo": grpo if grpo_ok else {**grpo, "error": "exit [1]"},
+        "two_ranks": {"skipped": "2 GPUs: the gpu tests' two-GPU run is the multi-rank check"},
+    }
+
+
+def test_the_summary_passes_only_when_every_part_that_ran_passed_and_prints_the_numbers(tmp_path):
+    result = gpu_check.summary(_parts(tmp_path), {"name": "NVIDIA H200", "count": 2, "memory_mib": 143771.0})
+    assert result["passed"] is True and json.loads(json.dumps(result)) == result
+    lines = gpu_check.summary_lines(result)
+    assert lines[0] == "gpu-check on NVIDIA H200 x 2: PASSED"
+    grpo = next(line for line in lines if line.startswith("  grpo:"))
+    assert "2.00 s/step (first 20.0 s)" in grpo and "5000 rollout tokens/s" in grpo
+    assert "peak GPU memory 47000 MiB (trainer 2100 MB)" in grpo
+    assert "  gpu_tests: ok in 60 s; 3 passed, 1 skipped" in lines
+    assert any(line.startswith("  two_ranks: skipped (2 GPUs") for line in lines)
+    failed = gpu_check.summary(_parts(tmp_path, grpo_ok=False), {"name": "NVIDIA H200", "count": 2})
+    assert failed["passed"] is False and "FAILED" in gpu_check.summary_lines(failed)[0]
+    assert any("exit [1]" in line for line in gpu_check.summary_lines(failed))
+
+
+@pytest.mark.parametrize(("count", "two_ranks_run"), [(1, True), (2, False)])
+def test_the_check_writes_its_json_and_shares_one_gpu_between_two_ranks_only_when_alone(
+    monkeypatch, tmp_path, capsys, count, two_ranks_run
+):
+    parts = _parts(tmp_path)
+    ran = []
+    monkeypatch.setattr(gpu_check, "gpu_info", lambda: {"name": "NVIDIA H200", "count": count, "memory_mib": 1.0})
+    monkeypatch.setattr(gpu_check, "run_gpu_tests", lambda: parts["gpu_tests"])
+    monkeypatch.setattr(gpu_check, "run_grpo", lambda scratch: parts["grpo"])
+    monkeypatch.setattr(gpu_check, "run_two_ranks", lambda project: ran.append(project) or {**parts["grpo"]})
+    out = tmp_path / "metrics" / "gpu_check.json"
+    assert gpu_check.run_check(out) == 0
+    written = json.loads(out.read_text())
+    assert written["gpu"]["count"] == count and written["passed"] is True
+    assert set(written["parts"]) == {"gpu_tests", "grpo", "two_ranks"}
+    assert bool(ran) == two_ranks_run and ("skipped" in written["parts"]["two_ranks"]) != two_ranks_run
+    assert f"written to {out}" in capsys.readouterr().out
+
+
+def test_the_grpo_part_is_the_sets_rehearsal_with_four_steps_of_its_own_batch_in_bf16_on_vllm(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    full = load_params(gpu_check.SET)
+    smoke = load_params_from(smoke_params(gpu_check.SET, None, gpu_check.check_sizes(full)), gpu_check.SET)
+    rl = smoke.rl
+    assert (rl.steps, rl.rollout_engine, rl.engine.bf16) == (4, "vllm", True)
+    assert (rl.prompts_per_step, rl.num_generations, rl.sampling.max_completion_length) == (
+        full.rl.prompts_per_step,
+        full.rl.num_generations,
+        full.rl.sampling.max_completion_length,
+    )
+    assert smoke.data.synthetic.num_examples == 300 and smoke.model == full.model  # smoke data, the set's model
+    assert gpu_check.STAGES[-1] == "grpo" and "evaluate" not in gpu_check.STAGES
+
+
+def test_make_gpu_check_runs_the_module_without_the_cpu_setup():
+    dry = subprocess.run(["make", "-n", "gpu-check"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    commands = dry.strip().splitlines()
+    assert commands[0].endswith("-m benchmarks.gpu_check --cuda-or-exit")  # no CUDA: nothing else runs
+    assert commands[-1].endswith("-m benchmarks.gpu_check") and "torch==" not in dry  # no CPU torch set-up
+    phony = next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith(".PHONY:"))
+    assert "gpu-check" in phony.split()
+
+
+def test_two_ranks_on_one_gpu_get_the_backend_the_environment_names(monkeypatch):
+    """NCCL refuses two ranks on one device: the check's two-rank part asks for gloo, and gets it."""
+    import torch
+    import torch.distributed as dist
+
+    from grpoflow.models import engine
+
+    asked: list[str] = []
+    deepspeed = SimpleNamespace(init_distributed=lambda dist_backend: asked.append(dist_backend))
+    monkeypatch.setattr(engine, "import_deepspeed", lambda: deepspeed)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(key, "0" if key != "MASTER_ADDR" else "127.0.0.1")
+    monkeypatch.delenv(engine.DIST_BACKEND_ENV, raising=False)
+    engine.init_distributed()
+    monkeypatch.setenv(engine.DIST_BACKEND_ENV, "gloo")
+    engine.init_distributed()
+    assert asked == ["nccl", "gloo"]
