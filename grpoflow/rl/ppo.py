@@ -165,12 +165,13 @@ class PPOTrainer(PolicyTrainer):
         rewards = token_rewards(b.rewards, b.mask, kl, self.state.beta)
         adv, returns = CRITIC_ESTIMATOR_FNS["gae"](rewards, old_values, b.mask, self.ppo)
         if self.ppo.whiten_advantages:
-            adv = masked_whiten(adv, b.mask)
+            adv = masked_whiten(adv, b.mask, total=self.ranks.summed)  # the step's statistics, on every process
         return kl, old_values, adv, returns
 
     def _value_step(self, b: Batch, sl: slice, scale: float, old_values: torch.Tensor, returns: torch.Tensor) -> float:
         """The clipped value loss on micro-batch ``sl`` (``ppo.cliprange_value`` around the old values),
-        its backward (times ``scale``) and the critic's optimizer step; the loss."""
+        a mean over its tokens, its backward (times ``scale``, its share of the step's tokens) and the
+        critic's optimizer step; the loss."""
         critic = self.critic
         values = completion_values(critic, b.ids[sl], b.attn[sl], b.start, self.cfg.engine.shared_prefix)
         value_loss = clipped_value_loss(values, old_values[sl], returns[sl], b.mask[sl], self.ppo.cliprange_value)
@@ -205,7 +206,7 @@ class PPOTrainer(PolicyTrainer):
 
         def critic_step(mb: MicroBatch) -> dict[str, float]:
             """The critic's step on the micro-batch, after the policy's step on it."""
-            return {M.VALUE_LOSS: self._value_step(b, mb.sl, mb.scale, old_values, returns)}
+            return {M.VALUE_LOSS: self._value_step(b, mb.sl, mb.token_scale, old_values, returns)}
 
         out = self._micro_batch_loop(
             step, b, old_logp, policy_loss, tallies=(M.VALUE_LOSS,), critic=critic, critic_step=critic_step
@@ -222,7 +223,7 @@ class PPOTrainer(PolicyTrainer):
         critic = self.critic
         critic.train()
         slices = self._plan(b)
-        scales = micro_batches.loss_scales(slices, critic.gradient_accumulation_steps())
+        scales = self.ranks.token_scales(b.mask, slices, critic.gradient_accumulation_steps())
         value_loss = 0.0
         for _ in range(self.cfg.num_iterations):
             for sl, scale in zip(micro_batches.accumulation(slices, critic), scales):

@@ -184,6 +184,19 @@ def _reference(params: Params, algorithm: Algorithm, engine: Any, reference_dir:
     return AdaptersDisabled(engine.module) if params.model.lora else load_frozen(reference_dir)
 
 
+def _rollout(params: Params, engine: Any, tokenizer: Any, reference_dir: Path, prompter: Prompter) -> RolloutEngine:
+    """The rollout engine ``rl.rollout_engine`` names, sampling the policy of ``engine``."""
+    return build_rollout(
+        params.rl.rollout_engine,
+        engine.module,
+        tokenizer,
+        reference_dir,
+        seed=params.experiment.seed,
+        max_model_len=params.model.max_length,
+        stop_ids=prompter.stop_ids,
+    )
+
+
 def build_rl_run(
     params: Params,
     algorithm: Algorithm,
@@ -209,15 +222,7 @@ def build_rl_run(
     reference = _reference(params, algorithm, engine, reference_dir)
     prompter = prompter_for(policy, tokenizer, params.prompt)
     if rollout is None:
-        rollout = build_rollout(
-            rl.rollout_engine,
-            engine.module,
-            tokenizer,
-            reference_dir,
-            seed=params.experiment.seed,
-            max_model_len=params.model.max_length,
-            stop_ids=prompter.stop_ids,
-        )
+        rollout = _rollout(params, engine, tokenizer, reference_dir, prompter)
     health = HealthMonitor()
     inputs = TrainerInputs(
         rl,

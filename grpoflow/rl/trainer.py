@@ -2,7 +2,8 @@
 checkpoint and evaluation hooks. Each algorithm supplies only its update (:meth:`update`).
 
 Prompts are sharded across processes by whole groups, so group advantages never need
-communication; metrics are averaged across processes before they are reported.
+communication; batch-level statistics and the loss's means are the whole step's
+(:mod:`grpoflow.rl.ranks`); metrics are averaged across processes before they are reported.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from grpoflow.rl import shared_prefix as sp
 from grpoflow.rl.health import HealthMonitor, Symptom
 from grpoflow.rl.logprobs import completion_logprobs
 from grpoflow.rl.losses import rollout_correction
+from grpoflow.rl.ranks import Ranks
 from grpoflow.rl.reference_sync import reference_refresh_due, refresh_reference
 from grpoflow.rl.rewards import WeightedReward, overlong_penalty
 from grpoflow.rl.step_timing import PhaseTimer, peak_memory_mb
@@ -129,6 +131,7 @@ class MicroBatch:
     mask: torch.Tensor  # (n, C) the loss mask after rollout correction
     weights: torch.Tensor | None  # (n, C) token weights of rollout correction, if any
     scale: float = 1.0  # factor of its loss before backward (grpoflow.rl.micro_batches.loss_scales)
+    token_scale: float = 1.0  # the same for a mean over its loss tokens (bnpo, PPO's value loss)
 
 
 @dataclass
@@ -193,6 +196,7 @@ class PolicyTrainer:
         self.tok, self.reward, self.prompts = i.tokenizer, i.reward, list(i.prompts)
         self.prompter = i.prompter or Prompter(i.tokenizer)
         self.seed, self.rank, self.world = i.seed, i.rank, i.world
+        self.ranks = Ranks(i.rank, i.world, i.engine.device)  # the step's statistics over every process
         self.health = i.health or HealthMonitor()
         self.state = LoopState(beta=kl_coef)
         self.timer = PhaseTimer()  # the current step's phases (rank 0's are the ones logged)
@@ -298,7 +302,13 @@ class PolicyTrainer:
         )
 
     def _micro_batch(
-        self, b: Batch, sl: slice, old_logp: torch.Tensor | None, seen: dict[str, list[float]], scale: float = 1.0
+        self,
+        b: Batch,
+        sl: slice,
+        old_logp: torch.Tensor | None,
+        seen: dict[str, list[float]],
+        scale: float = 1.0,
+        token_scale: float = 1.0,
     ) -> MicroBatch:
         """Micro-batch ``sl`` as the loss sees it: the policy's log-probs and entropies, the old
         log-probs (the current ones, detached, when the update takes none: with mu = 1 they are
@@ -306,7 +316,7 @@ class PolicyTrainer:
         logp, ent = self._policy_logprobs(self.engine, b, sl)
         old = old_logp[sl] if old_logp is not None else logp.detach()
         weights, mask = self._corrected(old, b, sl, seen)
-        return MicroBatch(sl, logp, ent, old, mask, weights, scale)
+        return MicroBatch(sl, logp, ent, old, mask, weights, scale, token_scale)
 
     def _corrected(self, old: torch.Tensor, b: Batch, sl: slice, seen: dict[str, list[float]]):
         """``(token weights or None, loss mask)`` of micro-batch ``sl`` under ``rl.rollout_correction``,
@@ -336,21 +346,24 @@ class PolicyTrainer:
         ``critic``). Returns the step's metrics: each tally's mean over the micro-batches."""
         eng = self.engine
         engines = (eng,) if critic is None else (eng, critic)
-        slices = self._plan(b)
-        scales = micro_batches.loss_scales(slices, eng.gradient_accumulation_steps())
+        slices, gas = self._plan(b), eng.gradient_accumulation_steps()
+        rows, tokens = self.ranks.row_scales(slices, gas), self.ranks.token_scales(b.mask, slices, gas)
+        # bnpo is a token mean: each micro-batch counts as its share of the step's tokens. grpo and
+        # dr_grpo are row means (dr_grpo's N x T too: every engine pads completions to the cap).
+        scales = tokens if self.cfg.aggregation == "bnpo" else rows
         sums = {M.LOSS: 0.0, **dict.fromkeys(tallies, 0.0), M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
         seen: dict[str, list[float]] = {}
         for engine in engines:
             engine.train()
         for _ in range(self.cfg.num_iterations):
-            for sl, scale in zip(micro_batches.accumulation(slices, *engines), scales):
-                mb = self._micro_batch(b, sl, old_logp, seen, scale)
+            for i, sl in enumerate(micro_batches.accumulation(slices, *engines)):
+                mb = self._micro_batch(b, sl, old_logp, seen, scales[i], tokens[i])
                 loss, tally = policy_loss(mb)
                 self._policy_step(step, loss, mb.scale)
                 if critic_step is not None:
                     tally = tally | critic_step(mb)
                 share = (sl.stop - sl.start) / len(b.ids)  # the step's metrics weigh rows alike
-                sums[M.LOSS] += loss.item() * share
+                sums[M.LOSS] += loss.item() * mb.scale / gas  # its share of the step's loss, as in the gradient
                 for key, value in tally.items():
                     sums[key] += value * share
                 sums[M.ENTROPY] += masked_mean(mb.entropy, b.mask[sl]) * share
