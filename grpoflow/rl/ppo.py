@@ -25,7 +25,7 @@ from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS, masked_whiten
 from grpoflow.rl.algorithm import Algorithm, BuiltTrainer
 from grpoflow.rl.logprobs import completion_logprobs
 from grpoflow.rl.losses import grpo_loss, kl_k3
-from grpoflow.rl.trainer import Batch, MicroBatch, PolicyTrainer, TrainerInputs, masked_mean
+from grpoflow.rl.trainer import Batch, MicroBatch, PolicyTrainer, TrainerInputs
 
 
 class ValueModel(torch.nn.Module):
@@ -211,7 +211,7 @@ class PPOTrainer(PolicyTrainer):
         out = self._micro_batch_loop(
             step, b, old_logp, policy_loss, tallies=(M.VALUE_LOSS,), critic=critic, critic_step=critic_step
         )
-        out[M.KL] = masked_mean(kl, b.mask) if kl is not None else 0.0
+        out[M.KL] = self.ranks.masked_mean(kl, b.mask) if kl is not None else 0.0  # adaptive KL control reads it
         return out | critic_metrics(old_values, returns, b.mask) | {M.CRITIC_WARMUP: 0.0}
 
     def _warm_up(self, b: Batch) -> dict[str, float]:
@@ -227,12 +227,12 @@ class PPOTrainer(PolicyTrainer):
         value_loss = 0.0
         for _ in range(self.cfg.num_iterations):
             for sl, scale in zip(micro_batches.accumulation(slices, critic), scales):
-                share = (sl.stop - sl.start) / len(b.ids)  # as the shared loop weighs micro-batches
+                share = scale / critic.gradient_accumulation_steps()  # as the shared loop weighs micro-batches
                 value_loss += self._value_step(b, sl, scale, old_values, returns) * share
         return {
             M.VALUE_LOSS: value_loss / self.cfg.num_iterations,
-            M.KL: masked_mean(kl, b.mask) if kl is not None else 0.0,
-            M.ENTROPY: masked_mean(entropy, b.mask),
+            M.KL: self.ranks.masked_mean(kl, b.mask) if kl is not None else 0.0,
+            M.ENTROPY: self.ranks.masked_mean(entropy, b.mask),
             M.CRITIC_WARMUP: 1.0,
         } | critic_metrics(old_values, returns, b.mask)
 

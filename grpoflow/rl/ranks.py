@@ -37,16 +37,25 @@ class Ranks:
         dist.all_reduce(out)
         return out.to(t.device)
 
-    def batch_wide(self, fn: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
-        """``fn`` of the step's rows of every process (whole groups, in rank order), and this
-        process's rows of the result: a statistic over the batch is the whole step's."""
+    def gathered(self, rows: torch.Tensor) -> torch.Tensor:
+        """The step's ``rows`` of every process (whole groups), in rank order."""
         if self.world == 1:
-            return fn(rows)
+            return rows
         local = rows.detach().to(self.device).contiguous()
         parts = [torch.empty_like(local) for _ in range(self.world)]
         dist.all_gather(parts, local)  # every process holds as many rows (prompts_per_step / world groups)
-        out = fn(torch.cat(parts).to(rows.device))
-        return out[self.rank * len(rows) : (self.rank + 1) * len(rows)]
+        return torch.cat(parts).to(rows.device)
+
+    def batch_wide(self, fn: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        """``fn`` of the step's rows of every process, and this process's rows of the result: a
+        statistic over the batch is the whole step's."""
+        if self.world == 1:
+            return fn(rows)
+        return fn(self.gathered(rows))[self.rank * len(rows) : (self.rank + 1) * len(rows)]
+
+    def masked_mean(self, x: torch.Tensor, mask: torch.Tensor) -> float:
+        """The mean of ``x`` over the tokens ``mask`` keeps on every process, as a float for metrics."""
+        return float(self.summed((x.detach() * mask).sum()) / self.summed(mask.sum()).clamp(min=1))
 
     def row_scales(self, slices: list[slice], gas: int) -> list[float]:
         """:func:`~grpoflow.rl.micro_batches.loss_scales` of losses that are means over their rows."""

@@ -302,21 +302,15 @@ class PolicyTrainer:
         )
 
     def _micro_batch(
-        self,
-        b: Batch,
-        sl: slice,
-        old_logp: torch.Tensor | None,
-        seen: dict[str, list[float]],
-        scale: float = 1.0,
-        token_scale: float = 1.0,
+        self, b: Batch, sl: slice, old_logp: torch.Tensor | None, seen: dict[str, list[float]], *scales: float
     ) -> MicroBatch:
         """Micro-batch ``sl`` as the loss sees it: the policy's log-probs and entropies, the old
         log-probs (the current ones, detached, when the update takes none: with mu = 1 they are
-        equal), and the loss mask and token weights after rollout correction."""
+        equal), the loss mask and token weights after rollout correction, and its ``scales``."""
         logp, ent = self._policy_logprobs(self.engine, b, sl)
         old = old_logp[sl] if old_logp is not None else logp.detach()
         weights, mask = self._corrected(old, b, sl, seen)
-        return MicroBatch(sl, logp, ent, old, mask, weights, scale, token_scale)
+        return MicroBatch(sl, logp, ent, old, mask, weights, *scales)
 
     def _corrected(self, old: torch.Tensor, b: Batch, sl: slice, seen: dict[str, list[float]]):
         """``(token weights or None, loss mask)`` of micro-batch ``sl`` under ``rl.rollout_correction``,
@@ -343,7 +337,7 @@ class PolicyTrainer:
         """The update loop GRPO and PPO share: ``num_iterations`` passes over ``b`` in micro-batches.
         Each computes ``policy_loss`` (the loss, and the metrics it adds up: ``clip_ratio`` and the
         ``tallies``), steps the policy, then runs ``critic_step`` (PPO's critic, on its own engine
-        ``critic``). Returns the step's metrics: each tally's mean over the micro-batches."""
+        ``critic``). Returns the step's metrics: each tally's mean over the step's tokens."""
         eng = self.engine
         engines = (eng,) if critic is None else (eng, critic)
         slices, gas = self._plan(b), eng.gradient_accumulation_steps()
@@ -362,8 +356,9 @@ class PolicyTrainer:
                 self._policy_step(step, loss, mb.scale)
                 if critic_step is not None:
                     tally = tally | critic_step(mb)
-                share = (sl.stop - sl.start) / len(b.ids)  # the step's metrics weigh rows alike
-                sums[M.LOSS] += loss.item() * mb.scale / gas  # its share of the step's loss, as in the gradient
+                # Shares of the step's loss and tokens on every process (_all_mean averages the ranks).
+                share = mb.token_scale / gas  # each tally is a mean over the micro-batch's tokens
+                sums[M.LOSS] += loss.item() * mb.scale / gas
                 for key, value in tally.items():
                     sums[key] += value * share
                 sums[M.ENTROPY] += masked_mean(mb.entropy, b.mask[sl]) * share
@@ -472,7 +467,7 @@ class PolicyTrainer:
         local, t_update, tokens = self._update_on(step, scored, g)
         with self.timer.phase(M.PHASE_WEIGHT_SYNC):
             self.rollout.sync_weights(self.engine.module)
-        local.update(self._batch_metrics(scored, g, tokens / max(t_update, 1e-9), sampling_metrics))
+        local.update(self._batch_metrics(scored, g, tokens / max(t_update, 1e-9), sampling_metrics, self.ranks))
         metrics = _all_mean(local, self.world, self.engine.device)
         metrics.update(self._loop_metrics(g, time.perf_counter() - t0, t_rollout, t_update))
         if (
@@ -516,11 +511,13 @@ class PolicyTrainer:
         return local, time.perf_counter() - t1, float(attn.sum()) * self.cfg.num_iterations
 
     @staticmethod
-    def _batch_metrics(scored: Scored, g: int, update_tokens_per_s: float, sampling: dict) -> dict[str, float]:
-        """This process's rewards, lengths and throughput of the step (averaged across processes after)."""
-        ro, total = scored.rollouts, scored.total
+    def _batch_metrics(
+        scored: Scored, g: int, update_tokens_per_s: float, sampling: dict, ranks: Ranks
+    ) -> dict[str, float]:
+        """The step's rewards and lengths (every process's), this process's throughput."""
+        ro, total = scored.rollouts, ranks.gathered(scored.total)  # a std or max of per-rank ones is neither
         grouped = total.view(-1, g)
-        lengths = ro.completion_mask.sum(1).float()
+        lengths = ranks.gathered(ro.completion_mask.sum(1).float())
         return {
             M.REWARD_MEAN: float(total.mean()),
             M.REWARD_STD: float(total.std(correction=0)),
@@ -528,7 +525,7 @@ class PolicyTrainer:
             M.FRAC_ZERO_STD_GROUPS: float((grouped.std(dim=1, correction=0) < 1e-6).float().mean()),
             M.COMPLETION_LENGTH_MEAN: float(lengths.mean()),
             M.COMPLETION_LENGTH_MAX: float(lengths.max()),
-            M.FRAC_TRUNCATED: float(ro.truncated.float().mean()),
+            M.FRAC_TRUNCATED: float(ranks.gathered(ro.truncated.float()).mean()),
             M.ROLLOUT_TOKENS_PER_S: ro.num_completion_tokens / max(ro.seconds, 1e-9),
             M.UPDATE_TOKENS_PER_S: update_tokens_per_s,
             **sampling,
