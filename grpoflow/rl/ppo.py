@@ -11,6 +11,8 @@ lambda of their own (``ppo.lam_critic``; 1.0 in VAPO and Open-Reasoner-Zero, Hu 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -108,8 +110,31 @@ def clipped_value_loss(
     return (vf * mask).sum() / mask.sum().clamp(min=1)
 
 
-def critic_metrics(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """How well the values (before the step's update) explain the returns, and the returns' scale."""
+def _moments(x: torch.Tensor, mask: torch.Tensor, total: Callable[[torch.Tensor], torch.Tensor]) -> tuple[float, float]:
+    """Mean and population variance of ``x`` over the tokens ``mask`` keeps; ``total`` sums each part
+    over the processes that hold the rest of the batch."""
+    m = mask.to(x.dtype)
+    n = total(m.sum()).clamp(min=1)
+    mean = total((x * m).sum()) / n
+    return float(mean), float(total((((x - mean) * m) ** 2).sum()) / n)
+
+
+def critic_metrics(
+    values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    total: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """How well the values (before the step's update) explain the returns, and the returns' scale;
+    with ``total`` (sums over the processes), over every process's tokens."""
+    if total is not None:  # a variance is no mean of the ranks' variances
+        mean, var = _moments(returns, mask, total)
+        unexplained = _moments(returns - values, mask, total)[1]
+        return {
+            M.EXPLAINED_VARIANCE: 1 - unexplained / var if var > 0 else 0.0,
+            M.RETURNS_MEAN: mean,
+            M.RETURNS_STD: math.sqrt(var),
+        }
     counted = returns[mask.bool()]
     return {
         M.EXPLAINED_VARIANCE: explained_variance(values, returns, mask),
@@ -212,7 +237,7 @@ class PPOTrainer(PolicyTrainer):
             step, b, old_logp, policy_loss, tallies=(M.VALUE_LOSS,), critic=critic, critic_step=critic_step
         )
         out[M.KL] = self.ranks.masked_mean(kl, b.mask) if kl is not None else 0.0  # adaptive KL control reads it
-        return out | critic_metrics(old_values, returns, b.mask) | {M.CRITIC_WARMUP: 0.0}
+        return out | self._critic_metrics(old_values, returns, b.mask) | {M.CRITIC_WARMUP: 0.0}
 
     def _warm_up(self, b: Batch) -> dict[str, float]:
         """A warm-up step: ``num_iterations`` passes of the critic's updates on the frozen policy's
@@ -234,7 +259,11 @@ class PPOTrainer(PolicyTrainer):
             M.KL: self.ranks.masked_mean(kl, b.mask) if kl is not None else 0.0,
             M.ENTROPY: self.ranks.masked_mean(entropy, b.mask),
             M.CRITIC_WARMUP: 1.0,
-        } | critic_metrics(old_values, returns, b.mask)
+        } | self._critic_metrics(old_values, returns, b.mask)
+
+    def _critic_metrics(self, values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+        """:func:`critic_metrics` over the step's tokens on every process."""
+        return critic_metrics(values, returns, mask, self.ranks.summed if self.world > 1 else None)
 
 
 def initial_critic(params: Params, reference_dir: Path) -> ValueModel:
