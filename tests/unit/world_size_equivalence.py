@@ -49,7 +49,8 @@ def _with(rl: dict | None = None, grpo: dict | None = None, **rest: Any) -> dict
 
 MICRO_8 = {"engine": {"micro_batch_size": 8}}  # 4 micro-batches on 1 process, 2 on each of 2 ranks
 # name -> (algorithm, params): every rl.aggregation, every advantage estimator (and the batch scale of
-# grpo's), the KL in the reward, two iterations, micro-batches with truncated completions masked, PPO.
+# grpo's), the KL in the reward, two iterations, micro-batches with truncated completions masked, an
+# entropy bonus with clip-higher, PPO (and a step of its critic's warm-up, the policy frozen).
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "grpo": ("grpo", _with()),
     "agg_bnpo": ("grpo", _with(rl={"aggregation": "bnpo"})),
@@ -63,7 +64,9 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
         "grpo",
         _with(rl={"aggregation": "bnpo", "mask_truncated_completions": True, "num_iterations": 2, **MICRO_8}),
     ),
+    "entropy_clip_higher_mu2": ("grpo", _with(rl={"entropy_coef": 0.01, "clip_eps_high": 0.28, "num_iterations": 2})),
     "ppo": ("ppo", _with()),
+    "ppo_critic_warmup": ("ppo", {**_with(rl={"steps": 2}), "ppo": {**_BASE["ppo"], "critic_warmup_steps": 1}}),
     "ppo_bnpo_micro": (
         "ppo",
         {**_with(rl={"aggregation": "bnpo", **MICRO_8}), "ppo": {"critic_engine": {"micro_batch_size": 8}}},
