@@ -183,6 +183,7 @@ def one_step(name: str, workspace: Path) -> dict[str, Any]:
         "grads": grads,
         "metrics": metrics,
         "asked": replay.asked,
+        "lr": {"policy": params.rl.engine.lr, "critic": params.ppo.critic_engine.lr},
     }
 
 
