@@ -8,7 +8,7 @@ For the G completions ``r_1..r_G`` of one prompt (outcome rewards, one per compl
 - ``rloo`` (Ahmadian et al. 2024, "Back to Basics", eq. 5): ``r_i - mean_{j != i}(r_j)``, the
   leave-one-out baseline; equal to ``G / (G - 1) * (r_i - mean(r))``.
 - ``reinforce_pp`` (Hu 2025, "REINFORCE++"): ``(r_i - mean(B)) / std(B)`` over the whole batch
-  ``B`` of this process, no per-prompt baseline.
+  ``B`` of the step (every process's: :meth:`grpoflow.rl.ranks.Ranks.batch_wide`), no per-prompt baseline.
 
 GAE (Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage
 Estimation", eq. 16) is the critic-based estimator that the PPO baseline uses, with the lambda of
@@ -213,10 +213,17 @@ def _gae_estimator(
 CRITIC_ESTIMATOR_FNS["gae"] = _gae_estimator  # a name of grpoflow.config.ppo.CRITIC_ESTIMATORS
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Normalise ``x`` to zero mean and unit variance over the unmasked entries."""
+def masked_whiten(
+    x: torch.Tensor,
+    mask: torch.Tensor,
+    eps: float = 1e-8,
+    total: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Normalise ``x`` to zero mean and unit variance over the unmasked entries; ``total`` sums each
+    statistic's parts over the processes that hold the rest of the batch (none: ``x`` is all of it)."""
+    total = total or (lambda t: t)
     m = mask.to(x.dtype)
-    n = m.sum().clamp(min=1)
-    mean = (x * m).sum() / n
-    var = (((x - mean) * m) ** 2).sum() / n
+    n = total(m.sum()).clamp(min=1)
+    mean = total((x * m).sum()) / n
+    var = total((((x - mean) * m) ** 2).sum()) / n
     return (x - mean) * (var + eps).rsqrt() * m

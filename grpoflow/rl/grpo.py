@@ -40,7 +40,8 @@ class GRPOTrainer(PolicyTrainer):
             rewards, reward_kl = kl_penalised_rewards(
                 b.rewards, old_logp, ref_logp, b.mask, self.state.beta, g.kl_estimator
             )
-        adv = ESTIMATORS[g.advantage_estimator](rewards, b.group_size, g)
+        # Over the whole step's groups: batch-level statistics must not depend on the process count.
+        adv = self.ranks.batch_wide(lambda r: ESTIMATORS[g.advantage_estimator](r, b.group_size, g), rewards)
         loss_ref = ref_logp if not in_reward else None  # with the penalty in the reward, no KL term
 
         def policy_loss(mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:

@@ -9,13 +9,14 @@ unpacked, one ``P + C`` row per sequence. Micro-batches are consecutive rows, so
 whole unless it alone exceeds the budget.
 
 Each micro-batch's loss is a mean over its own rows (or tokens); :func:`loss_scales` weighs it by
-its share of the batch's rows so that micro-batches of unequal size still sum to the batch's
-objective under DeepSpeed's gradient accumulation, which divides every loss by its step count.
+its share of the step's rows (or tokens) on every process, so that micro-batches of unequal size,
+and processes of unequal token counts, still sum to the step's objective under DeepSpeed's gradient
+accumulation and averaging, which divide every loss by its step count and its process count.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -66,11 +67,22 @@ def cost(ids: torch.Tensor, attn: torch.Tensor, start: int, packed: bool) -> int
     return sp.pack(ids, attn, start, found).input_ids.numel()
 
 
-def loss_scales(slices: list[slice], accumulation_steps: int) -> list[float]:
-    """Factor of each micro-batch's loss: its share of the rows, times the accumulation steps
-    DeepSpeed divides by. Equal micro-batches of ``rows / accumulation_steps`` get 1.0 each."""
-    n = sum(s.stop - s.start for s in slices)
-    return [(s.stop - s.start) * accumulation_steps / n for s in slices]
+def loss_scales(
+    slices: list[slice],
+    accumulation_steps: int,
+    *,
+    sizes: Sequence[float] | None = None,
+    total: float | None = None,
+    world: int = 1,
+) -> list[float]:
+    """Factor of each micro-batch's loss, a mean over its ``sizes[i]`` rows or tokens (default: its
+    rows): its share of the step's ``total`` over every process (default: the sum of ``sizes``), times
+    what DeepSpeed divides by: the accumulation steps, and the ``world`` processes whose gradients it
+    averages. Equal micro-batches of ``rows / accumulation_steps`` on one process get 1.0 each."""
+    sizes = [s.stop - s.start for s in slices] if sizes is None else list(sizes)
+    total = sum(sizes) if total is None else total
+    # A mean over the whole step's rows (tokens) on every process, not one per micro-batch or rank.
+    return [n * accumulation_steps * world / total for n in sizes]
 
 
 def accumulation(slices: list[slice], *engines) -> Iterator[slice]:

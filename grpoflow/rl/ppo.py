@@ -11,6 +11,8 @@ lambda of their own (``ppo.lam_critic``; 1.0 in VAPO and Open-Reasoner-Zero, Hu 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -25,7 +27,7 @@ from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS, masked_whiten
 from grpoflow.rl.algorithm import Algorithm, BuiltTrainer
 from grpoflow.rl.logprobs import completion_logprobs
 from grpoflow.rl.losses import grpo_loss, kl_k3
-from grpoflow.rl.trainer import Batch, MicroBatch, PolicyTrainer, TrainerInputs, masked_mean
+from grpoflow.rl.trainer import Batch, MicroBatch, PolicyTrainer, TrainerInputs
 
 
 class ValueModel(torch.nn.Module):
@@ -108,8 +110,31 @@ def clipped_value_loss(
     return (vf * mask).sum() / mask.sum().clamp(min=1)
 
 
-def critic_metrics(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """How well the values (before the step's update) explain the returns, and the returns' scale."""
+def _moments(x: torch.Tensor, mask: torch.Tensor, total: Callable[[torch.Tensor], torch.Tensor]) -> tuple[float, float]:
+    """Mean and population variance of ``x`` over the tokens ``mask`` keeps; ``total`` sums each part
+    over the processes that hold the rest of the batch."""
+    m = mask.to(x.dtype)
+    n = total(m.sum()).clamp(min=1)
+    mean = total((x * m).sum()) / n
+    return float(mean), float(total((((x - mean) * m) ** 2).sum()) / n)
+
+
+def critic_metrics(
+    values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    total: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """How well the values (before the step's update) explain the returns, and the returns' scale;
+    with ``total`` (sums over the processes), over every process's tokens."""
+    if total is not None:  # a variance is no mean of the ranks' variances
+        mean, var = _moments(returns, mask, total)
+        unexplained = _moments(returns - values, mask, total)[1]
+        return {
+            M.EXPLAINED_VARIANCE: 1 - unexplained / var if var > 0 else 0.0,
+            M.RETURNS_MEAN: mean,
+            M.RETURNS_STD: math.sqrt(var),
+        }
     counted = returns[mask.bool()]
     return {
         M.EXPLAINED_VARIANCE: explained_variance(values, returns, mask),
@@ -165,12 +190,13 @@ class PPOTrainer(PolicyTrainer):
         rewards = token_rewards(b.rewards, b.mask, kl, self.state.beta)
         adv, returns = CRITIC_ESTIMATOR_FNS["gae"](rewards, old_values, b.mask, self.ppo)
         if self.ppo.whiten_advantages:
-            adv = masked_whiten(adv, b.mask)
+            adv = masked_whiten(adv, b.mask, total=self.ranks.summed)  # the step's statistics, on every process
         return kl, old_values, adv, returns
 
     def _value_step(self, b: Batch, sl: slice, scale: float, old_values: torch.Tensor, returns: torch.Tensor) -> float:
         """The clipped value loss on micro-batch ``sl`` (``ppo.cliprange_value`` around the old values),
-        its backward (times ``scale``) and the critic's optimizer step; the loss."""
+        a mean over its tokens, its backward (times ``scale``, its share of the step's tokens) and the
+        critic's optimizer step; the loss."""
         critic = self.critic
         values = completion_values(critic, b.ids[sl], b.attn[sl], b.start, self.cfg.engine.shared_prefix)
         value_loss = clipped_value_loss(values, old_values[sl], returns[sl], b.mask[sl], self.ppo.cliprange_value)
@@ -205,13 +231,13 @@ class PPOTrainer(PolicyTrainer):
 
         def critic_step(mb: MicroBatch) -> dict[str, float]:
             """The critic's step on the micro-batch, after the policy's step on it."""
-            return {M.VALUE_LOSS: self._value_step(b, mb.sl, mb.scale, old_values, returns)}
+            return {M.VALUE_LOSS: self._value_step(b, mb.sl, mb.token_scale, old_values, returns)}
 
         out = self._micro_batch_loop(
             step, b, old_logp, policy_loss, tallies=(M.VALUE_LOSS,), critic=critic, critic_step=critic_step
         )
-        out[M.KL] = masked_mean(kl, b.mask) if kl is not None else 0.0
-        return out | critic_metrics(old_values, returns, b.mask) | {M.CRITIC_WARMUP: 0.0}
+        out[M.KL] = self.ranks.masked_mean(kl, b.mask) if kl is not None else 0.0  # adaptive KL control reads it
+        return out | self._critic_metrics(old_values, returns, b.mask) | {M.CRITIC_WARMUP: 0.0}
 
     def _warm_up(self, b: Batch) -> dict[str, float]:
         """A warm-up step: ``num_iterations`` passes of the critic's updates on the frozen policy's
@@ -222,18 +248,22 @@ class PPOTrainer(PolicyTrainer):
         critic = self.critic
         critic.train()
         slices = self._plan(b)
-        scales = micro_batches.loss_scales(slices, critic.gradient_accumulation_steps())
+        scales = self.ranks.token_scales(b.mask, slices, critic.gradient_accumulation_steps())
         value_loss = 0.0
         for _ in range(self.cfg.num_iterations):
             for sl, scale in zip(micro_batches.accumulation(slices, critic), scales):
-                share = (sl.stop - sl.start) / len(b.ids)  # as the shared loop weighs micro-batches
+                share = scale / critic.gradient_accumulation_steps()  # as the shared loop weighs micro-batches
                 value_loss += self._value_step(b, sl, scale, old_values, returns) * share
         return {
             M.VALUE_LOSS: value_loss / self.cfg.num_iterations,
-            M.KL: masked_mean(kl, b.mask) if kl is not None else 0.0,
-            M.ENTROPY: masked_mean(entropy, b.mask),
+            M.KL: self.ranks.masked_mean(kl, b.mask) if kl is not None else 0.0,
+            M.ENTROPY: self.ranks.masked_mean(entropy, b.mask),
             M.CRITIC_WARMUP: 1.0,
-        } | critic_metrics(old_values, returns, b.mask)
+        } | self._critic_metrics(old_values, returns, b.mask)
+
+    def _critic_metrics(self, values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+        """:func:`critic_metrics` over the step's tokens on every process."""
+        return critic_metrics(values, returns, mask, self.ranks.summed if self.world > 1 else None)
 
 
 def initial_critic(params: Params, reference_dir: Path) -> ValueModel:

@@ -29,7 +29,7 @@ from grpoflow.rl.health import HealthMonitor, Symptom
 from grpoflow.rl.preflight import Preflight, run_preflight
 from grpoflow.rl.rewards import build_reward, correctness_scorer
 from grpoflow.rl.trainer import LoopState, PolicyTrainer, TrainerInputs
-from grpoflow.rollout import build_rollout
+from grpoflow.rollout import RolloutEngine, build_rollout
 
 # The core's entry point for training: its import closure is the code a checkpoint depends on.
 TRAINING_CODE = "grpoflow.rl.run"
@@ -184,13 +184,33 @@ def _reference(params: Params, algorithm: Algorithm, engine: Any, reference_dir:
     return AdaptersDisabled(engine.module) if params.model.lora else load_frozen(reference_dir)
 
 
+def _rollout(params: Params, engine: Any, tokenizer: Any, reference_dir: Path, prompter: Prompter) -> RolloutEngine:
+    """The rollout engine ``rl.rollout_engine`` names, sampling the policy of ``engine``."""
+    return build_rollout(
+        params.rl.rollout_engine,
+        engine.module,
+        tokenizer,
+        reference_dir,
+        seed=params.experiment.seed,
+        max_model_len=params.model.max_length,
+        stop_ids=prompter.stop_ids,
+    )
+
+
 def build_rl_run(
-    params: Params, algorithm: Algorithm, *, data_dir: str | Path, reference_dir: str | Path, seed: int | None = None
+    params: Params,
+    algorithm: Algorithm,
+    *,
+    data_dir: str | Path,
+    reference_dir: str | Path,
+    seed: int | None = None,
+    rollout: RolloutEngine | None = None,
 ) -> RLRun:
     """Build the run of ``algorithm`` from ``params`` on the prepared data and the reference model.
 
     ``seed`` (default ``experiment.seed``) varies sampling and prompt order alone, on the same data
-    and reference: the ablation's seed spread."""
+    and reference: the ablation's seed spread. ``rollout``: the engine to sample with instead of the
+    one ``rl.rollout_engine`` names (tests inject recorded rollouts; sharding and scoring stay the run's)."""
     import torch
 
     rank, world = init_distributed()
@@ -201,15 +221,8 @@ def build_rl_run(
     policy, tokenizer, engine = _policy_engine(params, reference_dir)
     reference = _reference(params, algorithm, engine, reference_dir)
     prompter = prompter_for(policy, tokenizer, params.prompt)
-    rollout = build_rollout(
-        rl.rollout_engine,
-        engine.module,
-        tokenizer,
-        reference_dir,
-        seed=params.experiment.seed,
-        max_model_len=params.model.max_length,
-        stop_ids=prompter.stop_ids,
-    )
+    if rollout is None:
+        rollout = _rollout(params, engine, tokenizer, reference_dir, prompter)
     health = HealthMonitor()
     inputs = TrainerInputs(
         rl,

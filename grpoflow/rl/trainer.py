@@ -2,7 +2,8 @@
 checkpoint and evaluation hooks. Each algorithm supplies only its update (:meth:`update`).
 
 Prompts are sharded across processes by whole groups, so group advantages never need
-communication; metrics are averaged across processes before they are reported.
+communication; batch-level statistics and the loss's means are the whole step's
+(:mod:`grpoflow.rl.ranks`); metrics are averaged across processes before they are reported.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from grpoflow.rl import shared_prefix as sp
 from grpoflow.rl.health import HealthMonitor, Symptom
 from grpoflow.rl.logprobs import completion_logprobs
 from grpoflow.rl.losses import rollout_correction
+from grpoflow.rl.ranks import Ranks
 from grpoflow.rl.reference_sync import reference_refresh_due, refresh_reference
 from grpoflow.rl.rewards import WeightedReward, overlong_penalty
 from grpoflow.rl.step_timing import PhaseTimer, peak_memory_mb
@@ -129,6 +131,7 @@ class MicroBatch:
     mask: torch.Tensor  # (n, C) the loss mask after rollout correction
     weights: torch.Tensor | None  # (n, C) token weights of rollout correction, if any
     scale: float = 1.0  # factor of its loss before backward (grpoflow.rl.micro_batches.loss_scales)
+    token_scale: float = 1.0  # the same for a mean over its loss tokens (bnpo, PPO's value loss)
 
 
 @dataclass
@@ -193,6 +196,7 @@ class PolicyTrainer:
         self.tok, self.reward, self.prompts = i.tokenizer, i.reward, list(i.prompts)
         self.prompter = i.prompter or Prompter(i.tokenizer)
         self.seed, self.rank, self.world = i.seed, i.rank, i.world
+        self.ranks = Ranks(i.rank, i.world, i.engine.device)  # the step's statistics over every process
         self.health = i.health or HealthMonitor()
         self.state = LoopState(beta=kl_coef)
         self.timer = PhaseTimer()  # the current step's phases (rank 0's are the ones logged)
@@ -298,15 +302,15 @@ class PolicyTrainer:
         )
 
     def _micro_batch(
-        self, b: Batch, sl: slice, old_logp: torch.Tensor | None, seen: dict[str, list[float]], scale: float = 1.0
+        self, b: Batch, sl: slice, old_logp: torch.Tensor | None, seen: dict[str, list[float]], *scales: float
     ) -> MicroBatch:
         """Micro-batch ``sl`` as the loss sees it: the policy's log-probs and entropies, the old
         log-probs (the current ones, detached, when the update takes none: with mu = 1 they are
-        equal), and the loss mask and token weights after rollout correction."""
+        equal), the loss mask and token weights after rollout correction, and its ``scales``."""
         logp, ent = self._policy_logprobs(self.engine, b, sl)
         old = old_logp[sl] if old_logp is not None else logp.detach()
         weights, mask = self._corrected(old, b, sl, seen)
-        return MicroBatch(sl, logp, ent, old, mask, weights, scale)
+        return MicroBatch(sl, logp, ent, old, mask, weights, *scales)
 
     def _corrected(self, old: torch.Tensor, b: Batch, sl: slice, seen: dict[str, list[float]]):
         """``(token weights or None, loss mask)`` of micro-batch ``sl`` under ``rl.rollout_correction``,
@@ -333,24 +337,28 @@ class PolicyTrainer:
         """The update loop GRPO and PPO share: ``num_iterations`` passes over ``b`` in micro-batches.
         Each computes ``policy_loss`` (the loss, and the metrics it adds up: ``clip_ratio`` and the
         ``tallies``), steps the policy, then runs ``critic_step`` (PPO's critic, on its own engine
-        ``critic``). Returns the step's metrics: each tally's mean over the micro-batches."""
+        ``critic``). Returns the step's metrics: each tally's mean over the step's tokens."""
         eng = self.engine
         engines = (eng,) if critic is None else (eng, critic)
-        slices = self._plan(b)
-        scales = micro_batches.loss_scales(slices, eng.gradient_accumulation_steps())
+        slices, gas = self._plan(b), eng.gradient_accumulation_steps()
+        rows, tokens = self.ranks.row_scales(slices, gas), self.ranks.token_scales(b.mask, slices, gas)
+        # bnpo is a token mean: each micro-batch counts as its share of the step's tokens. grpo and
+        # dr_grpo are row means (dr_grpo's N x T too: every engine pads completions to the cap).
+        scales = tokens if self.cfg.aggregation == "bnpo" else rows
         sums = {M.LOSS: 0.0, **dict.fromkeys(tallies, 0.0), M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
         seen: dict[str, list[float]] = {}
         for engine in engines:
             engine.train()
         for _ in range(self.cfg.num_iterations):
-            for sl, scale in zip(micro_batches.accumulation(slices, *engines), scales):
-                mb = self._micro_batch(b, sl, old_logp, seen, scale)
+            for i, sl in enumerate(micro_batches.accumulation(slices, *engines)):
+                mb = self._micro_batch(b, sl, old_logp, seen, scales[i], tokens[i])
                 loss, tally = policy_loss(mb)
                 self._policy_step(step, loss, mb.scale)
                 if critic_step is not None:
                     tally = tally | critic_step(mb)
-                share = (sl.stop - sl.start) / len(b.ids)  # the step's metrics weigh rows alike
-                sums[M.LOSS] += loss.item() * share
+                # Shares of the step's loss and tokens on every process (_all_mean averages the ranks).
+                share = mb.token_scale / gas  # each tally is a mean over the micro-batch's tokens
+                sums[M.LOSS] += loss.item() * mb.scale / gas
                 for key, value in tally.items():
                     sums[key] += value * share
                 sums[M.ENTROPY] += masked_mean(mb.entropy, b.mask[sl]) * share
@@ -459,7 +467,7 @@ class PolicyTrainer:
         local, t_update, tokens = self._update_on(step, scored, g)
         with self.timer.phase(M.PHASE_WEIGHT_SYNC):
             self.rollout.sync_weights(self.engine.module)
-        local.update(self._batch_metrics(scored, g, tokens / max(t_update, 1e-9), sampling_metrics))
+        local.update(self._batch_metrics(scored, g, tokens / max(t_update, 1e-9), sampling_metrics, self.ranks))
         metrics = _all_mean(local, self.world, self.engine.device)
         metrics.update(self._loop_metrics(g, time.perf_counter() - t0, t_rollout, t_update))
         if (
@@ -503,11 +511,13 @@ class PolicyTrainer:
         return local, time.perf_counter() - t1, float(attn.sum()) * self.cfg.num_iterations
 
     @staticmethod
-    def _batch_metrics(scored: Scored, g: int, update_tokens_per_s: float, sampling: dict) -> dict[str, float]:
-        """This process's rewards, lengths and throughput of the step (averaged across processes after)."""
-        ro, total = scored.rollouts, scored.total
+    def _batch_metrics(
+        scored: Scored, g: int, update_tokens_per_s: float, sampling: dict, ranks: Ranks
+    ) -> dict[str, float]:
+        """The step's rewards and lengths (every process's), this process's throughput."""
+        ro, total = scored.rollouts, ranks.gathered(scored.total)  # a std or max of per-rank ones is neither
         grouped = total.view(-1, g)
-        lengths = ro.completion_mask.sum(1).float()
+        lengths = ranks.gathered(ro.completion_mask.sum(1).float())
         return {
             M.REWARD_MEAN: float(total.mean()),
             M.REWARD_STD: float(total.std(correction=0)),
@@ -515,7 +525,7 @@ class PolicyTrainer:
             M.FRAC_ZERO_STD_GROUPS: float((grouped.std(dim=1, correction=0) < 1e-6).float().mean()),
             M.COMPLETION_LENGTH_MEAN: float(lengths.mean()),
             M.COMPLETION_LENGTH_MAX: float(lengths.max()),
-            M.FRAC_TRUNCATED: float(ro.truncated.float().mean()),
+            M.FRAC_TRUNCATED: float(ranks.gathered(ro.truncated.float()).mean()),
             M.ROLLOUT_TOKENS_PER_S: ro.num_completion_tokens / max(ro.seconds, 1e-9),
             M.UPDATE_TOKENS_PER_S: update_tokens_per_s,
             **sampling,

@@ -291,3 +291,15 @@ def test_gae_is_a_registered_critic_estimator_with_its_own_options():
         adv, ret = CRITIC_ESTIMATOR_FNS["gae"](rewards, values, mask, cfg)
         expected = gae(rewards, values, mask, gamma=0.5, lam=1.0)
         assert torch.equal(adv, expected[0]) and torch.equal(ret, expected[1])
+
+
+def test_masked_whiten_takes_the_statistics_of_every_process():
+    # This process: tokens 1, 2, 3 (one masked out); the other process: one token, 2. Over all four:
+    # n = 4, mean 8 / 4 = 2, variance ((1-2)^2 + 0 + (3-2)^2 + 0) / 4 = 0.5, so 1 and 3 whiten to -/+sqrt(2).
+    x, m = torch.tensor([[1.0, 2.0], [3.0, 9.0]]), torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    others = iter([1.0, 2.0, 0.0])  # the other process's count, sum and squared deviations, as asked
+    w = masked_whiten(x, m, eps=0.0, total=lambda t: t + next(others))
+    assert close(w, [[-math.sqrt(2), 0.0], [math.sqrt(2), 0.0]], tol=1e-6)
+    # the same as whitening both processes' tokens in one batch
+    whole = masked_whiten(torch.tensor([[1.0, 2.0, 3.0, 2.0]]), torch.ones(1, 4), eps=0.0)
+    assert close(w[m.bool()], whole[0, :3], tol=1e-6)

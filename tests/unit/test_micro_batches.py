@@ -77,3 +77,24 @@ def test_budget_shrinks_with_an_out_of_memory_back_off():
     trainer = SimpleNamespace(cfg=cfg, state=LoopState(backoff={"micro_batch_size": 4}))
     trainer.micro_batch_size = PolicyTrainer.micro_batch_size.fget(trainer)
     assert PolicyTrainer.token_budget.fget(trainer) == 1000
+
+
+def test_loss_scales_of_a_mean_over_every_process_tokens_by_hand():
+    # A token mean over the step: this process's micro-batches hold 5 and 3 tokens, the other's 8 (16 in all);
+    # DeepSpeed divides each loss by 2 accumulation steps and averages 2 processes, so the factors are
+    # 5 * 2 * 2 / 16 and 3 * 2 * 2 / 16: each micro-batch's token mean then counts as its tokens' share of 16.
+    halves = [slice(0, 2), slice(2, 4)]
+    assert mb.loss_scales(halves, 2, sizes=[5.0, 3.0], total=16.0, world=2) == [1.25, 0.75]
+    # a mean over rows on 2 processes of 4 rows each: the rows' share of 8, as on one process of 8
+    assert mb.loss_scales(halves, 2, total=8.0, world=2) == [1.0, 1.0]
+
+
+def test_a_token_mean_weighs_micro_batches_by_their_tokens_on_one_process():
+    import torch
+
+    from grpoflow.rl.ranks import Ranks
+
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])  # 3 1 2 2 tokens
+    assert Ranks().token_scales(mask, [slice(0, 1), slice(1, 4)], 2) == [3 * 2 / 8, 5 * 2 / 8]
+    assert Ranks().row_scales([slice(0, 1), slice(1, 4)], 2) == [1 * 2 / 4, 3 * 2 / 4]
+    assert Ranks().batch_wide(lambda r: r - r.mean(), torch.tensor([1.0, 3.0])).tolist() == [-1.0, 1.0]

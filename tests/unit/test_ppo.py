@@ -20,6 +20,27 @@ def test_explained_variance():
     assert explained_variance(torch.full_like(returns, 2.0), returns, mask) == pytest.approx(0.0)
 
 
+def test_critic_metrics_take_the_statistics_of_every_process():
+    # This process: returns 1, 3 (values 0, 2); the other: return 2 (value 2). Over all three tokens:
+    # returns mean 2, variance 2/3; returns - values = 1, 1, 0: mean 2/3, variance 2/9; EV = 1 - (2/9)/(2/3).
+    from grpoflow import metric_names as M
+    from grpoflow.rl.ppo import critic_metrics
+
+    returns, values, mask = (
+        torch.tensor([[1.0, 3.0, 7.0]]),
+        torch.tensor([[0.0, 2.0, 5.0]]),
+        torch.tensor([[1.0, 1.0, 0.0]]),
+    )
+    # the other process's count, sum and squared deviations, as asked: for the returns, then the residuals
+    others = iter([1.0, 2.0, 0.0, 1.0, 0.0, (0 - 2 / 3) ** 2])
+    got = critic_metrics(values, returns, mask, total=lambda t: t + next(others))
+    assert got[M.RETURNS_MEAN] == pytest.approx(2.0) and got[M.RETURNS_STD] == pytest.approx((2 / 3) ** 0.5)
+    assert got[M.EXPLAINED_VARIANCE] == pytest.approx(1 - (2 / 9) / (2 / 3))
+    # the same as one process holding all three tokens
+    whole = critic_metrics(torch.tensor([[0.0, 2.0, 2.0]]), torch.tensor([[1.0, 3.0, 2.0]]), torch.ones(1, 3))
+    assert whole == pytest.approx(got)
+
+
 def test_the_value_loss_is_clipped_around_the_old_values_as_documented():
     # clip 0.2. Token 0: V 1.0, old 0, return 1.0: unclipped (1.0 - 1.0)^2 = 0, clipped V 0.2: (0.2 - 1.0)^2 = 0.64;
     # the larger, 0.64, counts and its gradient is 0 (the clamp saturates). Token 1: V 0, old 0, return 0.5: both
