@@ -78,9 +78,19 @@ def study_name(params_file: str, arm: str) -> str:
     return f"{Path(params_file).stem}-{arm}"
 
 
+def reference_hash(lock: str | Path = "dvc.lock") -> str:
+    """The SFT reference's digest as DVC recorded it when the sft stage last ran ("none" before)."""
+    try:
+        stages = (yaml.safe_load(Path(lock).read_text()) or {}).get("stages") or {}
+    except FileNotFoundError:
+        return "none"
+    outs = (stages.get("sft") or {}).get("outs") or []
+    return next((str(o.get("md5")) for o in outs if o.get("path") == REFERENCE), "none")
+
+
 def fingerprint(params: Params, arm: str) -> str:
     """What trials must share to be compared in one study: the arm's set as trials train it, the
-    tuning settings but the number of trials (more trials extend a study), and the data."""
+    tuning settings but the number of trials (more trials extend a study), the data and the reference."""
     algorithm = params.ablation.arm(arm).algorithm
     sections = {"data", "model", "prompt", "rewards", "sandbox", "sft", "rl", "grpo", "ppo"}
     payload = {
@@ -89,6 +99,7 @@ def fingerprint(params: Params, arm: str) -> str:
         "tune": params.tune.model_dump(mode="json", exclude={"trials", "grpo", "ppo"}),
         "space": {k: d.model_dump(mode="json") for k, d in params.tune.space(algorithm).items()},
         "data": tracking.data_hash(),
+        "reference": reference_hash(),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
