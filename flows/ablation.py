@@ -30,7 +30,15 @@ from prefect import State, flow
 from prefect.artifacts import create_table_artifact
 
 from flows import serve
-from flows.pipeline import EXIT_INTERRUPTED, INTERRUPTED, held_workspace, parse_overrides, precheck, run_stages
+from flows.pipeline import (
+    EXIT_INTERRUPTED,
+    INTERRUPTED,
+    checked_params_file,
+    held_workspace,
+    parse_overrides,
+    precheck,
+    run_stages,
+)
 from flows.stage_run import StageVerdict, verdict_state
 from grpoflow.config import ARMS, ConfigError, load_params
 from grpoflow.tuning.overlay import overlay_path, read_overlay, shown, tuned_arm_overrides
@@ -53,7 +61,7 @@ def ablation_overrides(arms: list[str], seeds: list[int], overrides: dict[str, A
 def with_tuned(params_file: str, arms: list[str], every: dict[str, Any], tuned: bool = True) -> tuple[dict, list[str]]:
     """``every`` with each arm's tuned overlay (params/tuned/<set>-<arm>.yaml) applied where one
     exists and ``tuned``; and a line per arm saying which settings it trains with."""
-    params = load_params(params_file, every)
+    params = load_params(checked_params_file(params_file), every)  # its name checked before it is read
     found: dict[str, dict[str, Any]] = {}
     lines = []
     for arm in arms:
@@ -134,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides = parse_overrides(args.overrides)
         every = ablation_overrides(args.arms, args.seeds, overrides)
         every, lines = with_tuned(args.params, args.arms, every, tuned=not args.untuned)
-        precheck(args.params, every)
-        print("\n".join(lines))
+        precheck(args.params, every)  # the flow prints the lines
         with serve.prefect_api():
             # A Failed state the flow returns comes back raised, as its exception.
             result = cast(

@@ -18,7 +18,7 @@ from grpoflow.tuning.budget import Budget
 from grpoflow.tuning.overlay import dotted, nested, overlay_path, overlay_text, read_overlay, tuned_arm_overrides
 from grpoflow.tuning.report import ArmTuning, TrialRow, markdown
 from grpoflow.tuning.space import describe, is_integer, space_problems, suggest, trial_set
-from tasks.stages import ablation_stages, arm_stage
+from tasks.stages import ablation_stages, arm_stage, stages_for
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = load_params(REPO / "params" / "default.yaml")
@@ -163,6 +163,9 @@ def test_a_tuned_arm_keeps_its_own_overrides_and_its_stages_track_the_overlay():
     assert not any(k.startswith("ablation") for k in arm_stage("rloo", 0).params)  # untuned: as before
     stages = ablation_stages(["grpo", "rloo"], [0], custom_arms=["rloo"])
     assert [any(k.startswith("ablation") for k in s.params) for s in stages[:2]] == [False, True]
+    with_arms = load_params(REPO / "params" / "default.yaml", {"ablation.arms": ["grpo", "ppo"], **overrides})
+    wired = {s.name: s.params for s in stages_for(with_arms)}  # what dvc.yaml and the flow get
+    assert "ablation.custom_arms.ppo" in wired["arm_ppo_s0"] and "ablation.custom_arms.grpo" not in wired["arm_grpo_s0"]
 
 
 def test_the_ablation_says_which_arms_it_trains_tuned(tmp_path, monkeypatch):
