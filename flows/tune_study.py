@@ -92,11 +92,13 @@ def fingerprint(params: Params, arm: str) -> str:
     """What trials must share to be compared in one study: the arm's set as trials train it, the
     tuning settings but the number of trials (more trials extend a study), the data and the reference."""
     algorithm = params.ablation.arm(arm).algorithm
+    budget, eval_every = trial_budget(params)
     sections = {"data", "model", "prompt", "rewards", "sandbox", "sft", "rl", "grpo", "ppo"}
     payload = {
         "set": arm_params(params, arm).model_dump(mode="json", include=sections),
         "seed": params.experiment.seed,
-        "tune": params.tune.model_dump(mode="json", exclude={"trials", "grpo", "ppo"}),
+        "tune": params.tune.model_dump(mode="json", exclude={"trials", "grpo", "ppo", "steps", "eval_every"}),
+        "trial": [budget.steps, eval_every],  # as resolved: null and rl.steps spelled out are the same
         "space": {k: d.model_dump(mode="json") for k, d in params.tune.space(algorithm).items()},
         "data": tracking.data_hash(),
         "reference": reference_hash(),
@@ -200,7 +202,7 @@ def one_trial(arm: Arm) -> TrialRow:
 
     def judge(step: int, value: float) -> bool:
         trial.report(value, step)
-        return trial.should_prune()
+        return step < arm.budget.steps and trial.should_prune()  # the last score ends the trial anyway
 
     cmd = _command(arm, trial.number, params_path, folder)
     ran = cast(trial_process.Ran, trial_task(arm.name, trial.number, cmd, arm.env, folder, judge))

@@ -304,3 +304,22 @@ def test_the_trial_stage_reads_no_test_split(tmp_path, monkeypatch):
     view = tune_study.data_view(prepared)
     assert sorted(p.name for p in view.iterdir()) == ["train.jsonl", "val.jsonl"]
     assert yaml.safe_load((view / "val.jsonl").read_text()) == {"split": "val"}
+
+
+def test_a_study_mixes_only_trials_of_the_same_settings_but_grows_with_more_trials(tmp_path, monkeypatch):
+    from flows.tune_study import fingerprint
+
+    monkeypatch.chdir(tmp_path)  # no data or reference yet: both "none"
+    default = REPO / "params" / "default.yaml"
+
+    def fp(arm: str, **overrides) -> str:
+        return fingerprint(load_params(default, overrides), arm)
+
+    assert fp("grpo") == fp("grpo", **{"tune.trials": 20}) == fp("grpo", **{"tune.steps": 150})  # rl.steps: 150
+    assert fp("grpo") == fp("grpo", **{"tune.ppo.kl_coef": None})  # another algorithm's space
+    assert fp("grpo") != fp("grpo", **{"tune.grpo.lr.high": 2e-3}) and fp("grpo") != fp("rloo")
+    assert fp("ppo") != fp("ppo", **{"rl.sampling.max_completion_length": 32})
+    before = fp("grpo")
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "prepare.json").write_text('{"data_hash": "abc"}')  # the data prepared again
+    assert fp("grpo") != before
