@@ -323,3 +323,16 @@ def test_a_study_mixes_only_trials_of_the_same_settings_but_grows_with_more_tria
     (tmp_path / "metrics").mkdir()
     (tmp_path / "metrics" / "prepare.json").write_text('{"data_hash": "abc"}')  # the data prepared again
     assert fp("grpo") != before
+
+
+@pytest.mark.parametrize("name", ["params/x$(id>pwned).yaml", "../default.yaml"])
+def test_a_tune_deployment_with_a_hostile_params_file_fails_before_anything_runs(tmp_path, monkeypatch, name):
+    from flows.tune import tune
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params").mkdir()
+    if "$(" in name:
+        (tmp_path / name).write_text("experiment: {seed: 0}\n")  # it exists: refused by its name alone
+    with pytest.raises(ConfigError, match="may contain only letters|may not contain '..'"):
+        tune.fn(params_file=name)
+    assert not (tmp_path / ".grpoflow").exists() and not (tmp_path / "optuna.db").exists()
