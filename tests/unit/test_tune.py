@@ -336,3 +336,14 @@ def test_a_tune_deployment_with_a_hostile_params_file_fails_before_anything_runs
     with pytest.raises(ConfigError, match="may contain only letters|may not contain '..'"):
         tune.fn(params_file=name)
     assert not (tmp_path / ".grpoflow").exists() and not (tmp_path / "optuna.db").exists()
+
+
+def test_the_ablation_tune_option_hands_its_arguments_to_the_tuning_flow(monkeypatch):
+    from flows import ablation, tune
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(tune, "main", lambda argv: seen.append(argv) or 0)
+    assert ablation.main(["--tune", "--arms", "grpo", "rloo", "--trials", "3", "--set", "tune.steps=5"]) == 0
+    assert seen == [
+        ["--params", "params/default.yaml", "--arms", "grpo", "rloo", "--trials", "3", "--set", "tune.steps=5"]
+    ]
