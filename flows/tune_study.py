@@ -206,21 +206,25 @@ def one_trial(arm: Arm) -> TrialRow:
 
     cmd = _command(arm, trial.number, params_path, folder)
     ran = cast(trial_process.Ran, trial_task(arm.name, trial.number, cmd, arm.env, folder, judge))
-    trial.set_user_attr(STEPS_ATTR, ran.steps)
-    metrics = folder / "metrics.json"
     for leftover in ("model", "checkpoints"):  # a trial's weights serve nothing once it is scored
         shutil.rmtree(folder / leftover, ignore_errors=True)
+    metrics = folder / "metrics.json"
+    score = json.loads(metrics.read_text()).get("val_accuracy") if ran.code == 0 and metrics.is_file() else None
+    if ran.pruned_at is None and score is None and ran.code != EXIT_VERDICT:
+        # Not these settings' outcome (a diagnosed stop is: diverged, out of memory): it spends no
+        # budget, and the run stops with the cause, which every later trial would meet.
+        arm.study.tell(trial, state=TrialState.FAIL)
+        raise TrialCrashed(
+            f"trial {trial.number} of {arm.study.study_name} failed (exit {ran.code}); its log "
+            f"{folder / 'trial.log'} ends:\n{trial_process.log_tail(folder / 'trial.log')}"
+        )
+    trial.set_user_attr(STEPS_ATTR, ran.steps)
     if ran.pruned_at is not None:
         arm.study.tell(trial, state=TrialState.PRUNED)
-    elif ran.code == 0 and metrics.is_file() and json.loads(metrics.read_text()).get("val_accuracy") is not None:
-        arm.study.tell(trial, float(json.loads(metrics.read_text())["val_accuracy"]))
+    elif score is not None:
+        arm.study.tell(trial, float(score))
     else:
         arm.study.tell(trial, state=TrialState.FAIL)
-        if ran.code != EXIT_VERDICT:  # a diagnosed stop (diverged, out of memory) is these settings' outcome
-            raise TrialCrashed(
-                f"trial {trial.number} of {arm.study.study_name} failed (exit {ran.code}); its log "
-                f"{folder / 'trial.log'} ends:\n{trial_process.log_tail(folder / 'trial.log')}"
-            )
     return next(r for r in rows(arm.study) if r.number == trial.number)
 
 

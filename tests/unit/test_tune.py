@@ -347,3 +347,44 @@ def test_the_ablation_tune_option_hands_its_arguments_to_the_tuning_flow(monkeyp
     assert seen == [
         ["--params", "params/default.yaml", "--arms", "grpo", "rloo", "--trials", "3", "--set", "tune.steps=5"]
     ]
+
+
+TRAINS = textwrap.dedent(
+    """
+    import csv, json, sys
+    from pathlib import Path
+    folder, code = Path(sys.argv[1]), int(sys.argv[2])
+    with open(folder / "history.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames={fields!r}, restval="")
+        writer.writeheader()
+        writer.writerows([{{"step": 0}}, {{"step": 1, "val_accuracy": 0.25}}])
+    if code == 0:
+        (folder / "metrics.json").write_text(json.dumps({{"val_accuracy": 0.25}}))
+    sys.exit(code)
+    """
+).format(fields=M.HISTORY_FIELDS)
+
+
+@pytest.mark.parametrize("code, state", [(0, "complete"), (3, "failed"), (1, "crashed")])
+def test_a_trials_exit_decides_its_state_and_whether_it_spends_budget(tmp_path, monkeypatch, code, state):
+    from flows import tune_study
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "trains.py").write_text(TRAINS)
+    monkeypatch.setattr(tune_study, "trial_task", tune_study.trial_task.fn)  # the process alone, no Prefect run
+    monkeypatch.setattr(
+        tune_study, "_command", lambda arm, n, params, folder: [sys.executable, "trains.py", str(folder), str(code)]
+    )
+    study = tune_study.open_study("s-grpo", DEFAULT, print, "fp", fresh=False)
+    space = DEFAULT.tune.space("grpo")
+    arm = tune_study.Arm("grpo", study, arm_params(DEFAULT, "grpo"), space, Budget(2, 2), 1, 0, tmp_path, {})
+    if state == "crashed":  # a failure every trial would meet: the run stops, no budget spent
+        with pytest.raises(tune_study.TrialCrashed, match="failed \\(exit 1\\)"):
+            tune_study.one_trial(arm)
+        assert tune_study.rows(study) == [] and study.trials[0].state.name == "FAIL"
+        return
+    row = tune_study.one_trial(arm)  # exit 3: a diagnosed stop (diverged), these settings' outcome: its steps count
+    assert (row.state, row.steps, row.value) == (state, 2, 0.25 if code == 0 else None)
+    assert set(row.settings) == set(space)
+    folder = tmp_path / ".grpoflow" / "tune" / "s-grpo" / "t0"
+    assert yaml.safe_load((folder / "params.yaml").read_text())["rl"]["steps"] == 2  # the trial's own set
