@@ -17,7 +17,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo smoke ablation serve metrics experiments lint test test-all bench gpu-check ui clean
+.PHONY: setup demo smoke ablation tune serve metrics experiments lint test test-all bench gpu-check ui clean
 
 setup: $(STAMP)
 
@@ -53,8 +53,16 @@ demo: setup
 
 # Named arms on the same data, reference and budget, over seeds; each (arm, seed) cached by DVC.
 # ARMS: grpo ppo dr_grpo rloo reinforce_pp dapo (or a set's custom_arms), the first the baseline.
+# An arm `make tune` tuned trains with its overlay (params/tuned/); UNTUNED=1 ignores them.
 ablation: setup
-	$(PY) -m flows.ablation --params $(PARAMS) $(if $(ARMS),--arms $(ARMS)) $(if $(SEEDS),--seeds $(SEEDS))
+	$(PY) -m flows.ablation --params $(PARAMS) $(if $(ARMS),--arms $(ARMS)) $(if $(SEEDS),--seeds $(SEEDS)) \
+		$(if $(UNTUNED),--untuned)
+
+# Each arm's own settings tuned with Optuna on the validation split, TRIALS trials of tune.steps
+# steps per arm (the same step budget each); resumable. The best go to params/tuned/<set>-<arm>.yaml,
+# which `make ablation` then applies. ARMS: as for ablation (default: grpo ppo).
+tune: setup
+	$(PY) -m flows.tune --params $(PARAMS) $(if $(ARMS),--arms $(ARMS)) $(if $(TRIALS),--trials $(TRIALS))
 
 # Scheduled runs on this machine: Prefect server on 127.0.0.1:4200, the work pool named in
 # $(PARAMS), the `gpu` concurrency limit, prefect.yaml's deployments and a worker (Ctrl-C stops all).
@@ -113,4 +121,4 @@ ui: setup
 
 clean:
 	rm -rf data/prepared data/verifier_validation data/evaluation models checkpoints reports metrics/*.json metrics/*.csv \
-		metrics/seeds metrics/run.json mlruns mlartifacts mlflow.db .cache .grpoflow
+		metrics/seeds metrics/run.json mlruns mlartifacts mlflow.db optuna.db .cache .grpoflow

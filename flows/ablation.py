@@ -10,11 +10,17 @@ of every arm's curves. In MLflow the run is one parent with a child per arm and 
 (arm/<arm>/s<seed>), all with the same metric names and the arm as a param: select them and press
 Compare.
 
+An arm tuned by ``make tune`` (flows/tune.py) trains with its overlay, params/tuned/<set>-<arm>.yaml,
+applied after the arm's own overrides (``--untuned``: the set's settings); each arm's line says which.
+``--tune`` tunes the arms instead (flows.tune, ``--trials`` per arm).
+
     python -m flows.ablation --params params/default.yaml --arms grpo ppo rloo dapo --seeds 0 1 2
+    python -m flows.ablation --tune --arms grpo ppo --trials 8
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,9 +30,18 @@ from prefect import State, flow
 from prefect.artifacts import create_table_artifact
 
 from flows import serve
-from flows.pipeline import EXIT_INTERRUPTED, INTERRUPTED, held_workspace, parse_overrides, precheck, run_stages
+from flows.pipeline import (
+    EXIT_INTERRUPTED,
+    INTERRUPTED,
+    checked_params_file,
+    held_workspace,
+    parse_overrides,
+    precheck,
+    run_stages,
+)
 from flows.stage_run import StageVerdict, verdict_state
-from grpoflow.config import ARMS, ConfigError
+from grpoflow.config import ARMS, ConfigError, load_params
+from grpoflow.tuning.overlay import overlay_path, read_overlay, shown, tuned_arm_overrides
 from tasks.cli import command_parser
 from tasks.stages import ABLATION_METRICS, ABLATION_OUT
 
@@ -43,15 +58,37 @@ def ablation_overrides(arms: list[str], seeds: list[int], overrides: dict[str, A
     }
 
 
+def with_tuned(params_file: str, arms: list[str], every: dict[str, Any], tuned: bool = True) -> tuple[dict, list[str]]:
+    """``every`` with each arm's tuned overlay (params/tuned/<set>-<arm>.yaml) applied where one
+    exists and ``tuned``; and a line per arm saying which settings it trains with."""
+    params = load_params(checked_params_file(params_file), every)  # its name checked before it is read
+    found: dict[str, dict[str, Any]] = {}
+    lines = []
+    for arm in arms:
+        path = overlay_path(params_file, arm)
+        if tuned and path.is_file():
+            found[arm] = read_overlay(path)
+            lines.append(f"arm {arm}: tuned settings from {path}: {shown(found[arm])}")
+        else:
+            why = f"{path} ignored (--untuned)" if path.is_file() else f"no {path}"
+            lines.append(f"arm {arm}: the set's own settings ({why})")
+    return {**every, **tuned_arm_overrides(params, found)}, lines
+
+
 @flow(name="grpoflow-ablation", log_prints=True)
 def ablation(
     params_file: str = "params/default.yaml",
     arms: list[str] | None = None,
     seeds: list[int] | None = None,
     overrides: dict[str, Any] | None = None,
+    tuned: bool = True,
 ) -> dict | State:
-    """Arms ``arms`` (the first the baseline) at ``seeds`` on one parameter set, with validated ``overrides``."""
-    every = ablation_overrides(arms or ["grpo", "ppo"], seeds or [0], overrides)
+    """Arms ``arms`` (the first the baseline) at ``seeds`` on one parameter set, with validated
+    ``overrides``; each tuned arm with its overlay unless ``tuned`` is false."""
+    arms = arms or ["grpo", "ppo"]
+    every, lines = with_tuned(params_file, arms, ablation_overrides(arms, seeds or [0], overrides), tuned)
+    for line in lines:
+        print(line)
     precheck(params_file, every)
     with held_workspace(params_file, every) as params:
         try:
@@ -69,7 +106,7 @@ def ablation(
         return result
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = command_parser("flows.ablation", __doc__)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
     parser.add_argument(
@@ -88,14 +125,35 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="override a parameter for this run (validated), e.g. rl.steps=20",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument("--untuned", action="store_true", help="ignore the arms' tuned overlays (params/tuned/)")
+    parser.add_argument("--tune", action="store_true", help="tune the arms instead (flows.tune), --trials each")
+    parser.add_argument("--trials", type=int, default=None, help="with --tune: trials per arm (default: tune.trials)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.tune:
+        from flows import tune
+
+        trials = ["--trials", str(args.trials)] if args.trials else []
+        return tune.main(["--params", args.params, "--arms", *args.arms, *trials, "--set", *args.overrides])
     try:
         overrides = parse_overrides(args.overrides)
-        precheck(args.params, ablation_overrides(args.arms, args.seeds, overrides))
+        every = ablation_overrides(args.arms, args.seeds, overrides)
+        every, lines = with_tuned(args.params, args.arms, every, tuned=not args.untuned)
+        precheck(args.params, every)  # the flow prints the lines
         with serve.prefect_api():
             # A Failed state the flow returns comes back raised, as its exception.
             result = cast(
-                dict, ablation(params_file=args.params, arms=args.arms, seeds=args.seeds, overrides=overrides or None)
+                dict,
+                ablation(
+                    params_file=args.params,
+                    arms=args.arms,
+                    seeds=args.seeds,
+                    overrides=overrides or None,
+                    tuned=not args.untuned,
+                ),
             )
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

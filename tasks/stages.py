@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -296,9 +297,11 @@ BY_NAME = {s.name: s for s in STAGES}
 ABLATION_REPORT = "ablation_report"
 
 
-def arm_stage(arm: str, seed: int) -> Stage:
+def arm_stage(arm: str, seed: int, custom: bool = False) -> Stage:
     """The ablation's stage for ``arm`` at training seed ``seed``: trains on the shared data and
-    reference, then scores test pass@1 (tasks/arm.py). One DVC stage per (arm, seed), cached alone."""
+    reference, then scores test pass@1 (tasks/arm.py). One DVC stage per (arm, seed), cached alone.
+    An arm the set defines itself (``custom``, or any arm not in ARMS) depends on its definition
+    there too: a tuned overlay comes in that way (flows/ablation.py)."""
     return Stage(
         f"arm_{arm}_s{seed}",
         "tasks.arm",
@@ -313,7 +316,7 @@ def arm_stage(arm: str, seed: int) -> Stage:
             "grpo",
             "ppo",
             "evaluate",
-            *((f"ablation.custom_arms.{arm}",) if arm not in ARMS else ()),
+            *((f"ablation.custom_arms.{arm}",) if custom or arm not in ARMS else ()),
         ),
         args=("--arm", arm, "--seed", str(seed)),
     )
@@ -338,11 +341,13 @@ def ablation_report_stage(arms: list[str], seeds: list[int]) -> Stage:
     )
 
 
-def ablation_stages(arms: list[str], seeds: list[int]) -> list[Stage]:
-    """Every (arm, seed) stage and the report, or none without arms."""
+def ablation_stages(arms: list[str], seeds: list[int], custom_arms: Collection[str] = ()) -> list[Stage]:
+    """Every (arm, seed) stage and the report, or none without arms; ``custom_arms``: the arms the set
+    defines itself (ablation.custom_arms)."""
     if not arms:
         return []
-    return [*(arm_stage(arm, seed) for arm in arms for seed in seeds), ablation_report_stage(arms, seeds)]
+    stages = [arm_stage(arm, seed, arm in custom_arms) for arm in arms for seed in seeds]
+    return [*stages, ablation_report_stage(arms, seeds)]
 
 
 # Written by the Prefect flow when it saves a run as a DVC experiment (flows/experiments.py).
@@ -434,10 +439,11 @@ def dvc_spec(
     arms: list[str] | None = None,
     seeds: list[int] | None = None,
     launch: dict[str, list[str]] | None = None,
+    custom_arms: Collection[str] = (),
 ) -> dict:
     """dvc.yaml's content for the stages a set runs (and its ablation's arms and seeds), reading
     parameters from ``params_file``; the stages in ``launch`` (:func:`launchers`) run under its launcher."""
-    chosen = select(stages, ablation_stages(arms or [], seeds or []))
+    chosen = select(stages, ablation_stages(arms or [], seeds or [], custom_arms))
     plots: list = [
         {s.plot["title"]: {"x": "step", "y": {s.paths("history")[0]: s.plot["y"]}}} for s in chosen if s.plot
     ]
@@ -466,22 +472,25 @@ def render(
     arms: list[str] | None = None,
     seeds: list[int] | None = None,
     launch: dict[str, list[str]] | None = None,
+    custom_arms: Collection[str] = (),
 ) -> str:
     """dvc.yaml as text, for the set in ``params_file`` running ``stages`` (None: all) and the
     ablation ``arms`` x ``seeds`` (none by default), the stages in ``launch`` under its launcher."""
-    spec = dvc_spec(params_file, stages, arms, seeds, launch)
+    spec = dvc_spec(params_file, stages, arms, seeds, launch, custom_arms)
     return HEADER + yaml.safe_dump(spec, sort_keys=False, width=120)
 
 
 def for_params(params_file: str, params) -> str:
     """dvc.yaml for a validated set: its stages, its ablation's arms and seeds, and its launch."""
-    return render(params_file, stage_names(params), params.ablation.arms, params.ablation.seeds, launchers(params))
+    a = params.ablation
+    return render(params_file, stage_names(params), a.arms, a.seeds, launchers(params), list(a.custom_arms))
 
 
 def stages_for(params) -> list[Stage]:
     """The stages a validated set runs, in declaration order: its ``experiment.stages`` and its
     ablation's arms x seeds."""
-    return select(stage_names(params), ablation_stages(params.ablation.arms, params.ablation.seeds))
+    a = params.ablation
+    return select(stage_names(params), ablation_stages(a.arms, a.seeds, list(a.custom_arms)))
 
 
 def params_file_var(path: str | Path = DVC_YAML) -> str | None:

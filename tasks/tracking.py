@@ -186,6 +186,11 @@ def pipeline_run(params: Params, params_file: str, run_name: str, flow_run_id: s
     return _run("pipeline", params, params_file, None, run_name=run_name, prefect_flow_run_id=flow_run_id)
 
 
+def tuning_run(params: Params, params_file: str, run_name: str, flow_run_id: str):
+    """The parent run of one arm's tuning; its trials attach to it through ``PARENT_ENV``."""
+    return _run("tune", params, params_file, None, run_name=run_name, prefect_flow_run_id=flow_run_id)
+
+
 def log_cached_stage(
     stage: str,
     params: Params,

@@ -7,7 +7,8 @@ error names the file and the dotted key. One module per owner: :mod:`~grpoflow.c
 (with the presets), :mod:`~grpoflow.config.grpo`, :mod:`~grpoflow.config.ppo`,
 :mod:`~grpoflow.config.sft`, :mod:`~grpoflow.config.evaluate`,
 :mod:`~grpoflow.config.orchestration` (with the ablation arms), :mod:`~grpoflow.config.launch`
-(torchrun's options), :mod:`~grpoflow.config.params`
+(torchrun's options), :mod:`~grpoflow.config.tune`
+(make tune's search spaces), :mod:`~grpoflow.config.params`
 (the whole set), :mod:`~grpoflow.config.loader` (files, overrides, error wording) and
 :mod:`~grpoflow.config.docs` (the configuration reference). The schema imports no maths module
 and no verifier implementation: names are checked against light name tables.
@@ -63,6 +64,7 @@ from grpoflow.config.rl import (
     preset_values,
 )
 from grpoflow.config.sft import RewardModelConfig, SFTConfig
+from grpoflow.config.tune import SPACE_KEYS, Dim, GRPOSpace, PPOSpace, PrunerConfig, TuneConfig
 from verifiers.limits import Limits
 
 __all__ = [
@@ -74,18 +76,21 @@ __all__ = [
     "PRESETS",
     "RM_DEFAULT_PATH",
     "RM_REWARD",
+    "SPACE_KEYS",
     "AblationConfig",
     "AdaptiveKLConfig",
     "ArmConfig",
     "BatchNormOptions",
     "ConfigError",
     "DataConfig",
+    "Dim",
     "DynamicSamplingConfig",
     "EngineConfig",
     "EvaluateConfig",
     "ExperimentConfig",
     "GaeOptions",
     "GRPOConfig",
+    "GRPOSpace",
     "GenerationScheduleStep",
     "GroupNormOptions",
     "LaunchConfig",
@@ -96,11 +101,13 @@ __all__ = [
     "NoAdvantageOptions",
     "OrchestrationConfig",
     "PPOConfig",
+    "PPOSpace",
     "Params",
     "PiiConfig",
     "PiiEntity",
     "PreflightConfig",
     "PromptConfig",
+    "PrunerConfig",
     "RLConfig",
     "RewardConfig",
     "RewardModelConfig",
@@ -112,6 +119,7 @@ __all__ = [
     "SyntheticCodeConfig",
     "SyntheticConfig",
     "TrackingConfig",
+    "TuneConfig",
     "VerifierGateConfig",
     "apply_preset",
     "arm_params",

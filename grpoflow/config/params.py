@@ -17,6 +17,7 @@ from grpoflow.config.ppo import PPOConfig
 from grpoflow.config.rewards import RewardConfig, VerifierGateConfig
 from grpoflow.config.rl import RLConfig, apply_preset
 from grpoflow.config.sft import RewardModelConfig, SFTConfig
+from grpoflow.config.tune import TuneConfig
 from verifiers.limits import Limits
 
 
@@ -55,6 +56,9 @@ class Params(_Section):
     ppo: PPOConfig = Field(default_factory=PPOConfig, description="The PPO baseline stage's own settings.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="The evaluate stage.")
     ablation: AblationConfig = Field(default_factory=AblationConfig, description="The ablation flow's arms and seeds.")
+    tune: TuneConfig = Field(
+        default_factory=TuneConfig, description="make tune: each arm's search space, trials and step budget."
+    )
     launch: LaunchConfig = Field(
         default_factory=LaunchConfig, description="Processes per distributed stage: torchrun's options (1: none)."
     )

@@ -34,7 +34,9 @@ def _help(module: str, heavy: tuple[str, ...] = HEAVY) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize(
-    "module", [s.module for s in STAGES] + ["tasks.arm", "tasks.ablation_report", "tasks.stages", "flows.serve"]
+    "module",
+    [s.module for s in STAGES]
+    + ["tasks.arm", "tasks.ablation_report", "tasks.tune_trial", "tasks.stages", "flows.serve"],
 )
 def test_a_stage_cli_answers_help_without_loading_torch_mlflow_or_matplotlib(module):
     text, loaded = _help(module)

@@ -123,7 +123,7 @@ def test_the_stage_table_lists_every_stage_and_the_paths_it_writes(doc):
 
 
 # Written outside the stages: the input folder, the flow's run record, page and stage logs, `make bench`'s and
-# `make gpu-check`'s outputs.
+# `make gpu-check`'s outputs, `make tune`'s report.
 NOT_A_STAGE_OUTPUT = [
     "data/raw",
     "metrics/run.json",
@@ -131,6 +131,7 @@ NOT_A_STAGE_OUTPUT = [
     "metrics/bench.json",
     "metrics/gpu_check.json",
     str(STAGE_LOGS),
+    "reports/tune.md",
 ]
 
 

@@ -1,0 +1,214 @@
+"""Tuning each ablation arm's own settings before the seeded comparison, as a Prefect flow: Optuna
+searches the arm's space on the validation split only, on the same budget of training steps per
+arm, and the best settings become the arm's overlay, params/tuned/<set>-<arm>.yaml, which
+``make ablation`` applies.
+
+- The space is the arm's algorithm's (``tune.grpo``: learning rate, beta, G, temperature;
+  ``tune.ppo``: actor and critic learning rates, the lambdas, the value clip, the critic's warm-up,
+  the KL weight), searched by a seeded TPE sampler.
+- Each trial trains the arm from the SFT reference for ``tune.steps`` steps (tasks/tune_trial.py)
+  on a view of the prepared data with the train and val splits only; its score is its greedy val
+  accuracy at the last step. A median pruner stops a trial whose val accuracy trails.
+- The budget is ``tune.trials`` x ``tune.steps`` training steps per arm, counted in steps: what a
+  pruned trial did not spend goes to further trials (grpoflow/tuning/budget.py).
+- The study lives in optuna.db beside MLflow's mlflow.db, named <set>-<arm>: running again resumes
+  it (finished trials stay, an interrupted one is redone with its settings; a higher ``--trials``
+  adds trials). Changed settings, data or reference refuse to mix with it: ``--fresh`` starts over.
+- MLflow: a parent run per arm (tune/<set>-<arm>) with a child per trial (tune/<arm>/t<n>); the
+  shared stages come from DVC as in the ablation. The report is reports/tune.md.
+
+    python -m flows.tune --params params/default.yaml --arms grpo ppo --trials 8
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from prefect import State, flow
+from prefect.artifacts import create_markdown_artifact
+from prefect.runtime import flow_run
+
+from flows import serve, tune_study
+from flows.ablation import SHARED_STAGES
+from flows.dag import run_order
+from flows.pipeline import EXIT_INTERRUPTED, INTERRUPTED, held_workspace, kept_outputs, parse_overrides, precheck
+from flows.run_report import StageResult
+from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
+from grpoflow.config import ConfigError, Params, arm_params, load_params
+from grpoflow.io import atomic_write
+from grpoflow.tuning import report
+from grpoflow.tuning.overlay import overlay_path, overlay_text
+from grpoflow.tuning.space import space_problems
+from tasks.cli import command_parser
+
+if TYPE_CHECKING:
+    from grpoflow.tuning.report import ArmTuning
+
+REPORT = Path("reports/tune.md")
+
+
+def tune_overrides(trials: int | None, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's overrides: the user's, the trials per arm, and the shared stages (DVC runs them)."""
+    return {**(overrides or {}), **({"tune.trials": trials} if trials else {}), "experiment.stages": SHARED_STAGES}
+
+
+def check_spaces(params: Params, arms: list[str]) -> None:
+    """Every arm's space gives valid sets at its ends (checked before any trial trains), else
+    :class:`ConfigError` naming each bad end."""
+    problems = []
+    budget, every = tune_study.trial_budget(params)
+    for arm in arms:
+        tune_study.check_arm(params, arm)
+        space = params.tune.space(params.ablation.arm(arm).algorithm)
+        problems += [f"  - arm {arm}: {p}" for p in space_problems(arm_params(params, arm), space, budget.steps, every)]
+    if problems:
+        raise ConfigError(
+            "the search space gives sets the schema refuses (tune.grpo / tune.ppo):\n" + "\n".join(problems)
+        )
+
+
+def _shared_stages(params: Params) -> None:
+    """The stages every arm starts from, through DVC (cached when nothing changed)."""
+    orch = params.orchestration
+    stage_task = run_dvc_stage.with_options(retries=orch.stage_retries, retry_delay_seconds=orch.retry_delay_seconds)
+    for stage in run_order(params):
+        with kept_outputs(stage):
+            result = cast(StageResult, stage_task(stage, {}, retries=orch.stage_retries, return_state=True).result())
+        print(f"{result.stage}: {'ran' if result.ran else 'cached'} in {result.seconds:.1f} s")
+
+
+def write_overlay(params_file: str, arm: ArmTuning) -> str | None:
+    """The arm's best settings as its overlay file (none without a complete trial); its path."""
+    best = arm.best
+    if best is None:
+        return None
+    path = overlay_path(params_file, arm.arm)
+    header = [
+        f"Tuned settings of arm {arm.arm} for {params_file}: written by `make tune` (flows/tune.py); "
+        "`make ablation` applies them.",
+        f"Optuna study {arm.study} in {tune_study.OPTUNA_DB}: best of {len(arm.trials)} trials (trial "
+        f"{best.number}), val accuracy {best.value:.4f}; budget {arm.budget.trials} x {arm.budget.steps} = "
+        f"{arm.budget.total} training steps.",
+    ]
+    with atomic_write(path) as fh:
+        fh.write(overlay_text(best.settings, header))
+    return str(path)
+
+
+def _publish(params: Params, params_file: str, arms: list[ArmTuning], parents: dict[str, str]) -> str:
+    """The report (reports/tune.md), on each arm's MLflow parent and as a Prefect artifact."""
+    import mlflow
+
+    text = report.markdown(arms, params_file, params.tune.train_seed, tune_study.SAMPLER)
+    with atomic_write(REPORT) as fh:
+        fh.write(text)
+    client = mlflow.MlflowClient()
+    for run_id in parents.values():
+        client.log_artifact(run_id, str(REPORT))
+    create_markdown_artifact(text, key="tuning-report", description="Each arm's search, budget and best settings")
+    return text
+
+
+@flow(name="grpoflow-tune", log_prints=True)
+def tune(
+    params_file: str = "params/default.yaml",
+    arms: list[str] | None = None,
+    trials: int | None = None,
+    overrides: dict[str, Any] | None = None,
+    fresh: bool = False,
+) -> dict | State:
+    """Tune ``arms`` (default grpo and ppo) of one parameter set, ``trials`` each (default ``tune.trials``)."""
+    arms = arms or ["grpo", "ppo"]
+    every = tune_overrides(trials, overrides)
+    precheck(params_file, every)
+    check_spaces(load_params(params_file, every), arms)
+    with held_workspace(params_file, every) as params:
+        try:
+            _shared_stages(params)
+        except StageVerdict as exc:  # expected (a gate, bad input): Failed with one line, no traceback
+            return verdict_state(exc)
+        view = tune_study.data_view()
+        results, parents = [], {}
+        for arm in arms:
+            start = time.perf_counter()
+            tuned, parents[arm] = tune_study.tune_arm(params, params_file, arm, view, fresh, str(flow_run.id or "none"))
+            overlay = write_overlay(params_file, tuned)
+            results.append(dataclasses.replace(tuned, overlay=overlay, seconds=time.perf_counter() - start))
+        _publish(params, params_file, results, parents)
+    return {
+        a.arm: {
+            "study": a.study,
+            "best_val_accuracy": a.best.value if a.best else None,
+            "settings": a.best.settings if a.best else None,
+            "overlay": a.overlay,
+            "trials": len(a.trials),
+            "budget_steps": a.budget.total,
+            "steps_spent": a.spent,
+        }
+        for a in results
+    }
+
+
+def study_fingerprint_note() -> str:
+    """Where the studies live, for the closing lines."""
+    return f"studies in {tune_study.OPTUNA_DB} (resumed by the same command), report in {REPORT}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = command_parser("flows.tune", __doc__)
+    parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
+    parser.add_argument("--arms", nargs="+", default=["grpo", "ppo"], metavar="ARM", help="the arms to tune")
+    parser.add_argument("--trials", type=int, default=None, help="trials per arm (default: the set's tune.trials)")
+    parser.add_argument("--fresh", action="store_true", help="delete the arms' studies and start them over")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a parameter for this run (validated), e.g. tune.steps=40",
+    )
+    args = parser.parse_args(argv)
+    try:
+        overrides = parse_overrides(args.overrides)
+        every = tune_overrides(args.trials, overrides)
+        precheck(args.params, every)
+        check_spaces(load_params(args.params, every), args.arms)
+        with serve.prefect_api():
+            result = cast(
+                dict,
+                tune(
+                    params_file=args.params,
+                    arms=args.arms,
+                    trials=args.trials,
+                    overrides=overrides or None,
+                    fresh=args.fresh,
+                ),
+            )
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (StageVerdict, tune_study.TrialCrashed) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(INTERRUPTED.replace("training resumes from its last checkpoint", "the studies resume"), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    for arm, r in result.items():
+        best = (
+            "no complete trial" if r["best_val_accuracy"] is None else f"best val accuracy {r['best_val_accuracy']:.3f}"
+        )
+        print(
+            f"{arm:>14}: {best} in {r['trials']} trials, {r['steps_spent']} of {r['budget_steps']} steps"
+            + (f"; overlay {r['overlay']}" if r["overlay"] else "")
+        )
+    print(study_fingerprint_note())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
