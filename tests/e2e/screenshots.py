@@ -35,7 +35,14 @@ def main(project: Path) -> None:
         # A fresh server answers its first chart requests late (it registers its jobs first): a first look warms it.
         screenshot(f"{base}/{grpo.info.run_id}/model-metrics{view}", IMAGES / "warm-up.png").unlink()
         print(screenshot(f"{base}/{pid}{view}", IMAGES / "mlflow-parent-run.png", height=1400))
-        print(screenshot(f"{base}/{grpo.info.run_id}/model-metrics{view}", IMAGES / "mlflow-grpo-run.png", height=1400))
+        print(
+            screenshot(
+                f"{base}/{grpo.info.run_id}/model-metrics{view}",
+                IMAGES / "mlflow-grpo-run.png",
+                height=1400,
+                wait_ms=60000,
+            )
+        )
         print(screenshot(f"{base}/{pid}/artifacts/run.html{view}", IMAGES / "mlflow-run-html.png", height=1400))
     print(
         screenshot(
