@@ -42,7 +42,7 @@ from flows.pipeline import (
 from flows.stage_run import StageVerdict, verdict_state
 from grpoflow.config import ARMS, ConfigError, load_params
 from grpoflow.tuning.overlay import overlay_path, read_overlay, shown, tuned_arm_overrides
-from tasks.cli import command_parser
+from tasks.cli import add_overrides, command_parser
 from tasks.stages import ABLATION_METRICS, ABLATION_OUT
 
 SHARED_STAGES = ["base_model", "prepare", "validate_verifiers", "sft"]  # what every arm starts from
@@ -117,14 +117,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the arms, the first the baseline (known: {' '.join(ARMS)}; or the set's custom_arms)",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds of every arm (default: 0)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a parameter for this run (validated), e.g. rl.steps=20",
-    )
+    add_overrides(parser)
     parser.add_argument("--untuned", action="store_true", help="ignore the arms' tuned overlays (params/tuned/)")
     parser.add_argument("--tune", action="store_true", help="tune the arms instead (flows.tune), --trials each")
     parser.add_argument("--trials", type=int, default=None, help="with --tune: trials per arm (default: tune.trials)")

@@ -37,7 +37,7 @@ from grpoflow.config.launch import DISTRIBUTED_STAGES
 from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short_repr
 from grpoflow.models.model_source import has_chat_template, model_unavailable
 from tasks import tracking
-from tasks.cli import command_parser
+from tasks.cli import add_overrides, command_parser
 from tasks.stages import REPORT_PLOTS, Stage, stages_for
 from tasks.stages import STAGES as declared_stages
 from tasks.stages import for_params as dvc_yaml_for
@@ -542,14 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [s.name for s in declared_stages]
     parser = command_parser("flows.pipeline", __doc__, epilog=EXAMPLES + "\n" + stages_epilog())
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a parameter for this run (validated), e.g. rl.steps=20",
-    )
+    add_overrides(parser)
     parser.add_argument(
         "--stages",
         nargs="*",

@@ -43,7 +43,7 @@ from grpoflow.io import atomic_write
 from grpoflow.tuning import report
 from grpoflow.tuning.overlay import overlay_path, overlay_text
 from grpoflow.tuning.space import space_problems
-from tasks.cli import command_parser
+from tasks.cli import add_overrides, command_parser
 
 if TYPE_CHECKING:
     from grpoflow.tuning.report import ArmTuning
@@ -164,14 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", nargs="+", default=["grpo", "ppo"], metavar="ARM", help="the arms to tune")
     parser.add_argument("--trials", type=int, default=None, help="trials per arm (default: the set's tune.trials)")
     parser.add_argument("--fresh", action="store_true", help="delete the arms' studies and start them over")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a parameter for this run (validated), e.g. tune.steps=40",
-    )
+    add_overrides(parser, "tune.steps=40")
     args = parser.parse_args(argv)
     try:
         overrides = parse_overrides(args.overrides)

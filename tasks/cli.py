@@ -35,6 +35,18 @@ def command_parser(module: str, doc: str | None, epilog: str | None = None) -> a
     )
 
 
+def add_overrides(parser: argparse.ArgumentParser, example: str = "rl.steps=20") -> None:
+    """The flows' ``--set KEY=VALUE ...``: a run's overrides, validated against the schema later."""
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a parameter for this run (validated), e.g. {example}",
+    )
+
+
 def stage_parser(stage: str, description: str, declared=None) -> argparse.ArgumentParser:
     """The stage's parser: ``--params`` and one option per path its declaration in tasks/stages.py
     names (``declared``, default the stage named ``stage``), with that path as the default (so
