@@ -132,7 +132,10 @@ def test_the_grpo_part_is_the_sets_rehearsal_with_four_steps_of_its_own_batch_in
 
 
 def test_make_gpu_check_runs_the_module_without_the_cpu_setup():
-    dry = subprocess.run(["make", "-n", "gpu-check"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    # --no-print-directory: under `make test` this make is nested and would print make[1]'s directory lines
+    dry = subprocess.run(
+        ["make", "-n", "--no-print-directory", "gpu-check"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     commands = dry.strip().splitlines()
     assert commands[0].endswith("-m benchmarks.gpu_check --cuda-or-exit")  # no CUDA: nothing else runs
     assert commands[-1].endswith("-m benchmarks.gpu_check") and "torch==" not in dry  # no CPU torch set-up
