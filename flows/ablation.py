@@ -31,9 +31,8 @@ from prefect.artifacts import create_table_artifact
 
 from flows import serve
 from flows.pipeline import (
-    EXIT_INTERRUPTED,
-    INTERRUPTED,
     checked_params_file,
+    cli_exit,
     held_workspace,
     parse_overrides,
     precheck,
@@ -134,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = parse_overrides(args.overrides)
         every = ablation_overrides(args.arms, args.seeds, overrides)
-        every, lines = with_tuned(args.params, args.arms, every, tuned=not args.untuned)
+        every, _ = with_tuned(args.params, args.arms, every, tuned=not args.untuned)
         precheck(args.params, every)  # the flow prints the lines
         with serve.prefect_api():
             # A Failed state the flow returns comes back raised, as its exception.
@@ -148,15 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                     tuned=not args.untuned,
                 ),
             )
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except StageVerdict as exc:  # its report is in the log above; the flow run ended Failed
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except (ConfigError, StageVerdict, KeyboardInterrupt) as exc:  # a verdict's report is in the log above
+        return cli_exit(exc)
     for arm in result["order"]:
         score, verdict = result["arms"][arm]["test_pass@1"], result["verdicts"].get(arm)
         line = f"{arm:>14}: test pass@1 {score['mean']:.3f}"

@@ -50,6 +50,18 @@ INTERRUPTED = (
     "interrupted: the run stopped; run the same command again to go on (DVC skips the finished stages, "
     "training resumes from its last checkpoint)"
 )
+
+
+def cli_exit(exc: BaseException, interrupted: str = INTERRUPTED) -> int:
+    """A flow command's one line and exit code for how it ended: a Ctrl-C (``interrupted``), bad input
+    (2), or a failure the log above already reported, a gate or a stage (1)."""
+    if isinstance(exc, KeyboardInterrupt):
+        print(interrupted, file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(f"error: {exc}", file=sys.stderr)
+    return 2 if isinstance(exc, ConfigError) else 1
+
+
 LAST_GOOD = workspace.STATE_DIR / "last-good"
 FAILED = workspace.STATE_DIR / "failed"
 
@@ -572,15 +584,8 @@ def main(argv: list[str] | None = None) -> int:
             results = cast(
                 list[StageResult], pipeline(params_file=args.params, overrides=overrides or None, stages=args.stages)
             )
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except StageVerdict as exc:  # its report is in the log above; the flow run ended Failed
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except (ConfigError, StageVerdict, KeyboardInterrupt) as exc:  # a verdict's report is in the log above
+        return cli_exit(exc)
     for r in results:
         print(f"{r.stage:>20}: {'ran' if r.ran else 'cached'} in {r.seconds:.1f} s")
     return 0

@@ -260,6 +260,19 @@ def _signal_tree(pid: int, sig: int) -> None:
             proc.send_signal(sig)
 
 
+def stop_tree(proc: subprocess.Popen, grace_s: float, signals=(signal.SIGINT, signal.SIGTERM, signal.SIGKILL)) -> None:
+    """Wait ``grace_s`` for ``proc`` to end after each of ``signals`` in turn, sent to it and every
+    process below it (None: wait without one); SIGINT first, a clean stop, then firmer ones."""
+    for sig in signals:
+        if sig is not None:
+            _signal_tree(proc.pid, sig)
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _stop_stage(proc: subprocess.Popen, log: Callable[[str], None], grace_s: float = STAGE_GRACE_S) -> None:
     """Wait for an interrupted stage command to stop, logging what it says. A Ctrl-C in a terminal
     reached it already (it is in the flow's process group); when only the flow was signalled, it
@@ -273,14 +286,7 @@ def _stop_stage(proc: subprocess.Popen, log: Callable[[str], None], grace_s: flo
     # In this run's context: a thread without it would log through a Prefect client of its own.
     reader = threading.Thread(target=contextvars.copy_context().run, args=(drain,), name="stage-output", daemon=True)
     reader.start()
-    for sig in (None, signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-        if sig is not None:
-            _signal_tree(proc.pid, sig)
-        try:
-            proc.wait(timeout=grace_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+    stop_tree(proc, grace_s, (None, signal.SIGINT, signal.SIGTERM, signal.SIGKILL))
     reader.join(timeout=grace_s)
 
 

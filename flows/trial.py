@@ -6,17 +6,14 @@ closed), then firmer signals."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import signal
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
+from flows.stage_run import stop_tree
 from grpoflow import metric_names as M
 
 POLL_S = 1.0  # how often the history is read while a trial trains
@@ -51,19 +48,7 @@ def val_points(rows: list[dict]) -> list[tuple[int, float]]:
 
 def stop(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
     """End ``proc`` and the processes below it: SIGINT, then SIGTERM, then SIGKILL, ``grace_s`` apart."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-        try:
-            root = psutil.Process(proc.pid)
-            for p in [root, *root.children(recursive=True)]:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    p.send_signal(sig)
-        except psutil.NoSuchProcess:
-            pass
-        try:
-            proc.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    stop_tree(proc, grace_s)
 
 
 def follow(proc: subprocess.Popen, history: Path, judge: Judge, poll_s: float = POLL_S) -> int | None:

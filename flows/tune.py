@@ -35,7 +35,7 @@ from prefect.runtime import flow_run
 from flows import serve, tune_study
 from flows.ablation import SHARED_STAGES
 from flows.dag import run_order
-from flows.pipeline import EXIT_INTERRUPTED, INTERRUPTED, held_workspace, kept_outputs, parse_overrides, precheck
+from flows.pipeline import INTERRUPTED, cli_exit, held_workspace, kept_outputs, parse_overrides, precheck
 from flows.run_report import StageResult
 from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
 from grpoflow.config import ConfigError, Params, arm_params, load_params
@@ -182,15 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                     fresh=args.fresh,
                 ),
             )
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (StageVerdict, tune_study.TrialCrashed) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(INTERRUPTED.replace("training resumes from its last checkpoint", "the studies resume"), file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except (ConfigError, StageVerdict, tune_study.TrialCrashed, KeyboardInterrupt) as exc:
+        return cli_exit(exc, INTERRUPTED.replace("training resumes from its last checkpoint", "the studies resume"))
     for arm, r in result.items():
         best = (
             "no complete trial" if r["best_val_accuracy"] is None else f"best val accuracy {r['best_val_accuracy']:.3f}"
