@@ -91,8 +91,12 @@ lint: setup
 	$(VENV)/bin/mypy
 
 # The suite without slow and gpu tests (pyproject's addopts); each run's log ends with its 15 slowest.
+# TEST_WORKERS pytest-xdist workers (2: this project's 2-core machines; 0 runs in this process). Most
+# of an e2e test's wall time is one Python process at a time (imports, DVC, Prefect, MLflow), so two
+# workers overlap it; tests/conftest.py keeps the tests of one shared fixture on one worker.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest --durations=15
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 test-all: setup
 	$(PY) -m pytest -m "not gpu"
