@@ -273,11 +273,14 @@ def _reward_model(here: set[str]) -> str:
 
 
 def _ablation() -> str:
-    """The arms' table and curves (the ablation_report stage's files)."""
-    table, curves = Path(ABLATION_OUT) / "table.json", Path(ABLATION_OUT) / "curves.png"
+    """The arms' table and plots (the ablation_report stage's files)."""
+    table, out = Path(ABLATION_OUT) / "table.json", Path(ABLATION_OUT)
     parts = [H.table(json.loads(table.read_text()))] if table.is_file() else []
-    if curves.is_file():
-        parts.append(H.image(curves, "reward and validation accuracy per arm, mean over seeds"))
+    plots = {
+        "curves.png": "reward and validation accuracy per arm, mean over seeds",
+        "wall_clock.png": "validation accuracy per arm against minutes of training, mean and band over seeds",
+    }
+    parts += [H.image(out / name, alt) for name, alt in plots.items() if (out / name).is_file()]
     return "\n".join(parts) or '<p class="muted">The ablation wrote no table.</p>'
 
 

@@ -2,7 +2,8 @@
 test pass@1, seconds per step, peak memory, final KL and the forgetting check's held-out loss
 increase over the reference; each arm against the first (the baseline) by Welch's t-test on test
 pass@1, and on the held-out loss increase (less is better: the arm forgets less); one plot of every
-arm's reward, KL and validation accuracy (means over its seeds).
+arm's reward, KL and validation accuracy (means over its seeds), and one of validation accuracy
+against wall-clock time (mean and band over the seeds: the cost of the gain).
 
     python -m tasks.ablation_report --params params/default.yaml --results grpo-s0=metrics/arms/grpo-s0.json ...
 """
@@ -116,7 +117,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     from grpoflow.evaluation.compare import VERDICT_TEST
     from grpoflow.io import atomic_write, write_json
     from tasks import tracking
-    from tasks.plots import mean_over_seeds, plot_curves, read_history
+    from tasks.plots import mean_over_seeds, plot_accuracy_by_wall_clock, plot_curves, read_history
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -131,6 +132,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     with tracking.stage_run("ablation_report", params, args.params):
         starts = {arm: _mean_start(by_seed) for arm, by_seed in runs.items()}
         curves = plot_curves({arm: mean_over_seeds(runs_) for arm, runs_ in histories.items()}, out, starts)
+        wall_clock = plot_accuracy_by_wall_clock(histories, out, starts)
         write_json(out / "table.json", table)
         head = (
             f"Each arm against {result['baseline']} on test pass@1 and on the held-out loss increase (forgetting: "
@@ -139,7 +141,10 @@ def main(args: argparse.Namespace, params: Params) -> None:
         md = ["# Ablation", "", head, "", "| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
         md += ["| " + " | ".join(str(v) for v in r.values()) + " |" for r in table]
         with atomic_write(out / "report.md") as fh:
-            fh.write("\n".join(md) + "\n\nPlot: `curves.png` beside this file; `report.html` has it inline.\n")
+            fh.write(
+                "\n".join(md) + "\n\nPlots: `curves.png` and `wall_clock.png` beside this file; `report.html` "
+                "has them inline.\n"
+            )
         with atomic_write(out / "report.html") as fh:
             fh.write(
                 html_report.page(
@@ -149,12 +154,14 @@ def main(args: argparse.Namespace, params: Params) -> None:
                         html_report.table(table),
                         "<h2>Curves</h2>",
                         html_report.image(curves, "reward and validation accuracy per arm"),
+                        "<h2>Validation accuracy against wall-clock time</h2>",
+                        html_report.image(wall_clock, "validation accuracy per arm against training minutes"),
                     ],
                 )
             )
         write_json(args.metrics, result)
         tracking.log_summary({arm: {m: s["mean"] for m, s in stats.items()} for arm, stats in result["arms"].items()})
-        for path in (out / "report.html", out / "report.md", curves):
+        for path in (out / "report.html", out / "report.md", curves, wall_clock):
             mlflow.log_artifact(str(path))
     print("\n".join(md))
 

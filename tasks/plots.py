@@ -1,8 +1,10 @@
-"""The plots the reports embed: training curves per algorithm, and the cost of each."""
+"""The plots the reports embed: training curves per algorithm, the cost of each, and validation
+accuracy against wall-clock time."""
 
 from __future__ import annotations
 
 import csv
+import statistics
 from pathlib import Path
 
 import matplotlib
@@ -92,6 +94,66 @@ def plot_bars(summaries: dict[str, dict], out: Path) -> Path:
         ax.set_ylabel(label)
     fig.tight_layout()
     path = out / "cost.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+# A step's whole wall time (rollout to checkpoint, evaluation included); older histories have only
+# the step's own seconds.
+WALL_KEYS = ("phase/wall_s", "step_seconds")
+
+
+def _wall(row: dict) -> float:
+    for key in WALL_KEYS:
+        if row.get(key) not in ("", None):
+            return float(row[key])
+    return 0.0
+
+
+def accuracy_by_wall_clock(runs: list[list[dict]], start: float | None = None) -> list[tuple[float, float, float]]:
+    """One arm's validation accuracy against the wall-clock seconds its training had spent, over its
+    seeds: at each step where every seed evaluated, (mean seconds so far, mean accuracy, std of the
+    accuracy over the seeds; 0 for one seed). Seconds count every row, a critic's warm-up steps
+    included: they are the arm's cost. ``start``: the reference's accuracy, drawn at 0 s."""
+    points: dict[int, list[tuple[float, float]]] = {}
+    for rows in runs:
+        elapsed = 0.0
+        for r in rows:
+            elapsed += _wall(r)
+            if r.get("val_accuracy") not in ("", None):
+                points.setdefault(int(r["step"]), []).append((elapsed, float(r["val_accuracy"])))
+    curve = [(0.0, start, 0.0)] if start is not None else []
+    for step in sorted(points):
+        if len(points[step]) == len(runs):  # a step some seeds never reached would mix arms of unequal length
+            seconds, accuracy = zip(*points[step])
+            spread = statistics.stdev(accuracy) if len(accuracy) > 1 else 0.0
+            curve.append((statistics.fmean(seconds), statistics.fmean(accuracy), spread))
+    return curve
+
+
+def plot_accuracy_by_wall_clock(
+    histories: dict[str, list[list[dict]]], out: Path, starts: dict[str, float | None] | None = None
+) -> Path:
+    """``out/wall_clock.png``: each arm's validation accuracy (mean over its seeds, a band of ± one
+    standard deviation) against the wall-clock minutes of training: what a gain costs."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for arm, runs in histories.items():
+        curve = accuracy_by_wall_clock(runs, (starts or {}).get(arm))
+        if not curve:
+            continue
+        minutes = [s / 60 for s, _, _ in curve]
+        mean = [a for _, a, _ in curve]
+        (line,) = ax.plot(minutes, mean, marker="o", label=f"{arm} ({len(runs)} seeds)")
+        low, high = [a - d for _, a, d in curve], [a + d for _, a, d in curve]
+        ax.fill_between(minutes, low, high, color=line.get_color(), alpha=0.2)
+    ax.set_title("validation accuracy against training time")
+    ax.set_xlabel("wall-clock minutes of training (mean over seeds)")
+    ax.set_ylabel(LABELS["val_accuracy"])
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    fig.tight_layout()
+    path = out / "wall_clock.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

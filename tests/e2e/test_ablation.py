@@ -91,6 +91,7 @@ def test_arms_over_seeds_give_intervals_verdicts_and_comparable_runs_and_cache_p
         )
         assert result["forgetting_verdicts"][arm]["verdict"] in ("better", "worse", "tie")
     assert (project / "reports" / "ablation" / "curves.png").stat().st_size > 1000
+    assert (project / "reports" / "ablation" / "wall_clock.png").stat().st_size > 1000
     assert (
         "ppo" in result["arms"]
         and json.loads((project / "metrics" / "arms" / "ppo-s1.json").read_text())["algorithm"] == "ppo"

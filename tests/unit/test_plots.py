@@ -31,3 +31,38 @@ def test_curves_start_validation_at_the_reference_and_label_every_axis(tmp_path,
     )
     assert all(ax.get_xlabel() and ax.get_ylabel() for ax in drawn["fig"].axes)
     real_close(drawn["fig"])
+
+
+def _row(step: int, wall: float, val: str = "") -> dict:
+    return {"step": str(step), "phase/wall_s": str(wall), "val_accuracy": val}
+
+
+def test_accuracy_by_wall_clock_by_hand():
+    # Seed 0: 10 s a step, evaluated at steps 1 and 3; seed 1: 20 s a step. At step 1: 20 s and 40 s
+    # spent (mean 30), accuracies 0.4 and 0.6; at step 3: 40 s and 80 s, 0.5 and 0.5.
+    seed0 = [_row(0, 10), _row(1, 10, "0.4"), _row(2, 10), _row(3, 10, "0.5")]
+    seed1 = [_row(0, 20), _row(1, 20, "0.6"), _row(2, 20), _row(3, 20, "0.5")]
+    curve = plots.accuracy_by_wall_clock([seed0, seed1], start=0.3)
+    assert curve[0] == (0.0, 0.3, 0.0)
+    assert curve[1] == pytest.approx((30.0, 0.5, 0.1414213562))  # stdev of 0.4 and 0.6
+    assert curve[2] == pytest.approx((60.0, 0.5, 0.0))
+    # A step one seed never reached is left out; one seed has no spread; step_seconds stands in.
+    short = [{"step": "0", "step_seconds": "5", "val_accuracy": "0.7"}]
+    (point,) = plots.accuracy_by_wall_clock([seed0[:2], short + seed0[1:2]])  # step 0: only the second has it
+    assert point == pytest.approx((17.5, 0.4, 0.0))  # step 1: 20 s and 15 s spent
+    assert plots.accuracy_by_wall_clock([short]) == [(5.0, 0.7, 0.0)]
+
+
+def test_wall_clock_plot_draws_a_band_per_arm_in_minutes(tmp_path, monkeypatch):
+    drawn = {}
+    real_close = plt.close
+    monkeypatch.setattr(plots.plt, "close", lambda fig: drawn.setdefault("fig", fig))
+    runs = [[_row(0, 60), _row(1, 60, "0.5")], [_row(0, 120), _row(1, 120, "0.7")]]
+    path = plots.plot_accuracy_by_wall_clock({"grpo": runs, "ppo": runs[:1]}, tmp_path, {"grpo": 0.3})
+    assert path.name == "wall_clock.png" and path.is_file()
+    (ax,) = drawn["fig"].axes
+    grpo, ppo = ax.get_lines()
+    assert list(grpo.get_xdata()) == pytest.approx([0.0, 3.0]) and list(grpo.get_ydata()) == pytest.approx([0.3, 0.6])
+    assert list(ppo.get_xdata()) == pytest.approx([2.0]) and grpo.get_label() == "grpo (2 seeds)"
+    assert len(ax.collections) == 2 and ax.get_xlabel() and ax.get_ylabel()  # a band per arm
+    real_close(drawn["fig"])
