@@ -24,7 +24,6 @@ import csv
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from statistics import mean
 from typing import Any
 
 from grpoflow.io import write_json
+from grpoflow.ports import free_port
 
 SET = "params/smollm2-135m.yaml"
 STEPS = 4
@@ -223,12 +223,6 @@ def run_grpo(scratch: Path) -> dict:
     return _with_history(part, scratch / "project" / "metrics" / "grpo_history.csv")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_two_ranks(project: Path) -> dict:
     """Part 3: the grpo stage as two torchrun agents of one process each (both ``LOCAL_RANK`` 0, so
     both on the one GPU) meeting on 127.0.0.1, over gloo, in the rehearsal's workspace."""
@@ -237,7 +231,7 @@ def run_two_ranks(project: Path) -> dict:
     if not (project / "models" / "sft").is_dir():
         return {"ok": False, "seconds": 0, "error": "no workspace: the GRPO part did not get as far as sft"}
     launch = ["--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d"]
-    launch += ["--rdzv_endpoint", f"127.0.0.1:{_free_port()}", "--rdzv_id", "gpu-check", "--max_restarts", "0"]
+    launch += ["--rdzv_endpoint", f"127.0.0.1:{free_port()}", "--rdzv_id", "gpu-check", "--max_restarts", "0"]
     outputs = [word for flag, path in TWO_RANK_OUTPUTS.items() for word in (flag, path)]
     cmd = [sys.executable, "-m", "torch.distributed.run", *launch, "-m", "tasks.grpo", "--params", SET, *outputs]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_"))}

@@ -86,20 +86,30 @@ def smoke_params(params_file: str, overrides: dict[str, Any] | None, after: dict
 
 def _cap_launch(raw: dict, params) -> int:
     """Shrink the set's launch in ``raw`` to at most :data:`REHEARSAL_PROCESSES` processes on this
-    one node (a local rendezvous); the processes its training stages will run on."""
+    machine (a local rendezvous); the processes its training stages will run on. A set of several
+    nodes keeps several: one process on each of two agents (``launch.local_nodes``), so that the
+    rehearsal meets the rendezvous of nodes, not only of processes."""
     launch = params.launch
     capped = min(launch.world_size, REHEARSAL_PROCESSES)
+    nodes = min(launch.nnodes, capped)
     if launch.world_size > 1:
         raw["launch"] = {
             **(raw.get("launch") or {}),
-            "nproc_per_node": capped,
-            "nnodes": 1,
+            "nproc_per_node": capped // nodes,
+            "nnodes": nodes,
             "rdzv_backend": "c10d",
             "rdzv_endpoint": None,
+            "local_nodes": nodes > 1,
         }
     if launch.kubernetes.enabled:  # a rehearsal runs on this machine, not as a Job on the cluster
         set_dotted(raw, "launch.kubernetes.enabled", False)
     return capped if launched_world_size(params) > 1 else 1
+
+
+def _nodes(launch) -> str:
+    if launch.nnodes == 1:
+        return "one node"
+    return f"{launch.nnodes} nodes of {launch.nproc_per_node} process(es), their agents all here"
 
 
 def launch_note(full, smoke) -> str | None:
@@ -109,7 +119,7 @@ def launch_note(full, smoke) -> str | None:
         return None
     return (
         f"rehearsal: the set's launch of {was.world_size} processes (launch.nproc_per_node={was.nproc_per_node} x "
-        f"launch.nnodes={was.nnodes}) runs as {now.world_size} on this machine (one node; gloo on a CPU), "
+        f"launch.nnodes={was.nnodes}) runs as {now.world_size} on this machine ({_nodes(now)}; gloo on a CPU), "
         f"{smoke.rl.prompts_per_step // launched_world_size(smoke)} prompt(s) per process"
     )
 

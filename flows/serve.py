@@ -19,7 +19,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from grpoflow.config import ConfigError, load_params
 from grpoflow.guard import InputError, check_params_file
+from grpoflow.ports import free_port
 
 K8S_TEMPLATE = Path("deploy/k8s/base-job-template.json")
 STATE_DIR = Path(".grpoflow")
@@ -66,13 +66,6 @@ def wait_healthy(api_url: str, server: subprocess.Popen, timeout_s: float = 120)
             pass
         time.sleep(0.5)
     raise RuntimeError(f"the Prefect server at {api_url} did not answer within {timeout_s:.0f} s")
-
-
-def free_port() -> int:
-    """A local port nothing listens on now (the OS picks it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def startup_timeout_s() -> float:

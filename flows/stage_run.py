@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-import psutil
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.concurrency.sync import concurrency
@@ -32,6 +31,7 @@ from prefect.runtime import task_run
 from prefect.states import Completed, Failed, State
 
 from flows import workspace
+from flows.process_tree import stop_tree
 from flows.run_report import STAGE_LOGS, StageResult
 from grpoflow.guard import redact_text
 from tasks import events
@@ -118,12 +118,14 @@ class EngineNoise:
         re.compile(r"^(\[rank\d+\]:)?\[[IW]\d{4} \d\d:\d\d:\d\d\.\d+ \S+:\d+\] "),  # torch's C++ (c10) lines
     )
     LIBRARY_WARNING = re.compile(r"^/\S+/(site|dist)-packages/\S+:\d+: \w*Warning")
+    OTHER_NODE = re.compile(r"^\[node \d+\] ")
 
     def __init__(self) -> None:
         self.after_warning = False
 
     def hides(self, line: str) -> bool:
-        """Whether ``line`` (non-empty) is engine chatter."""
+        """Whether ``line`` (non-empty) is engine chatter, also another node's (flows/local_nodes.py)."""
+        line = self.OTHER_NODE.sub("", line, count=1)
         if self.after_warning and line.startswith("  "):  # the source line under a library warning
             return True
         self.after_warning = bool(self.LIBRARY_WARNING.match(line))
@@ -246,31 +248,6 @@ def _stream(
     if hidden and log_file is not None:
         logger.info(f"({hidden} lines of engine logs in {log_file})")
     return log
-
-
-def _signal_tree(pid: int, sig: int) -> None:
-    """Send ``sig`` to ``pid`` and every process below it (DVC ignores SIGINT while its command runs)."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.send_signal(sig)
-
-
-def stop_tree(proc: subprocess.Popen, grace_s: float, signals=(signal.SIGINT, signal.SIGTERM, signal.SIGKILL)) -> None:
-    """Wait ``grace_s`` for ``proc`` to end after each of ``signals`` in turn, sent to it and every
-    process below it (None: wait without one); SIGINT first, a clean stop, then firmer ones."""
-    for sig in signals:
-        if sig is not None:
-            _signal_tree(proc.pid, sig)
-        try:
-            proc.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _stop_stage(proc: subprocess.Popen, log: Callable[[str], None], grace_s: float = STAGE_GRACE_S) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from flows.stage_run import stop_tree
+from flows.process_tree import stop_tree
 from grpoflow import metric_names as M
 
 POLL_S = 1.0  # how often the history is read while a trial trains

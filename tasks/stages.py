@@ -372,7 +372,10 @@ def launchers(params) -> dict[str, list[str]]:
         return {name: [*K8S_SUBMIT, PARAMS_VAR, "--submit", name, "--"] for name in launch.stages}
     if launch.world_size == 1:
         return {}
-    return {name: launch.torchrun_args(params.experiment.name) for name in launch.stages}
+    torchrun = launch.torchrun_args(params.experiment.name)
+    if launch.local_nodes and launch.nnodes > 1:  # every node's agent on this machine
+        torchrun = ["python", "-m", "flows.local_nodes", "--nnodes", str(launch.nnodes), "--", *torchrun]
+    return {name: torchrun for name in launch.stages}
 
 
 def _dvc_stage(s: Stage, launcher: list[str] | None = None) -> dict:

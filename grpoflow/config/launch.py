@@ -24,6 +24,7 @@ DistributedStage = Literal["grpo", "ppo"]
 DISTRIBUTED_STAGES: tuple[DistributedStage, ...] = ("grpo", "ppo")
 # A free port on this host, as torchrun --standalone picks: one node never collides with another run.
 LOCAL_ENDPOINT = "localhost:0"
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
 # Words DVC and the shell pass through as they are (no ${...} interpolation, no quoting surprises).
 _ENDPOINT = re.compile(r"[A-Za-z0-9._-]+:[0-9]{1,5}")
 _RUN_ID = re.compile(r"[A-Za-z0-9._-]+")
@@ -88,6 +89,11 @@ class LaunchConfig(_Section):
         examples=["gsm8k-qwen-run-7"],
     )
     max_restarts: int = Field(0, ge=0, description="Times torchrun restarts the worker group after a failure.")
+    local_nodes: bool = Field(
+        False,
+        description="Start all nnodes agents on this machine, each a node (a multi-node rehearsal on one host: "
+        "python -m flows.local_nodes; the rendezvous on 127.0.0.1).",
+    )
     stages: list[DistributedStage] = Field(
         default_factory=lambda: list(DISTRIBUTED_STAGES),
         description="The stages launched this way (the training stages; the others run one process).",
@@ -107,9 +113,13 @@ class LaunchConfig(_Section):
             raise ValueError(f"rdzv_endpoint {self.rdzv_endpoint!r}: expected host:port (letters, digits, . - _)")
         if self.rdzv_id is not None and not _RUN_ID.fullmatch(self.rdzv_id):
             raise ValueError(f"rdzv_id {self.rdzv_id!r}: use letters, digits and . - _")
+        if self.local_nodes:
+            self._check_local_nodes()
         # On the cluster the first pod hosts c10d's rendezvous (flows/k8s.py names it); etcd is elsewhere.
+        # Local nodes meet on a port of this host that flows/local_nodes.py picks.
         on_cluster = self.kubernetes.enabled and self.rdzv_backend == "c10d"
-        if self.rdzv_endpoint is None and not on_cluster and (self.nnodes > 1 or self.rdzv_backend != "c10d"):
+        named_for_them = on_cluster or self.local_nodes
+        if self.rdzv_endpoint is None and not named_for_them and (self.nnodes > 1 or self.rdzv_backend != "c10d"):
             raise ValueError(
                 f"rdzv_endpoint is needed for nnodes={self.nnodes} with rdzv_backend={self.rdzv_backend!r}: "
                 "the host:port every node meets at (e.g. the first node's address and a free port)"
@@ -117,6 +127,18 @@ class LaunchConfig(_Section):
         if len(set(self.stages)) != len(self.stages):
             raise ValueError(f"stages listed twice: {self.stages}")
         return self
+
+    def _check_local_nodes(self) -> None:
+        """Agents on one host: c10d's store on that host, never a cluster's Job."""
+        if self.kubernetes.enabled:
+            raise ValueError("local_nodes runs every node on this machine: it excludes kubernetes.enabled")
+        if self.rdzv_backend != "c10d":
+            raise ValueError(
+                f"local_nodes needs rdzv_backend c10d (the first agent hosts it), not {self.rdzv_backend!r}"
+            )
+        host = (self.rdzv_endpoint or LOCAL_ENDPOINT).rpartition(":")[0]
+        if host not in LOCAL_HOSTS:
+            raise ValueError(f"local_nodes meets on this machine: rdzv_endpoint's host must be one of {LOCAL_HOSTS}")
 
     def torchrun_args(self, run_id: str) -> list[str]:
         """torchrun and its options, the words before ``-m <module>``; ``run_id`` (its characters beyond

@@ -9,12 +9,12 @@ DeepSpeed's fused CPU Adam costs a long compile and buys nothing at this size.
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import torch
 
 from grpoflow.config import EngineConfig
+from grpoflow.ports import free_port
 
 # Where DeepSpeed compiles its CPU ops unless the user chose (TORCH_EXTENSIONS_DIR): in the project,
 # so that every stage process, flow or shell reuses one build.
@@ -45,12 +45,6 @@ def _announce_first_build() -> None:
         )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def init_distributed() -> tuple[int, int]:
     """``(rank, world_size)``; starts a single-process group when no launcher set one up."""
     import torch.distributed as dist
@@ -62,7 +56,7 @@ def init_distributed() -> tuple[int, int]:
     for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
         os.environ.setdefault(key, value)
     if not dist.is_initialized():
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
         # NCCL refuses two ranks on one GPU: GRPOFLOW_DIST_BACKEND=gloo runs them (benchmarks/gpu_check.py).
         backend = os.environ.get(DIST_BACKEND_ENV) or ("nccl" if torch.cuda.is_available() else "gloo")
         _announce_first_build()

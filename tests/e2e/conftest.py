@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -78,13 +77,6 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> R
     ran = Ran(out.args, out.returncode, out.stdout, out.stderr)
     print(ran.tail(), flush=True)
     return ran
-
-
-def free_port() -> int:
-    """A free local port: servers and torchrun's static rendezvous hang on port 0."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def prefect_query(project: Path, env: dict[str, str], body: str):

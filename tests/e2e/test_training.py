@@ -1,5 +1,6 @@
 """GRPO training for real on the smoke parameters: DeepSpeed on CPU (gloo), one and two
-processes, and resume after the process is killed mid-run."""
+processes, two nodes on this machine through the flow, and resume after the process is killed
+mid-run."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.e2e.conftest import SMOKE_OVERRIDES, copy_project, free_port, run, to
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
+RESUME = {**SMOKE_OVERRIDES, "rl.steps": 6, "rl.checkpoint_every": 2, "rl.eval_every": 6}
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +28,7 @@ def trained(smoke_sft_built, tmp_path_factory):
     state that a resumed run, and a run beside another set's checkpoints, must each reach."""
     root = tmp_path_factory.mktemp("trained")
     project = copy_project(smoke_sft_built[0], root / "project")
-    rel = write_params(
-        project, "resume", {**SMOKE_OVERRIDES, "rl.steps": 6, "rl.checkpoint_every": 2, "rl.eval_every": 6}
-    )
+    rel = write_params(project, "resume", RESUME)
     whole = run([PY, *grpo_cmd(rel, "whole")], project, tool_env(root))
     assert whole.returncode == 0, whole.stdout + whole.stderr
     return project, rel
@@ -119,7 +119,7 @@ def test_a_checkpoint_of_other_params_is_never_loaded(prepared, run_env):
     assert all((a[k] - b[k]).abs().max() < 1e-6 for k in a)
 
 
-def test_two_processes_under_torchrun(prepared, run_env):
+def test_two_processes_under_torchrun_and_two_nodes_through_the_flow_train_alike(prepared, run_env):
     project, rel = prepared
     cmd = [
         PY,
@@ -133,3 +133,21 @@ def test_two_processes_under_torchrun(prepared, run_env):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = json.loads((project / "metrics" / "ddp.json").read_text())
     assert metrics["world_size"] == 2 and metrics["steps"] == 6
+
+    # Two nodes on this machine (#22 item 3): the flow runs the grpo stage as dvc.yaml says, where the
+    # launch puts flows.local_nodes in front of torchrun: two agents of one process each meet in
+    # c10d's rendezvous on a port of 127.0.0.1. The same ranks and seeds as the torchrun run above.
+    nodes = write_params(project, "nodes", {**RESUME, "launch.nnodes": 2, "launch.local_nodes": True})
+    flow = run([PY, "-m", "flows.pipeline", "--params", nodes, "--stages", "grpo"], project, run_env, timeout=1200)
+    assert flow.returncode == 0, flow
+    log = (project / "reports" / "logs" / "grpo.log").read_text()
+    assert "python -m flows.local_nodes --nnodes 2 -- torchrun --nproc_per_node 1 --nnodes 2 " in log
+    for node in (0, 1):  # both agents started, and both ended well
+        assert f"local_nodes: node {node} of 2: agent started" in log
+    assert "local_nodes: all 2 agents ended well" in log
+    metrics = json.loads((project / "metrics" / "grpo.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["steps"] == 6  # one process per agent: the group spans both
+    history = (project / "metrics" / "grpo_history.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in history[1:]] == [str(s) for s in range(6)]  # rank 0 alone wrote it
+    a, b = weights(project, "ddp"), weights(project, "grpo")
+    assert a.keys() == b.keys() and all((a[k] - b[k]).abs().max() < 1e-6 for k in a)

@@ -82,6 +82,9 @@ def test_one_node_without_an_endpoint_meets_on_a_free_local_port_under_the_sets_
         ({"rdzv_id": "a b"}, "rdzv_id 'a b'"),
         ({"stages": ["sft"]}, "launch.stages.0"),
         ({"nproc_per_node": 0}, "launch.nproc_per_node"),
+        ({"nnodes": 2, "local_nodes": True, "rdzv_endpoint": "10.0.0.1:29500"}, "host must be one of"),
+        ({"nnodes": 2, "local_nodes": True, "rdzv_backend": "etcd"}, "local_nodes needs rdzv_backend c10d"),
+        ({"nnodes": 2, "local_nodes": True, "kubernetes": {"enabled": True}}, "excludes kubernetes.enabled"),
     ],
 )
 def test_a_launch_that_cannot_work_is_refused_at_load(launch, message):
@@ -135,13 +138,21 @@ def test_a_rehearsal_keeps_the_launch_capped_at_two_local_processes_and_says_so(
     assert launch_note(load_params("params/default.yaml"), default) is None
 
 
-def test_a_rehearsal_of_several_nodes_runs_them_on_this_one(monkeypatch, tmp_path):
+@pytest.mark.parametrize("nproc_per_node, nnodes", [(1, 2), (8, 4)])
+def test_a_rehearsal_of_several_nodes_runs_two_agents_on_this_one(monkeypatch, tmp_path, nproc_per_node, nnodes):
     monkeypatch.chdir(tmp_path)
-    launch = {"nproc_per_node": 1, "nnodes": 2, "rdzv_endpoint": "10.0.0.1:29500"}
-    Path("set.yaml").write_text(yaml.safe_dump({"launch": launch}))
+    launch = {"nproc_per_node": nproc_per_node, "nnodes": nnodes, "rdzv_endpoint": "10.0.0.1:29500"}
+    Path("set.yaml").write_text(yaml.safe_dump({"launch": launch, "rl": {"prompts_per_step": 64}}))
     smoke = load_params_from(smoke_params("set.yaml", None), "smoke")
-    assert (smoke.launch.nproc_per_node, smoke.launch.nnodes, smoke.launch.rdzv_endpoint) == (2, 1, None)
-    assert "runs as 2 on this machine" in (launch_note(load_params("set.yaml"), smoke) or "")
+    assert (smoke.launch.nproc_per_node, smoke.launch.nnodes, smoke.launch.rdzv_endpoint) == (1, 2, None)
+    assert smoke.launch.local_nodes
+    note = launch_note(load_params("set.yaml"), smoke) or ""
+    assert "runs as 2 on this machine (2 nodes of 1 process(es), their agents all here" in note
+    grpo = _commands(for_params("set.yaml", smoke))["grpo"]
+    assert grpo.startswith(
+        "python -m flows.local_nodes --nnodes 2 -- torchrun --nproc_per_node 1 --nnodes 2 --rdzv_backend c10d "
+        "--rdzv_endpoint localhost:0 "
+    )
 
 
 def test_the_rehearsal_prints_its_launch_in_one_line_and_writes_it_into_the_copy(monkeypatch, tmp_path, capsys):

@@ -1,0 +1,34 @@
+"""Stopping a command and everything it started: DVC's command, torchrun's agents and workers."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+
+import psutil
+
+
+def signal_tree(pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid`` and every process below it (DVC ignores SIGINT while its command runs)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(sig)
+
+
+def stop_tree(proc: subprocess.Popen, grace_s: float, signals=(signal.SIGINT, signal.SIGTERM, signal.SIGKILL)) -> None:
+    """Wait ``grace_s`` for ``proc`` to end after each of ``signals`` in turn, sent to it and every
+    process below it (None: wait without one); SIGINT first, a clean stop, then firmer ones."""
+    for sig in signals:
+        if sig is not None:
+            signal_tree(proc.pid, sig)
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -1,0 +1,13 @@
+"""A free TCP port on this host, for the servers and rendezvous the project starts locally."""
+
+from __future__ import annotations
+
+import socket
+
+
+def free_port() -> int:
+    """A local port nothing listens on now (the OS picks it). Servers and torchrun's rendezvous are
+    given one, not port 0, because every party must know the same number before any binds."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
