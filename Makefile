@@ -93,10 +93,12 @@ lint: setup
 # The suite without slow and gpu tests (pyproject's addopts); each run's log ends with its 15 slowest.
 # TEST_WORKERS pytest-xdist workers (2: this project's 2-core machines; 0 runs in this process). Most
 # of an e2e test's wall time is one Python process at a time (imports, DVC, Prefect, MLflow), so two
-# workers overlap it; tests/conftest.py keeps the tests of one shared fixture on one worker.
+# workers overlap it. --dist loadscope: a module's tests share a worker, so its module fixtures are
+# built once (pytest 9.2 ignores xdist_group marks: xdist 3.8 renames items through a field pytest
+# no longer reads).
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=15
 
 test-all: setup
 	$(PY) -m pytest -m "not gpu"

@@ -12,8 +12,8 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from flows.pipeline import MLFLOW_VIEW
+from grpoflow.ports import free_port
 from tests.e2e.browser import mlflow_ui, screenshot
-from tests.e2e.conftest import free_port
 
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 

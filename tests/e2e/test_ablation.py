@@ -13,7 +13,8 @@ import urllib.request
 import pytest
 
 from grpoflow.evaluation.compare import VERDICT_TEST
-from tests.e2e.conftest import free_port, run
+from grpoflow.ports import free_port
+from tests.e2e.conftest import run
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable

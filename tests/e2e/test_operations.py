@@ -18,8 +18,9 @@ from mlflow.tracking import MlflowClient
 
 from flows.pipeline import EXIT_INTERRUPTED, INTERRUPTED
 from grpoflow.models.checkpoint import latest_step, verify
+from grpoflow.ports import free_port
 from tasks.stages import select
-from tests.e2e.conftest import GIT, free_port, prefect_query, run
+from tests.e2e.conftest import GIT, prefect_query, run
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable

@@ -13,9 +13,10 @@ import pytest
 
 from flows import run_report
 from flows.run_report import StageResult
+from grpoflow.ports import free_port
 from tasks.stages import stage
 from tests.e2e.browser import mlflow_ui, rendered, visible_text
-from tests.e2e.conftest import REPO, free_port
+from tests.e2e.conftest import REPO
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,8 @@ import time
 import pytest
 from safetensors.torch import load_file
 
-from tests.e2e.conftest import SMOKE_OVERRIDES, copy_project, free_port, run, tool_env, write_params
+from grpoflow.ports import free_port
+from tests.e2e.conftest import SMOKE_OVERRIDES, copy_project, run, tool_env, write_params
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable

@@ -86,7 +86,8 @@ def test_grpo_zero2_across_two_gpus_with_vllm_rollouts(tmp_path):
     import subprocess
     import sys
 
-    from tests.e2e.conftest import SMOKE_OVERRIDES, free_port
+    from grpoflow.ports import free_port
+    from tests.e2e.conftest import SMOKE_OVERRIDES
 
     project, rel, env = _project_with_sft(
         tmp_path, "gpu2", {"rl.rollout_engine": "vllm", "rl.engine.zero_stage": 2, "rl.engine.bf16": "auto"}

@@ -202,7 +202,7 @@ def _two_process_worker(rank: int, port: int, results) -> None:
 def test_an_oom_on_one_process_backs_off_every_process():
     import torch.multiprocessing as mp
 
-    from tests.e2e.conftest import free_port
+    from grpoflow.ports import free_port
 
     results = mp.Manager().dict()
     mp.spawn(_two_process_worker, args=(free_port(), results), nprocs=2, join=True)

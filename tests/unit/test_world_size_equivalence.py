@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from grpoflow import metric_names as M
-from tests.e2e.conftest import free_port
+from grpoflow.ports import free_port
 from tests.unit import rl_workspace
 from tests.unit import world_size_equivalence as eq
 
