@@ -6,4 +6,3 @@ from hypothesis import HealthCheck, settings
 # health check on slow data generation, would then fail a property that holds. Examples stay random.
 settings.register_profile("grpoflow", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("grpoflow")
-

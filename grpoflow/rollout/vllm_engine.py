@@ -82,13 +82,13 @@ class VLLMRolloutEngine:
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         # All tensors in one call: one call per tensor gave NaN or wrong log-probs on CPU.
-        """Load ``model``'s weights into the engine (all in one call) and reset its prefix cache."""
-        from grpoflow.models.lora import merged_state_dict
+        """Load ``model``'s weights into the engine (all in one call) and reset its prefix cache.
+        Under ZeRO-3 they are gathered one module at a time into host memory (every rank syncs its
+        own engine at once: the gathers are collectives)."""
+        from grpoflow.models.full_weights import full_state_dict, is_zero3
 
-        state = {
-            k: v.detach().to("cpu" if not torch.cuda.is_available() else v.device)
-            for k, v in merged_state_dict(model).items()
-        }
+        on_host = not torch.cuda.is_available() or is_zero3(model)
+        state = full_state_dict(model, "cpu" if on_host else torch.device("cuda", torch.cuda.current_device()))
         self.llm.collective_rpc(_reload, args=(state,))
         self.llm.reset_prefix_cache()
         self.syncs += 1

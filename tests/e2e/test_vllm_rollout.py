@@ -64,6 +64,28 @@ def test_vllm_samples_from_the_trainers_weights_before_and_after_sync(setup):
     assert engine.syncs == 1
 
 
+def test_a_zero3_policy_reaches_vllm_gathered_module_by_module(setup):
+    import copy
+
+    from grpoflow.config import EngineConfig
+    from grpoflow.models.engine import build_engine, import_deepspeed
+
+    model, tok, engine = setup
+    policy = build_engine(copy.deepcopy(model), EngineConfig(zero_stage=3, micro_batch_size=2), batch_size=2).module
+    params = list(policy.parameters())
+    assert all(p.numel() == 0 for p in params)  # partitioned: a sync of its own tensors would send nothing
+    with torch.no_grad(), import_deepspeed().zero.GatheredParameters(params, modifier_rank=0):
+        for p in params:
+            p.add_(0.05 * torch.randn_like(p))
+    engine.sync_weights(policy)
+    sampling = Sampling(temperature=1.0, max_new_tokens=12)
+    ro = engine.generate(PROMPTS, 3, sampling, seed=2)
+    mask = ro.completion_mask.bool()
+    assert torch.allclose(ro.sampler_logprobs[mask], trainer_logprobs(policy.eval(), ro)[mask], atol=1e-4)
+    assert not torch.allclose(ro.sampler_logprobs[mask], trainer_logprobs(model, ro)[mask], atol=1e-2)
+    engine.sync_weights(model)  # the module's other tests sample from ``model``
+
+
 def test_vllm_and_hf_rollouts_share_one_layout(setup):
     model, tok, engine = setup
     sampling = Sampling(temperature=0.0, max_new_tokens=10)
