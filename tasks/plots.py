@@ -32,6 +32,14 @@ def mean_over_seeds(histories: list[list[dict]]) -> list[dict]:
     return [{"step": step, **{k: sum(v) / len(v) for k, v in by_step[step].items()}} for step in sorted(by_step)]
 
 
+def _save(fig, path: Path) -> Path:
+    """Write ``fig`` to ``path`` and free it (pyplot keeps every open figure)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 LABELS = {
     "reward_mean": "mean reward per completion",
     "kl": "KL to the reference (per token)",
@@ -78,11 +86,7 @@ def plot_curves(histories: dict[str, list[dict]], out: Path, starts: dict[str, f
         ax.set_ylabel(LABELS[key])
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
-    fig.tight_layout()
-    path = out / "curves.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "curves.png")
 
 
 def plot_bars(summaries: dict[str, dict], out: Path) -> Path:
@@ -92,11 +96,7 @@ def plot_bars(summaries: dict[str, dict], out: Path) -> Path:
         ax.bar(list(summaries), [summaries[a][key] or 0 for a in summaries], color=["tab:blue", "tab:orange"])
         ax.set_title(label)
         ax.set_ylabel(label)
-    fig.tight_layout()
-    path = out / "cost.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "cost.png")
 
 
 # A step's whole wall time (rollout to checkpoint, evaluation included); older histories have only
@@ -152,8 +152,4 @@ def plot_accuracy_by_wall_clock(
     ax.set_ylabel(LABELS["val_accuracy"])
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
-    fig.tight_layout()
-    path = out / "wall_clock.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "wall_clock.png")

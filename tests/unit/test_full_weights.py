@@ -18,6 +18,7 @@ from grpoflow.models.lora import add_adapters, merged_state_dict
 from grpoflow.models.modeling import load_pretrained
 from grpoflow.ports import free_port
 from tests.chat_model import build_chat_model
+from tests.distributed import become_rank
 
 ZERO3 = EngineConfig(zero_stage=3, micro_batch_size=2, lr=0.01)
 
@@ -84,15 +85,7 @@ def _one_rank(model_dir: Path, lora: bool) -> dict:
 
 
 def _worker(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
-    torch.set_num_threads(1)  # two ranks on a shared 2-core machine
+    become_rank(rank, world, port)
     out = {lora: _one_rank(Path(model_dir), lora) for lora in (False, True)}
     torch.save(out, Path(out_dir) / f"rank{rank}.pt")
     from grpoflow.models.engine import leave_distributed

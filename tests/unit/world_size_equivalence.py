@@ -10,7 +10,6 @@ DeepSpeed averaged them over the ranks), the step's metrics and the prompts each
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import torch
 
 from grpoflow.config import validate_params
 from grpoflow.rollout import Rollouts, Sampling, completion_mask
+from tests.distributed import become_rank
 
 G = 4
 PROMPTS = 8
@@ -207,15 +207,7 @@ def run_configs(names: list[str], workspace: Path) -> dict[str, Any]:
 def worker(rank: int, world: int, port: int, workspace: str, out_dir: str, names: list[str]) -> None:
     """Rank ``rank`` of a ``world``-process gloo group on 127.0.0.1:``port``: every configuration, one
     step each; its results saved to ``out_dir/rank{rank}.pt``."""
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
-    torch.set_num_threads(1)  # two ranks on a shared 2-core machine
+    become_rank(rank, world, port)
     out = run_configs(names, Path(workspace))
     torch.save(out, Path(out_dir) / f"rank{rank}.pt")
     from grpoflow.models.engine import leave_distributed
