@@ -350,7 +350,13 @@ def test_a_gzip_jsonl_is_streamed_with_its_line_cap(tmp_path):
     assert kinds(got) == [(2, "row_too_long")] and len(got.records) == 2
 
 
-@pytest.mark.parametrize("data", [b"not gzip at all", gzip.compress(b'{"question": "q?"}\n' * 50)[:40]])
+# mtime=0: the bytes, and so the test's id, must not depend on the second it was collected in (the
+# pytest-xdist workers collect apart and must agree on every id).
+@pytest.mark.parametrize(
+    "data",
+    [b"not gzip at all", gzip.compress(b'{"question": "q?"}\n' * 50, mtime=0)[:40]],
+    ids=["not gzip", "truncated gzip"],
+)
 def test_a_corrupt_or_truncated_gzip_file_is_one_clear_error(tmp_path, data):
     f = tmp_path / "d.jsonl.gz"
     f.write_bytes(data)
