@@ -35,10 +35,19 @@ def project(tmp_path: Path) -> Path:
     return new_project(tmp_path / "project")
 
 
+# A launcher's variables: a test that built an engine in this process set them for its own group
+# (grpoflow.models.engine.init_distributed), and every stage started with them would bind that port.
+LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
+
+
 def tool_env(home: Path) -> dict[str, str]:
     """This process's environment for the real tools, with Prefect's home under ``home`` and no
-    tracking server, Prefect API or run of the caller's leaking in."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_"))}
+    tracking server, Prefect API, run or process group of the caller's leaking in."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_", "TORCHELASTIC_")) and k not in LAUNCHER_VARS
+    }
     env.update(
         PREFECT_HOME=str(home / "prefect-home"),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",

@@ -71,7 +71,21 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
         "ppo",
         {**_with(rl={"aggregation": "bnpo", **MICRO_8}), "ppo": {"critic_engine": {"micro_batch_size": 8}}},
     ),
+    # DeepSpeed's ZeRO reduces the gradients itself (partitioned over the ranks): the same step.
+    "grpo_zero2": ("grpo", _with(rl={"engine": {"micro_batch_size": PROMPTS * G, "zero_stage": 2}})),
+    "ppo_zero1_micro": (
+        "ppo",
+        {
+            **_with(rl={"engine": {"micro_batch_size": 8, "zero_stage": 1}}),
+            "ppo": {"critic_engine": {"micro_batch_size": 8, "zero_stage": 1}},
+        },
+    ),
 }
+
+
+def zero_stage(name: str) -> int:
+    """The ZeRO stage of configuration ``name``'s policy engine."""
+    return CONFIGS[name][1]["rl"].get("engine", {}).get("zero_stage", 0)
 
 
 class ReplayRollouts:
