@@ -56,12 +56,23 @@ def init_distributed() -> tuple[int, int]:
     for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
         os.environ.setdefault(key, value)
     if not dist.is_initialized():
+        _forget_destroyed_groups(deepspeed)
         os.environ.setdefault("MASTER_PORT", str(free_port()))
         # NCCL refuses two ranks on one GPU: GRPOFLOW_DIST_BACKEND=gloo runs them (benchmarks/gpu_check.py).
         backend = os.environ.get(DIST_BACKEND_ENV) or ("nccl" if torch.cuda.is_available() else "gloo")
         _announce_first_build()
         deepspeed.init_distributed(dist_backend=backend)
     return dist.get_rank(), dist.get_world_size()
+
+
+def _forget_destroyed_groups(deepspeed) -> None:
+    """Drop DeepSpeed's cached process groups of a group destroyed without telling it: vLLM's
+    shutdown destroys the default group through torch.distributed, and an engine built after it
+    in the same process would otherwise broadcast over the dead group ("Group ... is not
+    registered"). DeepSpeed's own release, the one its destroy_process_group calls."""
+    release = getattr(getattr(deepspeed.utils, "groups", None), "_release_process_group_references", None)
+    if release is not None:
+        release()
 
 
 def leave_distributed() -> None:

@@ -47,3 +47,20 @@ def test_a_reference_refresh_mixes_the_policy_in_by_hand():
     assert ref.weight.tolist() == [[pytest.approx(0.6), pytest.approx(0.6)]]
     refresh_reference(ref, engine, alpha=0.6)  # 0.6 * 1 + 0.4 * 0.6
     assert ref.weight.tolist() == [[pytest.approx(0.84), pytest.approx(0.84)]]
+
+
+def test_an_engine_builds_after_the_group_was_destroyed_behind_deepspeeds_back():
+    # vLLM's shutdown destroys the default group with torch.distributed itself; DeepSpeed kept its
+    # groups of the old one, and the next engine's broadcast failed ("Group ... is not registered").
+    import torch
+    import torch.distributed as dist
+
+    from grpoflow.models.engine import build_engine
+
+    cfg = validate_params({}).rl.engine.model_copy(update={"micro_batch_size": 1})
+    build_engine(torch.nn.Linear(2, 1), cfg, batch_size=1)
+    dist.destroy_process_group()
+    engine = build_engine(torch.nn.Linear(2, 1), cfg, batch_size=1)
+    engine.backward(engine(torch.ones(1, 2)).sum())
+    engine.step()
+    assert dist.is_initialized() and engine.global_steps == 1
