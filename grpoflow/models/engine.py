@@ -70,7 +70,8 @@ def _forget_destroyed_groups(deepspeed) -> None:
     shutdown destroys the default group through torch.distributed, and an engine built after it
     in the same process would otherwise broadcast over the dead group ("Group ... is not
     registered"). DeepSpeed's own release, the one its destroy_process_group calls."""
-    release = getattr(getattr(deepspeed.utils, "groups", None), "_release_process_group_references", None)
+    groups = getattr(getattr(deepspeed, "utils", None), "groups", None)
+    release = getattr(groups, "_release_process_group_references", None)
     if release is not None:
         release()
 
