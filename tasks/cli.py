@@ -6,6 +6,7 @@ import argparse
 import re
 import signal
 import sys
+import threading
 from collections.abc import Callable
 
 from grpoflow.config import ConfigError, Params, load_params
@@ -72,6 +73,36 @@ def stage_parser(stage: str, description: str, declared=None) -> argparse.Argume
     return parser
 
 
+# A Ctrl-C that lands while a finalizer runs (a weakref callback, a __del__) raises its
+# KeyboardInterrupt there, where Python prints it as "Exception ignored" with a traceback and goes on.
+# So the signal is also recorded, and the loops call check_interrupted() at each step.
+_INTERRUPTED = threading.Event()
+
+
+def _on_sigint(signum, frame) -> None:
+    _INTERRUPTED.set()
+    raise KeyboardInterrupt
+
+
+def _unraisable(unraisable) -> None:
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):  # swallowed; check_interrupted() raises it again
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def catch_interrupts() -> None:
+    """Record every Ctrl-C, also one a finalizer swallows, and keep that one off the console."""
+    _INTERRUPTED.clear()
+    signal.signal(signal.SIGINT, _on_sigint)
+    sys.unraisablehook = _unraisable
+
+
+def check_interrupted() -> None:
+    """Raise KeyboardInterrupt if a Ctrl-C arrived, also one swallowed where it landed."""
+    if _INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+
+
 def run_stage_cli(parser: argparse.ArgumentParser, body: Callable[[argparse.Namespace, Params], None]) -> None:
     """Parse, validate params, run ``body``; a configuration error exits 2 and a Ctrl-C 130, each
     with one line (the flow shows the stage's output: a traceback there would bury the reason)."""
@@ -85,6 +116,7 @@ def run_stage_cli(parser: argparse.ArgumentParser, body: Callable[[argparse.Name
     stage = parser.prog.rsplit(".", 1)[-1]
     events.emit(events.START, stage)
     code: int | str | None = 1
+    catch_interrupts()
     try:
         body(args, params)
         code = 0

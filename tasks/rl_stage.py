@@ -22,7 +22,7 @@ from grpoflow import metric_names as M
 from grpoflow.config import Params
 from grpoflow.rl.algorithm import Algorithm
 from tasks import events
-from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, run_stage_cli, stage_parser
+from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, check_interrupted, run_stage_cli, stage_parser
 from tasks.console import StepConsole
 
 if TYPE_CHECKING:
@@ -331,6 +331,7 @@ def _on_step(s: Stage, recorder: StepRecorder | None, console: StepConsole | Non
     name, total = s.name, s.rl_run.params.rl.steps
 
     def on_step(step: int, m: dict) -> None:
+        check_interrupted()  # a Ctrl-C a finalizer swallowed stops the stage here, at a step's end
         if recorder is None or console is None:  # not the first process
             return
         for symptom in m.pop("new_symptoms"):
