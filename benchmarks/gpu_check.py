@@ -24,6 +24,7 @@ import csv
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,8 +34,8 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from flows.process_tree import stop_tree
 from grpoflow.io import write_json
-from grpoflow.ports import free_port
 
 SET = "params/smollm2-135m.yaml"
 STEPS = 4
@@ -153,22 +154,19 @@ def _text(data: str | bytes | None) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
 
 
-def _timed(name: str, cmds: list[list[str]], cwd: Path | None = None, env: dict | None = None) -> tuple[dict, str]:
-    """Run ``cmds`` at once (one for most parts; the two agents of :data:`TWO_RANKS`) within part
-    ``name``'s timeout, measuring the device's peak memory: the part's outcome, and the output."""
+def _timed(name: str, cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> tuple[dict, str]:
+    """Run ``cmd`` within part ``name``'s timeout, measuring the device's peak memory: the part's
+    outcome, and the output."""
     start = time.perf_counter()
     with PeakMemory() as memory:
-        procs = [subprocess.Popen(c, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for c in cmds]
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
-            outputs = [_text(proc.communicate(timeout=TIMEOUTS[name])[0]) for proc in procs]
-            codes = [proc.returncode for proc in procs]
-            error = "" if codes == [0] * len(codes) else f"exit {codes}"
+            output = _text(proc.communicate(timeout=TIMEOUTS[name])[0])
+            error = "" if proc.returncode == 0 else f"exit {proc.returncode}"
         except subprocess.TimeoutExpired:
-            for proc in procs:
-                proc.kill()
-            outputs = [_text(proc.communicate()[0]) for proc in procs]
+            stop_tree(proc, 10, (signal.SIGKILL,))  # with what it started: the two-rank part's agents, workers
+            output = _text(proc.communicate()[0])
             error = f"over its {TIMEOUTS[name]} s"
-    output = "\n".join(outputs)
     print(output[-4000:], flush=True)
     part = {"ok": not error, "seconds": round(time.perf_counter() - start, 1), "peak_gpu_memory_mib": memory.peak}
     return part | ({"error": error} if error else {}), output
@@ -211,7 +209,7 @@ def _with_history(part: dict, history: Path) -> dict:
 def run_gpu_tests() -> dict:
     """Part 1: ``pytest -m gpu tests/gpu``."""
     cmd = [sys.executable, "-m", "pytest", "tests/gpu", "-m", "gpu", "-q", "-p", "no:cacheprovider"]
-    part, output = _timed("gpu_tests", [cmd])
+    part, output = _timed("gpu_tests", cmd)
     counts = pytest_counts(output)
     return part | {"counts": counts, "ok": part["ok"] and counts.get("passed", 0) > 0}
 
@@ -219,23 +217,26 @@ def run_gpu_tests() -> dict:
 def run_grpo(scratch: Path) -> dict:
     """Part 2: the rehearsal of the set with :func:`check_sizes`, its workspace kept under ``scratch``."""
     cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--rehearse-into", str(scratch)]
-    part, _ = _timed("grpo", [cmd])
+    part, _ = _timed("grpo", cmd)
     return _with_history(part, scratch / "project" / "metrics" / "grpo_history.csv")
 
 
 def run_two_ranks(project: Path) -> dict:
     """Part 3: the grpo stage as two torchrun agents of one process each (both ``LOCAL_RANK`` 0, so
-    both on the one GPU) meeting on 127.0.0.1, over gloo, in the rehearsal's workspace."""
+    both on the one GPU) meeting on 127.0.0.1, over gloo, in the rehearsal's workspace: started as
+    ``launch.local_nodes`` starts them (flows/local_nodes.py)."""
     from grpoflow.models.engine import DIST_BACKEND_ENV
 
     if not (project / "models" / "sft").is_dir():
         return {"ok": False, "seconds": 0, "error": "no workspace: the GRPO part did not get as far as sft"}
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
     launch = ["--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d"]
-    launch += ["--rdzv_endpoint", f"127.0.0.1:{free_port()}", "--rdzv_id", "gpu-check", "--max_restarts", "0"]
+    launch += ["--rdzv_endpoint", "127.0.0.1:0", "--rdzv_id", "gpu-check", "--max_restarts", "0"]
     outputs = [word for flag, path in TWO_RANK_OUTPUTS.items() for word in (flag, path)]
-    cmd = [sys.executable, "-m", "torch.distributed.run", *launch, "-m", "tasks.grpo", "--params", SET, *outputs]
+    agents = [sys.executable, "-m", "flows.local_nodes", "--nnodes", "2", "--", torchrun, *launch]
+    cmd = [*agents, "-m", "tasks.grpo", "--params", SET, *outputs]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_"))}
-    part, _ = _timed(TWO_RANKS, [cmd, cmd], cwd=project, env=env | {DIST_BACKEND_ENV: "gloo"})
+    part, _ = _timed(TWO_RANKS, cmd, cwd=project, env=env | {DIST_BACKEND_ENV: "gloo"})
     return _with_history(part, project / TWO_RANK_OUTPUTS["--history"])
 
 

@@ -20,6 +20,7 @@ from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
 from flows.k8s_manifests import CONTAINER, INDEX_ANNOTATION, JOB_LABEL
+from flows.node_lines import node_prefix
 
 # A container waiting for one of these never starts by itself.
 CANNOT_START = {
@@ -110,8 +111,8 @@ class LogStreams:
             if name in self.threads or not started:
                 continue
             index = node_index(pod)
-            prefix = "" if index == "0" else f"[node {index}] "
-            thread = threading.Thread(target=self._stream, args=(name, prefix), name=f"log-{name}", daemon=True)
+            args = (name, node_prefix(index))
+            thread = threading.Thread(target=self._stream, args=args, name=f"log-{name}", daemon=True)
             self.threads[name] = thread
             thread.start()
 

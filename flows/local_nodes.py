@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from flows.node_lines import node_prefix
 from flows.process_tree import stop_tree
 from grpoflow.ports import free_port
 
@@ -55,8 +56,9 @@ def agent_command(words: Sequence[str], node: int) -> list[str]:
 
 
 def _relay(proc: subprocess.Popen, node: int) -> None:
+    prefix = node_prefix(node)
     for line in proc.stdout:  # type: ignore[union-attr]
-        sys.stdout.write(f"[node {node}] {line}")
+        sys.stdout.write(prefix + line)
         sys.stdout.flush()
 
 

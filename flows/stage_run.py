@@ -31,6 +31,7 @@ from prefect.runtime import task_run
 from prefect.states import Completed, Failed, State
 
 from flows import workspace
+from flows.node_lines import OTHER_NODE
 from flows.process_tree import stop_tree
 from flows.run_report import STAGE_LOGS, StageResult
 from grpoflow.guard import redact_text
@@ -118,14 +119,13 @@ class EngineNoise:
         re.compile(r"^(\[rank\d+\]:)?\[[IW]\d{4} \d\d:\d\d:\d\d\.\d+ \S+:\d+\] "),  # torch's C++ (c10) lines
     )
     LIBRARY_WARNING = re.compile(r"^/\S+/(site|dist)-packages/\S+:\d+: \w*Warning")
-    OTHER_NODE = re.compile(r"^\[node \d+\] ")
 
     def __init__(self) -> None:
         self.after_warning = False
 
     def hides(self, line: str) -> bool:
         """Whether ``line`` (non-empty) is engine chatter, also another node's (flows/local_nodes.py)."""
-        line = self.OTHER_NODE.sub("", line, count=1)
+        line = OTHER_NODE.sub("", line, count=1)
         if self.after_warning and line.startswith("  "):  # the source line under a library warning
             return True
         self.after_warning = bool(self.LIBRARY_WARNING.match(line))

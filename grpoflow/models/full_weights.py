@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from grpoflow.models.lora import has_adapters, merged_state_dict
+from grpoflow.models.lora import has_adapters, merged_lora_weight, merged_state_dict
 
 
 def is_zero3(model: torch.nn.Module) -> bool:
@@ -30,10 +30,7 @@ def _module_weights(name: str, module: torch.nn.Module, lora_layer: Any) -> Iter
     merged ``W + scale * B @ A`` (and bias) under the base layer's names, any other its own."""
     prefix = f"{name}." if name else ""
     if isinstance(module, lora_layer):
-        weight = module.base_layer.weight
-        for adapter in module.active_adapters:
-            weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
-        yield f"{prefix}weight", weight
+        yield f"{prefix}weight", merged_lora_weight(module)
         if module.base_layer.bias is not None:
             yield f"{prefix}bias", module.base_layer.bias
         return

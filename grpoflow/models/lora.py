@@ -74,11 +74,18 @@ def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:
     inner = model.base_model.model
     merged = {k.replace(".base_layer", ""): v for k, v in inner.state_dict().items() if "lora_" not in k}
     for name, module in inner.named_modules():
-        if isinstance(module, LoraLinear):
-            for adapter in module.active_adapters:
-                key = f"{name}.weight"
-                merged[key] = merged[key] + module.get_delta_weight(adapter).to(merged[key].dtype)
+        if isinstance(module, LoraLinear) and module.active_adapters:
+            merged[f"{name}.weight"] = merged_lora_weight(module)
     return merged
+
+
+@torch.no_grad()
+def merged_lora_weight(layer: Any) -> torch.Tensor:
+    """One LoRA layer's ``W + scale * B @ A`` over its active adapters, in the base weight's dtype."""
+    weight = layer.base_layer.weight.detach()
+    for adapter in layer.active_adapters:
+        weight = weight + layer.get_delta_weight(adapter).to(weight.dtype)
+    return weight
 
 
 def merged_model(model: Any) -> torch.nn.Module:

@@ -362,19 +362,26 @@ def test_two_gloo_processes_resume_the_step_rank_0_chose(tmp_path):
 # ---------------------------------------------------------------- DeepSpeed's own files, with a real engine
 
 
-def real_engine(zero_stage: int, weight: float):
-    """A one-layer DeepSpeed engine on CPU after one optimizer step (ZeRO >= 1 writes optimizer files)."""
+def real_engine(zero_stage: int, weight: float, features: tuple[int, int] = (2, 1)):
+    """A one-layer DeepSpeed engine on CPU after one optimizer step (ZeRO >= 1 writes optimizer files).
+    ``features``: the layer's (in, out); ZeRO-3 partitions only parameters of 100,000 elements or
+    more (DeepSpeed keeps smaller ones whole on every rank)."""
     from grpoflow.config import validate_params
     from grpoflow.models.engine import build_engine
 
-    model = torch.nn.Linear(2, 1, bias=False)
+    model = torch.nn.Linear(*features, bias=False)
     with torch.no_grad():
         model.weight.fill_(weight)
     cfg = validate_params({}).rl.engine.model_copy(update={"micro_batch_size": 1, "zero_stage": zero_stage})
     engine = build_engine(model, cfg, batch_size=1)
-    engine.backward(engine(torch.ones(1, 2)).sum())
-    engine.step()
+    step(engine)
     return engine
+
+
+def step(engine) -> None:
+    """One optimizer step on a batch of ones."""
+    engine.backward(engine(torch.ones(1, engine.module.in_features)).sum())
+    engine.step()
 
 
 def rewrite_manifest(directory: Path, step: int, rel: str) -> None:
@@ -420,32 +427,15 @@ def test_a_planted_model_states_pickle_with_a_valid_manifest_is_refused_and_neve
     assert not marker.exists()
 
 
-def zero3_engine(weight: float):
-    """:func:`real_engine` under ZeRO-3, its layer big enough to be partitioned (DeepSpeed keeps
-    parameters under 100,000 elements whole on every rank)."""
-    from grpoflow.config import validate_params
-    from grpoflow.models.engine import build_engine
-
-    model = torch.nn.Linear(512, 256, bias=False)
-    with torch.no_grad():
-        model.weight.fill_(weight)
-    cfg = validate_params({}).rl.engine.model_copy(update={"micro_batch_size": 1, "zero_stage": 3})
-    engine = build_engine(model, cfg, batch_size=1)
-    step(engine)
-    return engine
-
-
-def step(engine) -> None:
-    engine.backward(engine(torch.ones(1, 512)).pow(2).sum())
-    engine.step()
+ZERO3_LAYER = (512, 256)  # 131,072 elements: partitioned
 
 
 def test_a_zero3_checkpoint_resumes_bit_identically_weights_and_optimizer(tmp_path):
     from grpoflow.models.full_weights import full_state_dict
 
-    saved = zero3_engine(0.5)
+    saved = real_engine(3, 0.5, ZERO3_LAYER)
     checkpoint.save(saved, tmp_path, LoopState(step=1, beta=0.1), F)
-    fresh = zero3_engine(-3.0)
+    fresh = real_engine(3, -3.0, ZERO3_LAYER)
     assert fresh.module.weight.numel() == 0  # partitioned: only the gathered weights say anything
     resumed, skipped = checkpoint.load(fresh, tmp_path, F)
     assert resumed is not None and resumed.state.step == 1 and skipped == []

@@ -49,10 +49,10 @@ class GatherLog:
         return self.real(params, *args, **kwargs)
 
 
-def _one_rank(model_dir: Path, lora: bool) -> dict:
+def _one_rank(model_dir: Path) -> dict:
     from grpoflow.models.engine import build_engine, import_deepspeed
 
-    model = _policy(model_dir, lora)
+    model = _policy(model_dir, lora=True)
     want = {k: v.clone() for k, v in merged_state_dict(model).items()}
     from peft.tuners.lora import Linear as LoraLinear
 
@@ -87,7 +87,7 @@ def _one_rank(model_dir: Path, lora: bool) -> dict:
 
 def _worker(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
     become_rank(rank, world, port)
-    out = {True: _one_rank(Path(model_dir), lora=True)}
+    out = _one_rank(Path(model_dir))
     torch.save(out, Path(out_dir) / f"rank{rank}.pt")
     from grpoflow.models.engine import leave_distributed
 
@@ -109,16 +109,14 @@ def _equal(a: dict, b: dict) -> bool:
 def test_zero3_shards_gathered_module_by_module_are_the_full_weights(ranks):
     # A LoRA policy has both kinds of unit: LoRA layers (base and adapters gathered together, merged)
     # and plain modules (the embedding, the norms, the linear layers LoRA does not target).
-    lora = True
-    for rank in ranks:
-        got = rank[lora]
+    for got in ranks:
         assert got["zero3"]
         assert _equal(got["before"], got["want"])  # at the start: the model as loaded, LoRA merged
         assert _equal(got["after"], got["export"])  # after a step: what the export's whole gather gives
         assert not _equal(got["after"], got["before"])  # and the step moved them
         # One module at a time: no gather made more than the largest module whole, and far less than the model.
         assert got["largest_gather"] <= got["largest_module"] < got["total"]
-    assert _equal(ranks[0][lora]["after"], ranks[1][lora]["after"])  # every rank syncs the same weights
+    assert _equal(ranks[0]["after"], ranks[1]["after"])  # every rank syncs the same weights
 
 
 def test_without_zero3_the_weights_are_the_models_own(tmp_path):
