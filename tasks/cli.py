@@ -75,7 +75,8 @@ def stage_parser(stage: str, description: str, declared=None) -> argparse.Argume
 
 # A Ctrl-C that lands while a finalizer runs (a weakref callback, a __del__) raises its
 # KeyboardInterrupt there, where Python prints it as "Exception ignored" with a traceback and goes on.
-# So the signal is also recorded, and the loops call check_interrupted() at each step.
+# So the signal is also recorded, and every stage's training loop (sft, reward_model, grpo and ppo)
+# calls check_interrupted() at each step.
 _INTERRUPTED = threading.Event()
 
 

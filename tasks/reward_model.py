@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from grpoflow.config import Params
-from tasks.cli import EXIT_BAD_INPUT, run_stage_cli, stage_parser
+from tasks.cli import EXIT_BAD_INPUT, check_interrupted, run_stage_cli, stage_parser
 
 
 def file_pairs(data: Path) -> list:
@@ -100,6 +100,7 @@ def train(params: Params, pairs: list, policy_dir: Path, history: list[dict]):
     steps_log = tracking.StepLogger()
 
     def on_step(step: int, m: dict) -> None:
+        check_interrupted()  # a Ctrl-C a finalizer swallowed stops the stage here, as in the RL loop
         total = m.pop("steps")
         history.append({"step": step, **m})
         steps_log.log(step, {M.LOSS: m["loss"], "learning/pair_accuracy": m["accuracy"], M.LR: m["lr"]})

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grpoflow.config import Params
-from tasks.cli import run_stage_cli, stage_parser
+from tasks.cli import check_interrupted, run_stage_cli, stage_parser
 
 
 def initial_model(params: Params, train: list[dict], base_dir: Path):
@@ -47,6 +47,7 @@ def fine_tune(params: Params, model, tokenizer, prompter, train: list[dict]) -> 
     steps_log = tracking.StepLogger()
 
     def on_step(step: int, m: dict) -> None:
+        check_interrupted()  # a Ctrl-C a finalizer swallowed stops the stage here, as in the RL loop
         total = m.pop("steps")
         history.append({"step": step, **m})
         if step % 10 == 0 or step + 1 == total:
