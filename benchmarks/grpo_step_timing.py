@@ -1,10 +1,13 @@
 """Seconds per GRPO step and peak RSS for one implementation, printed as JSON (run by bench_trl in
 a subprocess per implementation, so neither inherits the other's threads or memory).
 
-    python -m benchmarks.grpo_step_timing --impl ours|trl --model tiny|smollm [--lora] --steps 4 --warmup 1
+    python -m benchmarks.grpo_step_timing --impl ours|trl --model tiny|smollm [--lora] [--vllm] --steps 4 --warmup 1
 
 Both sides get the same prompts (rendered with the same chat template for the real model), G,
-completion length, beta, learning rate, gradient checkpointing and LoRA settings, HF rollouts.
+completion length, beta, learning rate, gradient checkpointing and LoRA settings, HF rollouts
+(``--vllm``: ours with vLLM rollouts, as users run the SmolLM2 set). Each side also reports the
+completion tokens it generated per timed step, since a side that stops its samples earlier does
+less work per step.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from benchmarks.timing import RESULT
 from grpoflow.config import SyntheticConfig, set_dotted, validate_params
 from grpoflow.data.synthetic import generate
 from grpoflow.io import write_jsonl
+from grpoflow.metric_names import COMPLETION_LENGTH_MEAN
 from grpoflow.models.modeling import count_parameters, load_pretrained
 from grpoflow.models.prompting import prompter_for
 from verifiers.math import score
@@ -61,7 +65,7 @@ def _parameters(path: Path) -> int:
         return count_parameters(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path)))
 
 
-def _params(name: str, sections: dict, lora: bool, steps: int, overrides: dict | None = None):
+def _params(name: str, sections: dict, lora: bool, steps: int, overrides: dict | None = None, vllm: bool = False):
     prompts, g, length = SETUPS[name]
     model = {**sections["model"], **({"lora": LORA} if lora else {})}
     raw = {
@@ -76,6 +80,7 @@ def _params(name: str, sections: dict, lora: bool, steps: int, overrides: dict |
             "checkpoint_every": 10**6,
             "preflight": {"prompts": 0},
             "sampling": {"max_completion_length": length},
+            "rollout_engine": "vllm" if vllm else "hf",
             "engine": {"lr": LR, "micro_batch_size": prompts * g},
         },
     }
@@ -84,7 +89,10 @@ def _params(name: str, sections: dict, lora: bool, steps: int, overrides: dict |
     return validate_params(raw)
 
 
-def _ours(path: Path, rows: list[dict], params) -> list[float]:
+Timings = list[tuple[float, float]]  # (seconds, completion tokens generated) per step
+
+
+def _ours(path: Path, rows: list[dict], params) -> Timings:
     from grpoflow.rl.grpo import ALGORITHM
     from grpoflow.rl.run import build_rl_run
 
@@ -92,8 +100,9 @@ def _ours(path: Path, rows: list[dict], params) -> list[float]:
     write_jsonl(data / "train.jsonl", rows)
     write_jsonl(data / "val.jsonl", rows[:8])
     run = build_rl_run(params, ALGORITHM, data_dir=data, reference_dir=path)
-    times: list[float] = []
-    run.trainer.train(on_step=lambda s, m: times.append(m["step_seconds"]))
+    batch = params.rl.prompts_per_step * params.rl.num_generations
+    times: Timings = []
+    run.trainer.train(on_step=lambda s, m: times.append((m["step_seconds"], m[COMPLETION_LENGTH_MEAN] * batch)))
     return times
 
 
@@ -112,20 +121,26 @@ def _trl_lora(lo):
     )
 
 
-def _trl(path: Path, rows: list[dict], params) -> list[float]:
+def _trl(path: Path, rows: list[dict], params) -> Timings:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    batch = params.rl.prompts_per_step * params.rl.num_generations
+
     class Timer(TrainerCallback):
         def __init__(self):
-            self.times, self.start = [], 0.0
+            self.seconds, self.tokens, self.start = [], [], 0.0
 
         def on_step_begin(self, args, state, control, **kw):
             self.start = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
-            self.times.append(time.perf_counter() - self.start)
+            self.seconds.append(time.perf_counter() - self.start)
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "completions/mean_length" in logs:
+                self.tokens.append(logs["completions/mean_length"] * batch)
 
     model, tok = load_pretrained(path)
     prompter = prompter_for(model, tok, params.prompt)
@@ -148,7 +163,7 @@ def _trl(path: Path, rows: list[dict], params) -> list[float]:
         max_steps=rl.steps,
         use_cpu=True,
         report_to=[],
-        logging_steps=10**6,
+        logging_steps=1,  # each step's completion length, for the tokens it generated
         save_strategy="no",
         learning_rate=LR,
         temperature=1.0,
@@ -167,7 +182,7 @@ def _trl(path: Path, rows: list[dict], params) -> list[float]:
         peft_config=peft_config,
     )
     trainer.train()
-    return timer.times
+    return list(zip(timer.seconds, timer.tokens, strict=True))
 
 
 def main() -> None:
@@ -176,6 +191,7 @@ def main() -> None:
     parser.add_argument("--impl", choices=["ours", "trl"], required=True)
     parser.add_argument("--model", choices=list(SETUPS), default="tiny")
     parser.add_argument("--lora", action="store_true")
+    parser.add_argument("--vllm", action="store_true", help="ours with vLLM rollouts (TRL keeps HF generate)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--overrides", default="{}", help="JSON {dotted key: value} for our run (an option's cost)")
@@ -183,8 +199,12 @@ def main() -> None:
     torch.manual_seed(0)
     rows = _rows()
     path, sections = _model(args.model, rows)
-    params = _params(args.model, sections, args.lora, args.steps + args.warmup, json.loads(args.overrides))
-    times = (_ours if args.impl == "ours" else _trl)(path, rows, params)[args.warmup :]
+    if args.vllm and args.impl != "ours":
+        parser.error("--vllm is for --impl ours (TRL's vLLM needs CUDA)")
+    steps = args.steps + args.warmup
+    params = _params(args.model, sections, args.lora, steps, json.loads(args.overrides), args.vllm)
+    timed = (_ours if args.impl == "ours" else _trl)(path, rows, params)[args.warmup :]
+    times, tokens = [t for t, _ in timed], [n for _, n in timed]
     print(
         RESULT
         + json.dumps(
@@ -192,9 +212,11 @@ def main() -> None:
                 "impl": args.impl,
                 "model": args.model,
                 "lora": args.lora,
+                "rollout": "vllm" if args.vllm else "hf",
                 "parameters": _parameters(path),
                 "steps": len(times),
                 "seconds_per_step": sum(times) / len(times),
+                "completion_tokens_per_step": sum(tokens) / len(tokens),
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             }
         )

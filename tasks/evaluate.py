@@ -61,6 +61,19 @@ def model_note(result: dict, cfg) -> str:
     return f"test {metric} {percent(test[metric], test.get(stderr_of(metric)))} ({test.get('examples')} prompts, {how})"
 
 
+def example_outputs(greedy: list[dict], sampled: list[dict]) -> list[dict]:
+    """Each example's greedy and sampled outputs in one row. A field both have must hold the same
+    value (the id, the reference): a sampled field spelled like a different greedy one would
+    overwrite it (the greedy ``correct`` flag was once replaced by the count of correct samples)."""
+    rows = []
+    for g, s in zip(greedy, sampled, strict=True):
+        clash = sorted(k for k in g.keys() & s.keys() if (type(g[k]), g[k]) != (type(s[k]), s[k]))
+        if clash:
+            raise ValueError(f"example {g['id']}: its greedy and sampled outputs differ on {clash}")
+        rows.append({**g, **s})
+    return rows
+
+
 def eval_sets(data: Path, limit: int, seed: int) -> dict[str, list[dict]]:
     sets = {"test": read_jsonl(data / "test.jsonl")}
     for path in sorted((data / "benchmarks").glob("*.jsonl")):
@@ -116,9 +129,7 @@ def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: li
         # a vote needs two samples or more (maj@1 is pass@1 again); a code set has no answers to vote on
         if cfg.k > 1 and sampled.maj_at_k is not None:
             result[set_name][f"maj@{cfg.k}"] = sampled.maj_at_k
-        outputs = sampled.outputs
-        if greedy:
-            outputs = [{**g, **{k: v for k, v in s.items() if k != "id"}} for g, s in zip(greedy.outputs, outputs)]
+        outputs = example_outputs(greedy.outputs, sampled.outputs) if greedy else sampled.outputs
         write_jsonl(out / f"{name}_{set_name}.jsonl", outputs)
     return result
 

@@ -224,7 +224,7 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm, *, arm: 
         steps_log = tracking.StepLogger()
         _train(s, val_start, steps_log)
         s.rl_run.export(s.out)
-        leave_distributed()
+        leave_distributed(release=s.rl_run.close_rollouts)
         if s.lead:
             _report(s, val_start, start, steps_log, arm.scores if arm else None)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class ConfigError(ValueError):
@@ -24,6 +24,24 @@ class _Section(BaseModel):
     """A section of params: unknown keys are errors, values are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _complete(cls, raw: Any) -> Any:
+        """A nested section given in part keeps what its field's default sets for the keys it leaves
+        out: ``rl.engine: {zero_stage: 2}`` keeps rl.engine.lr = 2e-4, where the class alone would
+        give EngineConfig's 1e-3 and silently multiply the step size by five."""
+        if not isinstance(raw, dict):
+            return raw
+        out = dict(raw)
+        for name, given in raw.items():
+            field = cls.model_fields.get(name)
+            if field is None or field.default_factory is None or not isinstance(given, dict):
+                continue
+            default = field.get_default(call_default_factory=True)
+            if isinstance(default, _Section) and default.model_fields_set:
+                out[name] = {**default.model_dump(include=default.model_fields_set), **given}
+        return out
 
 
 def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:

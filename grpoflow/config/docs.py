@@ -131,16 +131,22 @@ def _shown(value: Any) -> str:
     return repr(plain(value))
 
 
-def schema_rows(model: type[BaseModel] = Params, prefix: str = "", dotted: bool = True) -> list[SchemaRow]:
-    """Every row of the configuration reference, nested sections expanded."""
+def schema_rows(
+    model: type[BaseModel] = Params, prefix: str = "", dotted: bool = True, defaults: BaseModel | None = None
+) -> list[SchemaRow]:
+    """Every row of the configuration reference, nested sections expanded. ``defaults`` is the
+    section's default value where its field sets one (``rl.engine``'s lr is 2e-4, not
+    EngineConfig's own 1e-3): a key left out of a set takes that."""
     rows: list[SchemaRow] = []
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
         ann = field.annotation
+        own = None if field.is_required() else field.get_default(call_default_factory=True)
+        value = getattr(defaults, name) if defaults is not None else own
         if isinstance(ann, type) and issubclass(ann, BaseModel):
-            rows.extend(schema_rows(ann, f"{key}.", dotted))
+            rows.extend(schema_rows(ann, f"{key}.", dotted, value))
             continue
-        default = "required" if field.is_required() else _shown(field.get_default(call_default_factory=True))
+        default = "required" if field.is_required() and defaults is None else _shown(value)
         example = _shown(field.examples[0]) if field.examples else ""
         row = SchemaRow(
             key,

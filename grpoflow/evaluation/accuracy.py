@@ -125,7 +125,7 @@ def sampled_metrics(
                 "id": r["id"],
                 "reference": r["reference_answer"],
                 "samples": ro.texts[i * n : (i + 1) * n],
-                "correct": correct,
+                "samples_correct": correct,
                 f"pass@{k}": p,
                 "majority": voted[i],
                 "majority_correct": vote_scores[i] >= 0.5 if i in vote_scores else None,

@@ -9,6 +9,7 @@ DeepSpeed's fused CPU Adam costs a long compile and buys nothing at this size.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -76,14 +77,20 @@ def _forget_destroyed_groups(deepspeed) -> None:
         release()
 
 
-def leave_distributed() -> None:
+def leave_distributed(release: Callable[[], None] | None = None) -> None:
     """Every process leaves the group together, once the last collective work is done: a rank that
     exits while another still exports, with its group's threads alive, can abort at interpreter
-    shutdown ("terminate called without an active exception")."""
+    shutdown ("terminate called without an active exception"). ``release`` runs after the barrier
+    and before the group goes: what tears down groups of its own (vLLM's engine) must do it while
+    they exist, and no rank may do it while another still needs them."""
     import torch.distributed as dist
 
-    if dist.is_initialized() and dist.get_world_size() > 1:  # one process: nothing to wait for
+    together = dist.is_initialized() and dist.get_world_size() > 1  # one process: nothing to wait for
+    if together:
         dist.barrier()
+    if release is not None:
+        release()
+    if together and dist.is_initialized():  # vLLM's shutdown may have destroyed it already
         dist.destroy_process_group()
 
 

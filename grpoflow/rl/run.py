@@ -163,6 +163,10 @@ class RLRun:
         """The trained policy as a plain Hugging Face checkpoint."""
         checkpoint.export_model(self.engine, self.tokenizer, out)
 
+    def close_rollouts(self) -> None:
+        """Release the rollout engine (vLLM's engine core and process groups) once training is over."""
+        self.trainer.rollout.close()
+
 
 def _policy_engine(params: Params, reference_dir: Path) -> tuple[Any, Any, Any]:
     """``(policy, tokenizer, its DeepSpeed engine)``: the reference model as the starting policy,

@@ -94,6 +94,11 @@ class RolloutEngine(Protocol):
         """Make the next rollouts come from ``model``'s current weights."""
         ...
 
+    def close(self) -> None:
+        """Release what the engine holds (vLLM: its engine core and the process groups it made);
+        a second call does nothing."""
+        ...
+
 
 def completion_mask(completion_ids: torch.Tensor, stop_ids: int | list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mask, truncated)``: 1 on tokens up to and including the first stop token (EOS or end of

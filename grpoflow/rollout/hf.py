@@ -46,6 +46,9 @@ class HFRolloutEngine:
         """Generate from ``model`` from now on: the trained module's own tensors, nothing to copy."""
         self.model = model  # same tensors: nothing to copy
 
+    def close(self) -> None:
+        """Nothing to release: the engine samples the trained module itself."""
+
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling: Sampling, seed: int) -> Rollouts:
         """``n`` samples per prompt, in batches of at most ``batch_size`` samples, seeded."""

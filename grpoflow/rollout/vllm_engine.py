@@ -93,6 +93,12 @@ class VLLMRolloutEngine:
         self.llm.reset_prefix_cache()
         self.syncs += 1
 
+    def close(self) -> None:
+        """Shut the in-process engine core down now. It tears down vLLM's process groups and then
+        torch's default group; left to the interpreter's exit, it would run after the trainer had
+        destroyed those groups and fail on each rank ("Invalid process group specified")."""
+        self.llm.llm_engine.engine_core.shutdown()  # idempotent: a second call finds no finalizer
+
     def generate(self, prompts: list[str], n: int, sampling: Sampling, seed: int) -> Rollouts:
         """``n`` samples per prompt from vLLM, as left/right-padded tensors like the HF engine's."""
         from vllm import SamplingParams

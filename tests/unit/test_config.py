@@ -266,3 +266,17 @@ def test_verifier_and_estimator_names_fail_at_load_with_a_hint():
         validate_params({"rewards": [{"name": "math", "options": {"fallback_lastnumber": False}}]})
     with pytest.raises(ConfigError, match="unknown advantage estimator 'rlo' \\(did you mean 'rloo'\\?\\)"):
         validate_params({"grpo": {"advantage_estimator": "rlo"}})
+
+
+def test_a_section_given_in_part_keeps_its_fields_default_for_the_rest(tmp_path):
+    # rl.engine's default sets lr=2e-4 and micro_batch_size=64 over EngineConfig's own 1e-3 and 16:
+    # a set (or an override) that names only zero_stage must not fall back to the class's values.
+    raw = {"rl": {"engine": {"zero_stage": 2}}, "sft": {"engine": {"lr": 1e-3}}}
+    p = validate_params(raw)
+    assert (p.rl.engine.zero_stage, p.rl.engine.lr, p.rl.engine.micro_batch_size) == (2, 2e-4, 64)
+    assert (p.sft.engine.lr, p.sft.engine.warmup_steps, p.sft.engine.micro_batch_size) == (1e-3, 20, 32)
+    assert p.ppo.critic_engine.micro_batch_size == 64 and p.reward_model.engine.lr == 1e-4
+    path = tmp_path / "p.yaml"
+    path.write_text("rl:\n  steps: 3\n")
+    assert load_params(path, {"rl.engine.zero_stage": 1}).rl.engine.lr == 2e-4
+    assert validate_params({"rl": {"engine": {"lr": 5e-5}}}).rl.engine.lr == 5e-5

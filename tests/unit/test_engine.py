@@ -64,3 +64,42 @@ def test_an_engine_builds_after_the_group_was_destroyed_behind_deepspeeds_back()
     engine.backward(engine(torch.ones(1, 2)).sum())
     engine.step()
     assert dist.is_initialized() and engine.global_steps == 1
+
+
+def _leave_with_a_release_that_destroys_the_group(rank: int, port: int, seen) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from grpoflow.models.engine import leave_distributed
+    from tests.distributed import become_rank
+
+    become_rank(rank, 2, port)
+    dist.init_process_group("gloo")
+
+    def release() -> None:  # as vLLM's engine-core shutdown does: a collective, then the group goes
+        total = torch.ones(1)
+        dist.all_reduce(total)
+        seen.put((rank, float(total)))
+        dist.destroy_process_group()
+
+    leave_distributed(release=release)
+    seen.put((rank, dist.is_initialized()))
+
+
+def test_leaving_runs_the_release_on_every_rank_while_the_group_lives_and_tolerates_it_destroying_the_group():
+    # vLLM on each rank tears down its groups and torch's default one at shutdown: it must run after
+    # the last barrier and before the trainer destroys the group (else "Invalid process group").
+    import torch.multiprocessing as mp
+
+    from grpoflow.ports import free_port
+
+    ctx = mp.get_context("spawn")
+    seen = ctx.Queue()
+    mp.start_processes(
+        _leave_with_a_release_that_destroys_the_group,
+        args=(free_port(), seen),
+        nprocs=2,
+        start_method="spawn",
+    )
+    got = [seen.get(timeout=60) for _ in range(4)]
+    assert sorted(got, key=repr) == sorted([(0, 2.0), (1, 2.0), (0, False), (1, False)], key=repr)

@@ -45,3 +45,17 @@ def test_standard_error_is_shift_invariant_and_shrinks_with_copies(values, shift
     # the same per-prompt scores seen four times over: the spread is the same, the error smaller
     assert standard_error(values * 4) <= se + 1e-12
     assert 0.0 <= se <= 0.5 / (len(values) - 1) ** 0.5 + 1e-9  # scores in [0, 1]: std <= 0.5 * sqrt(n / (n - 1))
+
+
+def test_an_examples_greedy_flag_and_its_sampled_count_both_survive_the_merge():
+    from tasks.evaluate import example_outputs
+
+    greedy = [{"id": "a", "completion": "#### 3", "reference": "3", "correct": True}]
+    sampled = [{"id": "a", "reference": "3", "samples": ["#### 3", "#### 4"], "samples_correct": 1, "pass@2": 1.0}]
+    (row,) = example_outputs(greedy, sampled)
+    assert (row["correct"], row["samples_correct"], row["samples"]) == (True, 1, ["#### 3", "#### 4"])
+    # True == 1 in Python: the old overwrite would pass a plain equality check
+    with pytest.raises(ValueError, match=r"differ on \['correct'\]"):
+        example_outputs(greedy, [{"id": "a", "correct": 1}])
+    with pytest.raises(ValueError, match=r"differ on \['id'\]"):
+        example_outputs(greedy, [{"id": "b"}])

@@ -114,6 +114,9 @@ class ReplayRollouts:
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Nothing to sync: the completions are recorded."""
 
+    def close(self) -> None:
+        """Nothing to release."""
+
 
 def recorded_table(rows: list[dict], order: list[int], prompt_of, tokenizer, eos: int) -> dict[str, list[list[int]]]:
     """G completions per row, of unequal lengths: right or wrong answers (``CORRECT_BY_PLACE`` by
