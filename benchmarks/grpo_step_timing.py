@@ -121,14 +121,12 @@ def _trl_lora(lo):
     )
 
 
-def _trl(path: Path, rows: list[dict], params) -> Timings:
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+def _step_timer(batch: int):
+    """A TRL callback that records each step's seconds and the completion tokens it generated
+    (TRL logs their mean length per step)."""
+    from transformers import TrainerCallback
 
-    batch = params.rl.prompts_per_step * params.rl.num_generations
-
-    class Timer(TrainerCallback):
+    class StepTimer(TrainerCallback):
         def __init__(self):
             self.seconds, self.tokens, self.start = [], [], 0.0
 
@@ -141,6 +139,14 @@ def _trl(path: Path, rows: list[dict], params) -> Timings:
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "completions/mean_length" in logs:
                 self.tokens.append(logs["completions/mean_length"] * batch)
+
+    return StepTimer()
+
+
+def _trl(path: Path, rows: list[dict], params) -> Timings:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
 
     model, tok = load_pretrained(path)
     prompter = prompter_for(model, tok, params.prompt)
@@ -171,7 +177,7 @@ def _trl(path: Path, rows: list[dict], params) -> Timings:
         bf16=False,
         gradient_checkpointing=params.model.gradient_checkpointing,
     )
-    timer = Timer()
+    timer = _step_timer(rl.prompts_per_step * rl.num_generations)
     trainer = GRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(path),
         reward_funcs=math_reward,

@@ -177,6 +177,17 @@ def _gone(pid: int) -> bool:
     return state is None or state.startswith(("Z", "X"))  # a zombie no one reaps is no running process
 
 
+def _stop(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until it is stopped: the signal is only acted on once the process
+    runs, and a child still blocked in its read would take in what the test writes first (under
+    load it read part of the requests, and the rest then fitted in the pipe)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not (_status(pid, "State") or "").startswith("T"):
+        assert time.monotonic() < deadline, f"process {pid} did not stop"
+        time.sleep(0.01)
+
+
 def _wait_gone(pids: list[int]) -> bool:
     deadline = time.monotonic() + HANG_GUARD_S
     while time.monotonic() < deadline:
@@ -223,7 +234,7 @@ def test_a_checker_that_stops_answering_is_killed_replaced_and_the_answer_scores
     with ThreadPoolExecutor(max_workers=1) as pool:  # any thread: the same path
         assert pool.submit(score, "\\boxed{\\frac{1}{2}}", "0.5").result() == 1.0
     [pid] = _checker_pids()
-    os.kill(pid, signal.SIGSTOP)
+    _stop(pid)
     budget = math_checks.CHECK_BUDGET_S
     monkeypatch.setattr(math_checks, "CHECK_BUDGET_S", 0.2)  # only to keep the test short
     start = time.monotonic()
@@ -243,7 +254,7 @@ def test_a_checker_that_stops_reading_cannot_block_the_caller_on_a_full_pipe(own
 
     assert score("\\boxed{\\frac{1}{2}}", "0.5") == 1.0
     [checker] = own_pool._idle
-    os.kill(checker.proc.pid, signal.SIGSTOP)
+    _stop(checker.proc.pid)
     assert checker.proc.stdin is not None
     fcntl.fcntl(checker.proc.stdin.fileno(), 1031, 4096)  # F_SETPIPE_SZ: one page
     answer = "\\boxed{x^2+2x" + " " * 250 + "+1}"  # 16 requests of about 330 bytes: more than a page
