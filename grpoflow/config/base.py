@@ -40,8 +40,17 @@ class _Section(BaseModel):
                 continue
             default = field.get_default(call_default_factory=True)
             if isinstance(default, _Section) and default.model_fields_set:
-                out[name] = {**default.model_dump(include=default.model_fields_set), **given}
+                out[name] = {
+                    **cls._kept_of_default(default.model_dump(include=default.model_fields_set), given),
+                    **given,
+                }
         return out
+
+    @classmethod
+    def _kept_of_default(cls, default: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+        """What of a nested section's default stays under the keys ``given`` spells: all of it, unless
+        a section's keys exclude one another (tune's ranges: ``choices`` or ``low``/``high``)."""
+        return default
 
 
 def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:

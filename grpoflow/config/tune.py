@@ -46,23 +46,13 @@ def _dim(low: float, high: float, log: bool = False) -> Dim:
 
 class _Space(_Section):
     """A space whose ranges may be given in part (``tune.ppo.critic_warmup_steps.high: 5``): the rest
-    comes from the field's default range (its choices dropped for a range given, its ends for choices)."""
+    comes from the field's default range (its choices dropped for a range given, its ends for choices),
+    through the completion every section has (:meth:`_Section._complete`)."""
 
-    @model_validator(mode="before")
     @classmethod
-    def _complete(cls, raw: Any) -> Any:
-        if not isinstance(raw, dict):
-            return raw
-        out = dict(raw)
-        for name, given in raw.items():
-            field = cls.model_fields.get(name)
-            default = field.get_default(call_default_factory=True) if field else None
-            if not isinstance(given, dict) or not isinstance(default, Dim):
-                continue
-            base = default.model_dump(exclude_none=True)
-            drop = ("low", "high") if "choices" in given else ("choices",) if {"low", "high"} & given.keys() else ()
-            out[name] = {**{k: v for k, v in base.items() if k not in drop}, **given}
-        return out
+    def _kept_of_default(cls, default: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+        drop = ("low", "high") if "choices" in given else ("choices",) if {"low", "high"} & given.keys() else ()
+        return {k: v for k, v in default.items() if k not in drop}
 
 
 class GRPOSpace(_Space):
