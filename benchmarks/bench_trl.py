@@ -29,12 +29,16 @@ def _side(runs: list[dict]) -> dict:
     """One side's rounds: the mean s/step and tokens/step, tokens/s, and the peak RSS."""
     seconds = mean(r["seconds_per_step"] for r in runs)
     tokens = mean(r["completion_tokens_per_step"] for r in runs)
+    phases = {
+        k: round(mean(r["phase_seconds_per_step"][k] for r in runs), 3) for k in runs[0]["phase_seconds_per_step"]
+    }
     return {
         "s_per_step": round(seconds, 3),
         "s_per_step_rounds": [round(r["seconds_per_step"], 3) for r in runs],
         "completion_tokens_per_step": round(tokens, 1),
         "tokens_per_s": round(tokens / seconds, 2),
         "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs)),
+        **({"phase_s_per_step": phases} if phases else {}),
     }
 
 

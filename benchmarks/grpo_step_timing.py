@@ -7,7 +7,8 @@ Both sides get the same prompts (rendered with the same chat template for the re
 completion length, beta, learning rate, gradient checkpointing and LoRA settings, HF rollouts
 (``--vllm``: ours with vLLM rollouts, as users run the SmolLM2 set). Each side also reports the
 completion tokens it generated per timed step, since a side that stops its samples earlier does
-less work per step.
+less work per step; ours also reports its mean seconds per step in each phase (rollout, reference
+log-probs, update, ...), from the phase timer every training step keeps.
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ import resource
 import tempfile
 import time
 from pathlib import Path
+from statistics import mean
 
 import torch
 
 from benchmarks.models import smollm_folder, smollm_prompt, tiny_folder
 from benchmarks.timing import RESULT
+from grpoflow import metric_names as M
 from grpoflow.config import SyntheticConfig, set_dotted, validate_params
 from grpoflow.data.synthetic import generate
 from grpoflow.io import write_jsonl
-from grpoflow.metric_names import COMPLETION_LENGTH_MEAN
 from grpoflow.models.modeling import count_parameters, load_pretrained
 from grpoflow.models.prompting import prompter_for
 from verifiers.math import score
@@ -89,7 +91,7 @@ def _params(name: str, sections: dict, lora: bool, steps: int, overrides: dict |
     return validate_params(raw)
 
 
-Timings = list[tuple[float, float]]  # (seconds, completion tokens generated) per step
+Timings = list[tuple[float, float, dict]]  # (seconds, completion tokens generated, phase seconds) per step
 
 
 def _ours(path: Path, rows: list[dict], params) -> Timings:
@@ -102,7 +104,11 @@ def _ours(path: Path, rows: list[dict], params) -> Timings:
     run = build_rl_run(params, ALGORITHM, data_dir=data, reference_dir=path)
     batch = params.rl.prompts_per_step * params.rl.num_generations
     times: Timings = []
-    run.trainer.train(on_step=lambda s, m: times.append((m["step_seconds"], m[COMPLETION_LENGTH_MEAN] * batch)))
+    run.trainer.train(
+        on_step=lambda s, m: times.append(
+            (m["step_seconds"], m[M.COMPLETION_LENGTH_MEAN] * batch, {k: m[k] for k in M.TIMED_PHASES if k in m})
+        )
+    )
     return times
 
 
@@ -188,7 +194,7 @@ def _trl(path: Path, rows: list[dict], params) -> Timings:
         peft_config=peft_config,
     )
     trainer.train()
-    return list(zip(timer.seconds, timer.tokens, strict=True))
+    return [(t, n, {}) for t, n in zip(timer.seconds, timer.tokens, strict=True)]  # TRL does not split its step
 
 
 def main() -> None:
@@ -210,7 +216,8 @@ def main() -> None:
     steps = args.steps + args.warmup
     params = _params(args.model, sections, args.lora, steps, json.loads(args.overrides), args.vllm)
     timed = (_ours if args.impl == "ours" else _trl)(path, rows, params)[args.warmup :]
-    times, tokens = [t for t, _ in timed], [n for _, n in timed]
+    times, tokens = [t for t, _, _ in timed], [n for _, n, _ in timed]
+    phases = {k.removeprefix(M.PHASE_PREFIX): mean(p.get(k, 0.0) for _, _, p in timed) for k in timed[0][2]}
     print(
         RESULT
         + json.dumps(
@@ -224,6 +231,7 @@ def main() -> None:
                 "seconds_per_step": sum(times) / len(times),
                 "completion_tokens_per_step": sum(tokens) / len(tokens),
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "phase_seconds_per_step": phases,
             }
         )
     )

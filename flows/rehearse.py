@@ -42,6 +42,7 @@ SMOKE: dict[str, Any] = {
     "rl.steps": 2,
     "rl.checkpoint_every": 2,  # one checkpoint, at the last step
     "rl.eval_every": 2,
+    "ppo.critic_warmup_steps": 1,  # the warm-up path, leaving the other step to the policy
     "rl.preflight.prompts": 2,
     "rl.preflight.stop_on_none": False,
     "evaluate.max_examples": 4,

@@ -182,7 +182,7 @@ def _evaluation(evaluation: dict | None) -> str:
                 "prompts": r[n].get("examples"),
                 **{
                     key: H.percent(r[n].get(key), r[n].get(M.stderr_of(key)))
-                    for key in dict.fromkeys([M.PASS_AT_1, f"pass@{k}", *([f"maj@{k}"] if k > 1 else [])])
+                    for key in dict.fromkeys([M.PASS_AT_1, f"pass@{k}", *([f"maj@{k}"] if k > 1 else []), M.GREEDY])
                 },
                 "held-out loss increase (nats/token)": r.get(M.HELDOUT_LOSS_INCREASE),
                 "forgetting": "FLAGGED" if r.get("forgetting_flagged") else "no",
@@ -195,13 +195,13 @@ def _evaluation(evaluation: dict | None) -> str:
 def _evaluation_note(evaluation: dict) -> str:
     """How the evaluation table's numbers are made (the evaluate stage's settings, as it recorded them)."""
     k, n, t = evaluation["k"], evaluation.get("n_samples"), evaluation.get("temperature")
-    scores = f"pass@{k} and maj@{k}" if k > 1 else "pass@1"
+    scores = f"pass@1, pass@{k} and maj@{k}" if k > 1 else "pass@1"
     sampled = f"{scores} from {n} sample{'s' if n != 1 else ''} per prompt at temperature {t}"
-    first = "pass@1 is the sampled one" if k == 1 else "pass@1 is greedy decoding"
+    first = "; greedy is greedy decoding's accuracy" if evaluation.get("greedy") else ""
     limit = evaluation.get("max_loss_increase")
     forgetting = f"; forgetting is flagged above +{limit} nats/token" if limit is not None else ""
     return (
-        f"{first}; {sampled}; ± is the standard error over prompts, in points; held-out loss on the "
+        f"{sampled}{first}; ± is the standard error over prompts, in points; held-out loss on the "
         f"validation rows' worked solutions, against the reference{forgetting}."
     )
 

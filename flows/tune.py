@@ -63,8 +63,10 @@ def check_spaces(params: Params, arms: list[str]) -> None:
     budget, every = tune_study.trial_budget(params)
     for arm in arms:
         tune_study.check_arm(params, arm)
-        space = params.tune.space(params.ablation.arm(arm).algorithm)
-        problems += [f"  - arm {arm}: {p}" for p in space_problems(arm_params(params, arm), space, budget.steps, every)]
+        algorithm = params.ablation.arm(arm).algorithm
+        space = params.tune.space(algorithm)
+        found = space_problems(arm_params(params, arm), algorithm, space, budget.steps, every)
+        problems += [f"  - arm {arm}: {p}" for p in found]
     if problems:
         raise ConfigError(
             "the search space gives sets the schema refuses (tune.grpo / tune.ppo):\n" + "\n".join(problems)

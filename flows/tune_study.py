@@ -171,6 +171,11 @@ class Arm:
     view: Path
     env: dict[str, str]
 
+    @property
+    def algorithm(self) -> str:
+        """The algorithm the arm trains (grpo or ppo)."""
+        return self.arm_set.ablation.arm(self.name).algorithm
+
 
 @task(name="tune-trial", task_run_name="{arm_name}-t{number}", cache_policy=NONE)
 def trial_task(
@@ -197,7 +202,7 @@ def one_trial(arm: Arm) -> TrialRow:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     params_path = folder / "params.yaml"
-    trial_params = trial_set(arm.arm_set, settings, arm.budget.steps, arm.eval_every)
+    trial_params = trial_set(arm.arm_set, arm.algorithm, settings, arm.budget.steps, arm.eval_every)
     params_path.write_text(yaml.safe_dump(trial_params.model_dump(mode="json"), sort_keys=False))
 
     def judge(step: int, value: float) -> bool:

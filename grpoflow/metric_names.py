@@ -181,13 +181,19 @@ def is_schedule(name: str) -> bool:
 
 
 # Evaluation (metrics/evaluate.json, per model and set).
-PASS_AT_1 = "pass@1"
+PASS_AT_1 = "pass@1"  # the mean over each prompt's samples at evaluate.temperature
+GREEDY = "greedy"  # accuracy of greedy decoding (evaluate.greedy)
 STDERR_SUFFIX = "_se"  # "pass@1_se": the standard error over prompts of the score it follows
 
 
 def stderr_of(score: str) -> str:
     """The key of ``score``'s standard error ("pass@1" -> "pass@1_se")."""
     return score + STDERR_SUFFIX
+
+
+def is_score(key: str) -> bool:
+    """Whether a set's key is a score (pass@k, maj@k, greedy), not its standard error or a count."""
+    return not key.endswith(STDERR_SUFFIX) and ("@" in key or key == GREEDY)
 
 
 HELDOUT_LOSS = "heldout_loss"

@@ -1,7 +1,7 @@
 """Stage ``arm_<arm>_s<seed>``: one arm of the ablation at one training seed. The arm's overrides
 (grpoflow.config.ARMS, or the set's ablation.custom_arms) are applied to the set, its algorithm
 trains from the SFT reference on the shared data and budget (as the grpo and ppo stages do), and
-the trained policy's greedy test pass@1 joins the stage's metrics.
+the trained policy's test pass@1 (evaluate's samples and temperature) joins the stage's metrics.
 
     python -m tasks.arm --params params/default.yaml --arm rloo --seed 1     # paths: the arm's own
 """
@@ -24,31 +24,43 @@ def _algorithm(name: str):
 
 
 def test_scores(params: Params, data: Path, reference: Path):
-    """What an arm adds to its metrics once trained: greedy pass@1 on (up to evaluate.max_examples
-    of) the test split, with the verifier evaluate uses; and the forgetting check's held-out loss
-    increase over the SFT reference (what a reference refresh, rl.ref_sync_every, changes)."""
+    """What an arm adds to its metrics once trained: pass@1 on (up to evaluate.max_examples of) the
+    test split, from evaluate.n_samples samples at evaluate.temperature with the verifier evaluate
+    uses, as the evaluate stage scores it; and the forgetting check's held-out loss increase over
+    the SFT reference (what a reference refresh, rl.ref_sync_every, changes)."""
 
     def score(rl_run) -> dict:
-        from grpoflow.evaluation.accuracy import greedy_accuracy, heldout_loss
+        from grpoflow.evaluation.accuracy import heldout_loss, sampled_metrics
         from grpoflow.models.modeling import load_pretrained
         from grpoflow.rl.rewards import correctness_scorer
-        from tasks.evaluate import eval_sets, heldout_rows
+        from grpoflow.rollout import Sampling
+        from tasks.evaluate import canonical, eval_sets, heldout_rows
 
-        rows = eval_sets(data, params.evaluate.max_examples, params.experiment.seed)["test"]
-        result = greedy_accuracy(
+        cfg, seed = params.evaluate, params.experiment.seed
+        rows = eval_sets(data, cfg.max_examples, seed)["test"]
+        sampling = Sampling(cfg.temperature, 1.0, params.rl.sampling.max_completion_length)
+        result = sampled_metrics(
             rl_run.trainer.rollout,
             rows,
             correctness_scorer(params),
+            canonical,
             rl_run.prompter,
-            max_new_tokens=params.rl.sampling.max_completion_length,
-            seed=params.experiment.seed,
+            n=cfg.n_samples,
+            k=1,
+            sampling=sampling,
+            seed=seed,
         )
         heldout = heldout_rows(data)
         # The SFT model as saved, not rl_run's reference: a refresh moves that one.
         increase = heldout_loss(rl_run.engine.module, rl_run.prompter, heldout) - heldout_loss(
             load_pretrained(reference)[0], rl_run.prompter, heldout
         )
-        return {"test_pass@1": result.accuracy, "test_examples": len(rows), "heldout_loss_increase": increase}
+        return {
+            "test_pass@1": result.pass_at_1,
+            "test_pass@1_se": result.pass_at_1_stderr,
+            "test_examples": len(rows),
+            "heldout_loss_increase": increase,
+        }
 
     return score
 

@@ -1,6 +1,6 @@
 """Stage ``evaluate``: every policy (SFT reference, GRPO, PPO) on the test split and every
-benchmark: greedy pass@1, sampled pass@k (unbiased) and maj@k, per-example outputs, and the
-forgetting check (held-out loss against the reference).
+benchmark: pass@1 and pass@k (unbiased, from n samples at the set's temperature), maj@k, greedy
+accuracy, per-example outputs, and the forgetting check (held-out loss against the reference).
 
     python -m tasks.evaluate --params params/default.yaml --models sft=models/sft grpo=models/grpo ppo=models/ppo
 """
@@ -51,13 +51,13 @@ def model_metrics(result: dict) -> dict[str, float]:
 
 
 def model_note(result: dict, cfg) -> str:
-    """A model's evaluation run in one line: "test pass@1 18.8% ± 1.3 (240 prompts x 4 samples, T 0.7)"."""
+    """A model's evaluation run in one line: "test pass@1 18.8% ± 1.3 (240 prompts, 4 samples, T 0.7)"."""
     test, metric = result.get("test", {}), M.PASS_AT_1
     if metric not in test:
         return "not evaluated on the test split"
     from tasks.html_report import percent
 
-    how = f"{cfg.n_samples} samples, T {cfg.temperature}" if cfg.k == 1 else "greedy"
+    how = f"{cfg.n_samples} sample{'s' if cfg.n_samples != 1 else ''}, T {cfg.temperature}"
     return f"test {metric} {percent(test[metric], test.get(stderr_of(metric)))} ({test.get('examples')} prompts, {how})"
 
 
@@ -72,6 +72,19 @@ def example_outputs(greedy: list[dict], sampled: list[dict]) -> list[dict]:
             raise ValueError(f"example {g['id']}: its greedy and sampled outputs differ on {clash}")
         rows.append({**g, **s})
     return rows
+
+
+def set_scores(sampled, greedy, k: int) -> dict[str, float]:
+    """One set's scores, each with its standard error: pass@1 and pass@k from the samples, maj@k
+    where there is a vote (two samples or more, a set with answers: not code), greedy where run."""
+    scores = {M.PASS_AT_1: sampled.pass_at_1, stderr_of(M.PASS_AT_1): sampled.pass_at_1_stderr}
+    if k > 1:
+        scores |= {f"pass@{k}": sampled.pass_at_k, stderr_of(f"pass@{k}"): sampled.pass_at_k_stderr}
+        if sampled.maj_at_k is not None:
+            scores[f"maj@{k}"] = sampled.maj_at_k
+    if greedy is not None:
+        scores |= {M.GREEDY: greedy.accuracy, stderr_of(M.GREEDY): greedy.stderr}
+    return scores
 
 
 def eval_sets(data: Path, limit: int, seed: int) -> dict[str, list[dict]]:
@@ -113,22 +126,13 @@ def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: li
     result: dict = {"heldout_loss": heldout_loss(model, prompter, heldout)}
     sampling = Sampling(cfg.temperature, 1.0, max_new)
     for set_name, rows in sets.items():
-        # with k = 1 the sampled pass@1 is the set's pass@1: greedy decoding is not run
-        greedy = (
-            greedy_accuracy(engine, rows, score, prompter, max_new_tokens=max_new, seed=seed) if cfg.k > 1 else None
-        )
         sampled = sampled_metrics(
             engine, rows, score, canonical, prompter, n=cfg.n_samples, k=cfg.k, sampling=sampling, seed=seed
         )
-        result[set_name] = {
-            **({M.PASS_AT_1: greedy.accuracy, stderr_of(M.PASS_AT_1): greedy.stderr} if greedy else {}),
-            f"pass@{cfg.k}": sampled.pass_at_k,
-            stderr_of(f"pass@{cfg.k}"): sampled.pass_at_k_stderr,
-            "examples": len(rows),
-        }
-        # a vote needs two samples or more (maj@1 is pass@1 again); a code set has no answers to vote on
-        if cfg.k > 1 and sampled.maj_at_k is not None:
-            result[set_name][f"maj@{cfg.k}"] = sampled.maj_at_k
+        greedy = (
+            greedy_accuracy(engine, rows, score, prompter, max_new_tokens=max_new, seed=seed) if cfg.greedy else None
+        )
+        result[set_name] = set_scores(sampled, greedy, cfg.k) | {"examples": len(rows)}
         outputs = example_outputs(greedy.outputs, sampled.outputs) if greedy else sampled.outputs
         write_jsonl(out / f"{name}_{set_name}.jsonl", outputs)
     return result
@@ -169,19 +173,19 @@ def main(args: argparse.Namespace, params: Params) -> None:
             "k": cfg.k,
             "n_samples": cfg.n_samples,
             "temperature": cfg.temperature,
+            "greedy": cfg.greedy,
             "max_loss_increase": cfg.max_loss_increase,
         }
         write_json(args.metrics, metrics)
         mlflow.set_tag(tracking.NOTE, notes.evaluate_note(metrics))
         tracking.log_summary(results)
         mlflow.log_artifact(args.metrics)
-    k = params.evaluate.k
     for name, r in results.items():
         flag = "  FORGETTING FLAGGED" if r["forgetting_flagged"] else ""
         scored = "; ".join(
-            f"{set_name} " + " ".join(score_text(m, scores) for m in scores if "@" in m and not m.endswith("_se"))
+            f"{set_name} " + " ".join(score_text(m, scores) for m in scores if M.is_score(m))
             for set_name, scores in r.items()
-            if isinstance(scores, dict) and f"pass@{k}" in scores
+            if isinstance(scores, dict) and M.PASS_AT_1 in scores
         )
         loss = f"held-out loss {r['heldout_loss']:.3f} ({r['heldout_loss_increase']:+.3f})"
         print(f"evaluate {name}: {scored}; {loss}{flag}")

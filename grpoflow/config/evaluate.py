@@ -13,7 +13,10 @@ class EvaluateConfig(_Section):
     max_examples: int = Field(300, ge=1, description="Prompts per test split / benchmark (a fixed, seeded sample).")
     n_samples: int = Field(8, ge=1, description="Samples per prompt for pass@k and maj@k.")
     k: int = Field(4, ge=1, description="k of pass@k and maj@k (<= n_samples).")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature for pass@k / maj@k.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature for pass@1, pass@k and maj@k.")
+    greedy: bool = Field(
+        True, description="Also score greedy decoding (T = 0) as `greedy`; pass@1 is always from the n samples."
+    )
     max_loss_increase: float = Field(
         0.25,
         ge=0,

@@ -56,6 +56,9 @@ class PPOConfig(_Section):
     kl_coef: float = Field(
         0.04, ge=0, description="Per-token KL penalty folded into the reward, InstructGPT-style (0: no reference)."
     )
+    actor_lr: float | None = Field(
+        None, gt=0, description="The policy's learning rate under PPO (null: rl.engine.lr, the one GRPO trains with)."
+    )
     cliprange_value: float = Field(0.2, gt=0, description="Clip range of the value update around the old values.")
     whiten_advantages: bool = Field(True, description="Normalise GAE advantages over the batch's tokens.")
     critic_warmup_steps: int = Field(

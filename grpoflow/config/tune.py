@@ -70,7 +70,7 @@ class PPOSpace(_Space):
     """What a PPO arm searches: its actor and critic learning rates, the decoupled lambdas, the value
     clip, the critic's warm-up and the KL weight."""
 
-    lr: Dim | None = Field(default_factory=lambda: _dim(5e-5, 1e-3, log=True), description="rl.engine.lr (actor).")
+    lr: Dim | None = Field(default_factory=lambda: _dim(5e-5, 1e-3, log=True), description="ppo.actor_lr.")
     critic_lr: Dim | None = Field(
         default_factory=lambda: _dim(1e-4, 3e-3, log=True), description="ppo.critic_engine.lr."
     )
@@ -92,7 +92,7 @@ SPACE_KEYS: dict[str, dict[str, str]] = {
         "temperature": "rl.sampling.temperature",
     },
     "ppo": {
-        "lr": "rl.engine.lr",
+        "lr": "ppo.actor_lr",
         "critic_lr": "ppo.critic_engine.lr",
         "lam_actor": "ppo.lam_actor",
         "lam_critic": "ppo.lam_critic",

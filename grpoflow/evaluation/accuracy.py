@@ -1,5 +1,5 @@
-"""Greedy exact-match accuracy of a policy on prompts with reference answers, sampled pass@k and
-maj@k, and the standard error of each."""
+"""Sampled pass@1, pass@k and maj@k of a policy on prompts with reference answers, greedy
+exact-match accuracy, and the standard error of each."""
 
 from __future__ import annotations
 
@@ -78,11 +78,14 @@ def majority_answer(answers: Sequence[str | None]) -> str | None:
 
 @dataclass
 class SampledResult:
-    """pass@k and maj@k, the standard error of pass@k over prompts, and the per-example samples."""
+    """pass@1 (the mean over a prompt's n samples, then over prompts), pass@k and maj@k, the
+    standard errors over prompts, and the per-example samples."""
 
+    pass_at_1: float
     pass_at_k: float
     maj_at_k: float | None  # None on a set without answers to vote on (code)
     outputs: list[dict]
+    pass_at_1_stderr: float = 0.0
     pass_at_k_stderr: float = 0.0
 
 
@@ -98,8 +101,9 @@ def sampled_metrics(
     sampling: Sampling,
     seed: int = 0,
 ) -> SampledResult:
-    """pass@k (unbiased, from n samples) and maj@k (vote over the first k samples' answers, on the
-    rows with a final answer to vote on: not code, whose programs differ in form, not in answer)."""
+    """pass@1 and pass@k (unbiased, from n samples: pass@1 is the share of a prompt's samples that
+    are right, averaged over prompts) and maj@k (vote over the first k samples' answers, on the rows
+    with a final answer to vote on: not code, whose programs differ in form, not in answer)."""
     prompts = [prompter.prompt(r["prompt"]) for r in rows]
     ro = engine.generate(prompts, n, sampling, seed)
     scores = score(ro.texts, [r for r in rows for _ in range(n)])
@@ -115,11 +119,12 @@ def sampled_metrics(
             score([f"#### {voted[i]}" if voted[i] is not None else "" for i in voters], [rows[i] for i in voters]),
         )
     )
-    outputs, per_prompt = [], []
+    outputs, per_prompt, firsts = [], [], []
     for i, r in enumerate(rows):
         correct = sum(s >= 0.5 for s in scores[i * n : (i + 1) * n])
         p = pass_at_k(n, correct, k)
         per_prompt.append(p)
+        firsts.append(correct / n)
         outputs.append(
             {
                 "id": r["id"],
@@ -133,7 +138,10 @@ def sampled_metrics(
         )
     voting = [o["majority_correct"] for o in outputs if o["majority_correct"] is not None]
     maj = sum(voting) / len(voting) if voting else None
-    return SampledResult(sum(per_prompt) / max(len(rows), 1), maj, outputs, standard_error(per_prompt))
+    count = max(len(rows), 1)
+    return SampledResult(
+        sum(firsts) / count, sum(per_prompt) / count, maj, outputs, standard_error(firsts), standard_error(per_prompt)
+    )
 
 
 def heldout_loss(model, prompter: Prompter, rows: Sequence[dict], batch_size: int = 16) -> float:

@@ -22,15 +22,21 @@ class BuiltTrainer:
     engines: dict[str, Any] = field(default_factory=dict)
 
 
+def shared_lr(params: Params) -> float:
+    """The policy's learning rate every algorithm shares unless it has its own: ``rl.engine.lr``."""
+    return params.rl.engine.lr
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """An RL algorithm: its name and module, its own params sections (besides the shared ``rl``),
-    its KL coefficient (a reference is loaded exactly when it is > 0), and how its trainer is
-    built: ``build(params, inputs, reference_dir) -> BuiltTrainer`` (``reference_dir``: the saved
-    SFT model, for an algorithm that starts more models from it)."""
+    its KL coefficient (a reference is loaded exactly when it is > 0), how its trainer is built:
+    ``build(params, inputs, reference_dir) -> BuiltTrainer`` (``reference_dir``: the saved SFT
+    model, for an algorithm that starts more models from it), and the policy's learning rate."""
 
     name: str
     module: str
     sections: tuple[str, ...]
     kl_coef: Callable[[Params], float]
     build: Callable[[Params, TrainerInputs, Path], BuiltTrainer]
+    policy_lr: Callable[[Params], float] = shared_lr

@@ -297,4 +297,9 @@ def _build(params: Params, inputs: TrainerInputs, reference_dir: Path) -> BuiltT
     return BuiltTrainer(PPOTrainer(inputs, ppo=params.ppo, critic_engine=critic), {"critic": critic})
 
 
-ALGORITHM = Algorithm("ppo", __name__, ("ppo",), lambda p: rules.kl_coef(p, "ppo"), _build)
+def actor_lr(params: Params) -> float:
+    """The policy's learning rate under PPO: ``ppo.actor_lr``, else the shared ``rl.engine.lr``."""
+    return params.rl.engine.lr if params.ppo.actor_lr is None else params.ppo.actor_lr
+
+
+ALGORITHM = Algorithm("ppo", __name__, ("ppo",), lambda p: rules.kl_coef(p, "ppo"), _build, actor_lr)

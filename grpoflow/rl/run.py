@@ -168,16 +168,17 @@ class RLRun:
         self.trainer.rollout.close()
 
 
-def _policy_engine(params: Params, reference_dir: Path) -> tuple[Any, Any, Any]:
+def _policy_engine(params: Params, algorithm: Algorithm, reference_dir: Path) -> tuple[Any, Any, Any]:
     """``(policy, tokenizer, its DeepSpeed engine)``: the reference model as the starting policy,
-    with gradient checkpointing and LoRA adapters as ``model`` asks."""
+    with gradient checkpointing and LoRA adapters as ``model`` asks, at the algorithm's learning rate."""
     rl = params.rl
+    engine_cfg = rl.engine.model_copy(update={"lr": algorithm.policy_lr(params)})
     policy, tokenizer = load_pretrained(reference_dir)
     if params.model.gradient_checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if params.model.lora:
         policy = add_adapters(policy, params.model.lora)
-    return policy, tokenizer, build_engine(policy, rl.engine, rl.prompts_per_step * max(rl.generation_sizes()))
+    return policy, tokenizer, build_engine(policy, engine_cfg, rl.prompts_per_step * max(rl.generation_sizes()))
 
 
 def _reference(params: Params, algorithm: Algorithm, engine: Any, reference_dir: Path) -> Any:
@@ -222,7 +223,7 @@ def build_rl_run(
     torch.manual_seed(seed + rank)
     data_dir, reference_dir = Path(data_dir), Path(reference_dir)
     rl = params.rl
-    policy, tokenizer, engine = _policy_engine(params, reference_dir)
+    policy, tokenizer, engine = _policy_engine(params, algorithm, reference_dir)
     reference = _reference(params, algorithm, engine, reference_dir)
     prompter = prompter_for(policy, tokenizer, params.prompt)
     if rollout is None:

@@ -66,10 +66,12 @@ def trial_overrides(steps: int, eval_every: int) -> dict[str, Any]:
     return {"rl.steps": steps, "rl.eval_every": eval_every, "rl.checkpoint_every": steps, "rl.preflight.prompts": 0}
 
 
-def trial_set(arm_set: Params, settings: dict[str, Any], steps: int, eval_every: int) -> Params:
-    """The set a trial trains: arm ``arm_set`` with ``settings`` (params key -> value), validated."""
+def trial_set(arm_set: Params, algorithm: str, settings: dict[str, Any], steps: int, eval_every: int) -> Params:
+    """The set a trial trains: arm ``arm_set`` with ``settings`` (params key -> value), validated
+    as a set that trains ``algorithm`` alone: its rules apply, the other algorithm's do not (a GRPO
+    trial of a few steps is not refused for the set's PPO warm-up, and a PPO trial is checked for it)."""
     raw = arm_set.model_dump(mode="json")
-    for key, value in {**settings, **trial_overrides(steps, eval_every)}.items():
+    for key, value in {**settings, **trial_overrides(steps, eval_every), "experiment.stages": [algorithm]}.items():
         set_dotted(raw, key, value)
     return validate_params(raw, source="the trial's settings")
 
@@ -81,7 +83,7 @@ def candidates(key: str, dim: Dim) -> list[Any]:
     return list(int_bounds(dim)) if is_integer(key) else [dim.low, dim.high]
 
 
-def space_problems(arm_set: Params, space: dict[str, Dim], steps: int, eval_every: int) -> list[str]:
+def space_problems(arm_set: Params, algorithm: str, space: dict[str, Dim], steps: int, eval_every: int) -> list[str]:
     """Each end or choice of ``space`` that gives a set the schema or its rules refuse (found before
     any trial trains), one line each; empty when every one gives a valid set."""
     problems = []
@@ -91,7 +93,7 @@ def space_problems(arm_set: Params, space: dict[str, Dim], steps: int, eval_ever
             continue
         for value in candidates(key, dim):
             try:
-                trial_set(arm_set, {key: value}, steps, eval_every)
+                trial_set(arm_set, algorithm, {key: value}, steps, eval_every)
             except ConfigError as exc:
                 reason = str(exc).splitlines()[-1].strip(" -")
                 problems.append(f"{key}={value}: {reason}")

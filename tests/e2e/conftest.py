@@ -114,6 +114,7 @@ SMOKE_OVERRIDES = {
     "rl.engine.micro_batch_size": 8,
     "rl.checkpoint_every": 2,
     "rl.eval_every": 4,
+    "ppo.critic_warmup_steps": 1,  # a set's tuned warm-up would take every step of four
     "evaluate.max_examples": 16,
     "evaluate.n_samples": 4,
     "evaluate.k": 2,

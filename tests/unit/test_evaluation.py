@@ -59,3 +59,56 @@ def test_an_examples_greedy_flag_and_its_sampled_count_both_survive_the_merge():
         example_outputs(greedy, [{"id": "a", "correct": 1}])
     with pytest.raises(ValueError, match=r"differ on \['id'\]"):
         example_outputs(greedy, [{"id": "b"}])
+
+
+class _Canned:
+    """A rollout engine that answers each prompt with its canned samples, in order (a fake around
+    sampled_metrics: the engine itself is tested in test_rollout)."""
+
+    def __init__(self, samples: dict[str, list[str]]):
+        self.samples = samples
+
+    def generate(self, prompts, n, sampling, seed):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(texts=[t for p in prompts for t in self.samples[p][:n]])
+
+
+class _Plain:
+    def prompt(self, question: str) -> str:
+        return question
+
+
+def _exact(texts, rows):
+    return [float(t == f"#### {r['reference_answer']}") for t, r in zip(texts, rows)]
+
+
+def test_sampled_pass_at_1_is_the_mean_share_of_right_samples_and_pass_at_k_and_the_vote_agree():
+    from grpoflow.evaluation.accuracy import sampled_metrics
+    from grpoflow.rollout import Sampling
+    from tasks.evaluate import canonical
+
+    rows = [{"id": "a", "prompt": "a", "reference_answer": "3"}, {"id": "b", "prompt": "b", "reference_answer": "5"}]
+    engine = _Canned({"a": ["#### 3", "#### 4", "#### 3", "#### 3"], "b": ["#### 1", "#### 5", "#### 2", "#### 2"]})
+    r = sampled_metrics(engine, rows, _exact, canonical, _Plain(), n=4, k=2, sampling=Sampling(1.0, 1.0, 8))
+    # a: 3 of 4 right, b: 1 of 4. pass@1 = (0.75 + 0.25) / 2; se = sqrt(((.25)^2 * 2) / 1 / 2) = 0.25
+    assert (r.pass_at_1, r.pass_at_1_stderr) == (pytest.approx(0.5), pytest.approx(0.25))
+    # pass@2: a 1 - C(1,2)/C(4,2) = 1; b 1 - C(3,2)/C(4,2) = 0.5
+    assert (r.pass_at_k, r.pass_at_k_stderr) == (pytest.approx(0.75), pytest.approx(0.25))
+    # the vote over the first 2 samples: a ["3", "4"] -> "3" (tie, first seen) right; b ["1", "5"] -> "1" wrong
+    assert r.maj_at_k == 0.5
+    assert [o["samples_correct"] for o in r.outputs] == [3, 1]
+
+
+def test_a_sets_scores_hold_pass_at_k_and_the_vote_only_where_k_asks_and_greedy_only_where_run():
+    from grpoflow.evaluation.accuracy import EvalResult, SampledResult
+    from tasks.evaluate import set_scores
+
+    sampled = SampledResult(0.5, 0.75, 0.5, [], 0.25, 0.2)
+    assert set_scores(sampled, None, 1) == {"pass@1": 0.5, "pass@1_se": 0.25}
+    both = set_scores(sampled, EvalResult(0.4, [], 0.1), 2)
+    assert both == {
+        **{"pass@1": 0.5, "pass@1_se": 0.25, "pass@2": 0.75, "pass@2_se": 0.2, "maj@2": 0.5},
+        **{"greedy": 0.4, "greedy_se": 0.1},
+    }
+    assert "maj@2" not in set_scores(SampledResult(0.5, 0.75, None, []), None, 2)  # code: nothing to vote on

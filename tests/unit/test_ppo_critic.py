@@ -98,6 +98,21 @@ def test_explained_variance_rises_as_the_critic_fits_a_fixed_batch(workspace):
     assert 0.4 < ev[-1] and ev[12] < ev[-1] and ev[1] < ev[12], ev  # measured: 0.03, 0.17, 0.63
 
 
+def test_the_actor_trains_at_its_own_learning_rate_when_the_set_gives_one_and_grpo_keeps_the_shared_one(workspace):
+    from grpoflow.rl.grpo import ALGORITHM as GRPO
+
+    def lrs(run) -> list[float]:
+        return [g["lr"] for g in run.engine.optimizer.param_groups]
+
+    shared = tiny_run(workspace)
+    assert lrs(shared) and set(lrs(shared)) == {0.01}  # ppo.actor_lr null: rl.engine.lr
+    own = tiny_run(workspace, actor_lr=0.002)
+    assert set(lrs(own)) == {0.002} and set(g["lr"] for g in own.engines["critic"].optimizer.param_groups) == {0.003}
+    params = validate_params({**TINY, "ppo": {**TINY["ppo"], "actor_lr": 0.002}})
+    grpo = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
+    assert set(lrs(grpo)) == {0.01}
+
+
 def test_the_critic_starts_from_the_sft_policy_by_default_with_a_zero_head(workspace):
     critic = initial_critic(validate_params({}), workspace / "ref")
     assert not critic.head.weight.any() and not critic.head.bias.any()

@@ -28,7 +28,7 @@ def test_each_algorithm_searches_the_settings_the_issue_names():
     tune = TuneConfig()
     assert list(tune.space("grpo")) == ["rl.engine.lr", "grpo.beta", "rl.num_generations", "rl.sampling.temperature"]
     assert list(tune.space("ppo")) == [
-        "rl.engine.lr",
+        "ppo.actor_lr",
         "ppo.critic_engine.lr",
         "ppo.lam_actor",
         "ppo.lam_critic",
@@ -87,7 +87,7 @@ def test_samples_stay_inside_the_space_with_whole_numbers_where_the_setting_take
 
 def test_a_trial_trains_the_arm_with_its_settings_for_its_steps_without_a_preflight():
     params = validate_params({"ablation": {"custom_arms": {"mine": {"overrides": {"rl.entropy_coef": 0.01}}}}})
-    trial = trial_set(arm_params(params, "rloo"), {"rl.engine.lr": 3e-4, "rl.num_generations": 4}, 40, 10)
+    trial = trial_set(arm_params(params, "rloo"), "grpo", {"rl.engine.lr": 3e-4, "rl.num_generations": 4}, 40, 10)
     assert (trial.rl.engine.lr, trial.rl.num_generations, trial.grpo.advantage_estimator) == (3e-4, 4, "rloo")
     assert (trial.rl.steps, trial.rl.eval_every, trial.rl.checkpoint_every, trial.rl.preflight.prompts) == (
         40,
@@ -95,17 +95,26 @@ def test_a_trial_trains_the_arm_with_its_settings_for_its_steps_without_a_prefli
         40,
         0,
     )
-    assert trial_set(arm_params(params, "mine"), {}, 40, 10).rl.entropy_coef == 0.01
+    assert trial_set(arm_params(params, "mine"), "grpo", {}, 40, 10).rl.entropy_coef == 0.01
 
 
 def test_space_ends_the_rules_refuse_are_found_before_any_trial():
     ppo = arm_params(DEFAULT, "ppo")
-    assert space_problems(ppo, DEFAULT.tune.space("ppo"), 150, 30) == []
-    problems = space_problems(ppo, DEFAULT.tune.space("ppo"), 2, 1)  # a warm-up of 30 leaves no policy step of 2
-    assert len(problems) == 1 and problems[0].startswith("ppo.critic_warmup_steps=30:")
+    assert space_problems(ppo, "ppo", DEFAULT.tune.space("ppo"), 150, 30) == []
+    # 2 steps: a warm-up of 30 leaves no policy step (the low end, 0, does); neither does the set's own 14
+    problems = space_problems(ppo, "ppo", DEFAULT.tune.space("ppo"), 2, 1)
+    assert "ppo.critic_warmup_steps=30" in [p.split(":")[0] for p in problems]
+    assert "ppo.critic_warmup_steps=0" not in [p.split(":")[0] for p in problems]
     small = validate_params({"rl": {"prompts_per_step": 4, "engine": {"micro_batch_size": 8}}})
     g = {"rl.num_generations": Dim(choices=[2, 3, 4])}  # 4 prompts x G=3 = 12 rows: not a multiple of 8
-    assert [p.split(":")[0] for p in space_problems(small, g, 10, 5)] == ["rl.num_generations=3"]
+    assert [p.split(":")[0] for p in space_problems(small, "grpo", g, 10, 5)] == ["rl.num_generations=3"]
+
+
+def test_a_grpo_trial_is_checked_by_grpos_rules_alone_and_a_ppo_trial_by_ppos():
+    # the set's PPO warm-up of 14 would leave none of 2 steps to a PPO policy, and is none of GRPO's business
+    assert trial_set(arm_params(DEFAULT, "grpo"), "grpo", {}, 2, 1).experiment.stages == ["grpo"]
+    with pytest.raises(ConfigError, match="ppo.critic_warmup_steps=14 leaves none of rl.steps=2"):
+        trial_set(arm_params(DEFAULT, "ppo"), "ppo", {}, 2, 1)
 
 
 def test_the_report_states_each_range_as_searched():
