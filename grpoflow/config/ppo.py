@@ -67,6 +67,12 @@ class PPOConfig(_Section):
         description="The first N of rl.steps fit the critic alone on the frozen policy's rollouts (VAPO's value "
         "pretraining): the policy and its optimizer are untouched, and rl.steps - N steps update it. 0: none.",
     )
+    critic_epochs: int = Field(
+        1,
+        ge=1,
+        description="Passes of the critic over each batch per policy pass: 1 steps it with the policy; each more "
+        "fits it again on the same targets after the policy's update (a critic learns slower than its policy).",
+    )
     critic_init: Literal["policy", "reward_model"] = Field(
         "policy",
         description="Where the critic starts: policy (the SFT model's trunk, a zero value head) or reward_model "

@@ -236,26 +236,33 @@ class PPOTrainer(PolicyTrainer):
         out = self._micro_batch_loop(
             step, b, old_logp, policy_loss, tallies=(M.VALUE_LOSS,), critic=critic, critic_step=critic_step
         )
+        self._critic_passes(b, old_values, returns, (self.ppo.critic_epochs - 1) * cfg.num_iterations)
         out[M.KL] = self.ranks.masked_mean(kl, b.mask) if kl is not None else 0.0  # adaptive KL control reads it
         return out | self._critic_metrics(old_values, returns, b.mask) | {M.CRITIC_WARMUP: 0.0}
 
-    def _warm_up(self, b: Batch) -> dict[str, float]:
-        """A warm-up step: ``num_iterations`` passes of the critic's updates on the frozen policy's
-        rollouts, with the targets a later step would give it; the policy's weights, optimizer and
-        learning-rate schedule are not touched."""
-        old_logp, entropy = self._frozen_with_entropy(b)
-        kl, old_values, _, returns = self._targets(b, old_logp)
+    def _critic_passes(self, b: Batch, old_values: torch.Tensor, returns: torch.Tensor, passes: int) -> float:
+        """``passes`` passes of the critic's updates over the batch on its own (the policy untouched),
+        micro-batch for micro-batch as the shared loop takes them; the mean value loss of a pass."""
         critic = self.critic
         critic.train()
         slices = self._plan(b)
         scales = self.ranks.token_scales(b.mask, slices, critic.gradient_accumulation_steps())
         value_loss = 0.0
-        for _ in range(self.cfg.num_iterations):
+        for _ in range(passes):
             for sl, scale in zip(micro_batches.accumulation(slices, critic), scales):
                 share = scale / critic.gradient_accumulation_steps()  # as the shared loop weighs micro-batches
                 value_loss += self._value_step(b, sl, scale, old_values, returns) * share
+        return value_loss / max(passes, 1)
+
+    def _warm_up(self, b: Batch) -> dict[str, float]:
+        """A warm-up step: ``num_iterations`` x ``ppo.critic_epochs`` passes of the critic's updates
+        on the frozen policy's rollouts, with the targets a later step would give it; the policy's
+        weights, optimizer and learning-rate schedule are not touched."""
+        old_logp, entropy = self._frozen_with_entropy(b)
+        kl, old_values, _, returns = self._targets(b, old_logp)
+        value_loss = self._critic_passes(b, old_values, returns, self.cfg.num_iterations * self.ppo.critic_epochs)
         return {
-            M.VALUE_LOSS: value_loss / self.cfg.num_iterations,
+            M.VALUE_LOSS: value_loss,
             M.KL: self.ranks.masked_mean(kl, b.mask) if kl is not None else 0.0,
             M.ENTROPY: self.ranks.masked_mean(entropy, b.mask),
             M.CRITIC_WARMUP: 1.0,

@@ -86,6 +86,22 @@ def test_the_warmup_fits_the_critic_alone_and_leaves_the_policy_bit_identical(wo
     assert any(not torch.equal(p, before[0][n]) for n, p in weights(policy.module).items())
 
 
+def test_more_critic_epochs_step_the_critic_more_on_the_same_batch_and_leave_the_policys_update_alone(workspace):
+    def one_update(epochs: int):
+        run = tiny_run(workspace, critic_warmup_steps=0, critic_epochs=epochs)
+        trainer = run.trainer
+        scored = trainer._scored(0, 2)
+        ids, attn, mask, start = trainer._inputs(scored.rollouts)
+        trainer._set_batch(len(ids))
+        trainer.update(1, Batch(ids, attn, mask, start, scored.total, 2))
+        return weights(run.engine.module), weights(trainer.critic.module), trainer.critic.global_steps
+
+    once, thrice = one_update(1), one_update(3)
+    assert identical(once[0], thrice[0])  # the policy's update reads the values from before any critic pass
+    assert thrice[2] == 3 * once[2] > 0  # two micro-batches a pass, one optimizer step per batch, three passes
+    assert not identical(once[1], thrice[1])
+
+
 def test_explained_variance_rises_as_the_critic_fits_a_fixed_batch(workspace):
     trainer = tiny_run(workspace).trainer
     scored = trainer._scored(0, 2)
