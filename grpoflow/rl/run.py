@@ -186,7 +186,10 @@ def _reference(params: Params, algorithm: Algorithm, engine: Any, reference_dir:
     if not needs_reference(params, algorithm):
         return None
     # A LoRA policy with its adapters off is the reference itself: no second copy of the model.
-    return AdaptersDisabled(engine.module) if params.model.lora else load_frozen(reference_dir)
+    if params.model.lora:
+        return AdaptersDisabled(engine.module)
+    # In the policy's dtype: a bf16 engine's reference pass costs a bf16 pass, not an fp32 one.
+    return load_frozen(reference_dir, dtype=engine.module.dtype)
 
 
 def _rollout(params: Params, engine: Any, tokenizer: Any, reference_dir: Path, prompter: Prompter) -> RolloutEngine:
