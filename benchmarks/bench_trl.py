@@ -7,7 +7,8 @@ The two sides alternate (ours, TRL, ours, TRL, ...), each in a fresh process, so
 comes and goes on a shared machine falls on both. Each reports the completion tokens it generated
 per step: the sides sample their own completions, and where the lengths differ, tokens/s is the
 fairer ratio. Ours also runs with vLLM rollouts, as users run the SmolLM2 set (TRL's vLLM path
-needs CUDA, so its side stays on HF ``generate``).
+needs CUDA, so its side stays on HF ``generate``). On a CPU that multiplies bfloat16 natively (AMX),
+full fine-tuning is also timed in bf16 on both sides.
 
 TRL is a benchmark-only dependency (``pip install '.[bench]'``); without it this benchmark
 reports that it was skipped.
@@ -19,6 +20,7 @@ import importlib.util
 from statistics import mean
 
 from benchmarks.timing import result_of
+from grpoflow.models.engine import cpu_has_native_bf16
 
 
 def _time(impl: str, steps: int, *extra: str) -> dict:
@@ -74,4 +76,7 @@ def run(steps: int = 10, rounds: int = 2) -> dict:
         return {**result, "smollm2_135m": "skipped: make demo PARAMS=params/smollm2-135m.yaml installs its packages"}
     for mode, extra in (("full", ()), ("lora", ("--lora",))):
         result[f"smollm2_135m_{mode}"] = _compare(rounds, 4, "--model", "smollm", "--warmup", "1", *extra, vllm=True)
+    # bfloat16 on both sides (TRL: accelerate's autocast on CPU), where the CPU multiplies it natively
+    if cpu_has_native_bf16():
+        result["smollm2_135m_full_bf16"] = _compare(rounds, 4, "--model", "smollm", "--warmup", "1", "--bf16")
     return result

@@ -37,9 +37,9 @@ SIZES = (256, 512, 1024)
 STEPS, WARMUP = 6, 2
 
 
-def matmul_flops(n: int, repeats: int = 5) -> float:
-    """Best-of-``repeats`` FLOP/s of an fp32 ``n x n`` by ``n x n`` matmul (2 n^3 FLOPs)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_flops(n: int, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """Best-of-``repeats`` FLOP/s of an ``n x n`` by ``n x n`` matmul in ``dtype`` (2 n^3 FLOPs)."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     return 2 * n**3 / best_of(lambda: torch.mm(a, b), repeats=repeats, warmup=2)
 
 

@@ -86,7 +86,7 @@ def _params(name: str, sections: dict, lora: bool, steps: int, overrides: dict |
             "engine": {"lr": LR, "micro_batch_size": prompts * g},
         },
     }
-    for key, value in (overrides or {}).items():  # an option under test (bench_grpo_options), ours only
+    for key, value in (overrides or {}).items():  # an option under test (bench_grpo_options); bf16 on both
         set_dotted(raw, key, value)
     return validate_params(raw)
 
@@ -180,7 +180,7 @@ def _trl(path: Path, rows: list[dict], params) -> Timings:
         learning_rate=LR,
         temperature=1.0,
         disable_tqdm=True,
-        bf16=False,
+        bf16=params.rl.engine.bf16 is True,  # on CPU: autocast to bfloat16 (accelerate's mixed precision)
         gradient_checkpointing=params.model.gradient_checkpointing,
     )
     timer = _step_timer(rl.prompts_per_step * rl.num_generations)
@@ -204,6 +204,7 @@ def main() -> None:
     parser.add_argument("--model", choices=list(SETUPS), default="tiny")
     parser.add_argument("--lora", action="store_true")
     parser.add_argument("--vllm", action="store_true", help="ours with vLLM rollouts (TRL keeps HF generate)")
+    parser.add_argument("--bf16", action="store_true", help="bfloat16 on both sides (ours: rl.engine.bf16)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--overrides", default="{}", help="JSON {dotted key: value} for our run (an option's cost)")
@@ -214,7 +215,8 @@ def main() -> None:
     if args.vllm and args.impl != "ours":
         parser.error("--vllm is for --impl ours (TRL's vLLM needs CUDA)")
     steps = args.steps + args.warmup
-    params = _params(args.model, sections, args.lora, steps, json.loads(args.overrides), args.vllm)
+    overrides = {**({"rl.engine.bf16": True} if args.bf16 else {}), **json.loads(args.overrides)}
+    params = _params(args.model, sections, args.lora, steps, overrides, args.vllm)
     timed = (_ours if args.impl == "ours" else _trl)(path, rows, params)[args.warmup :]
     times, tokens = [t for t, _, _ in timed], [n for _, n, _ in timed]
     phases = {k.removeprefix(M.PHASE_PREFIX): mean(p.get(k, 0.0) for _, _, p in timed) for k in timed[0][2]}
@@ -226,6 +228,7 @@ def main() -> None:
                 "model": args.model,
                 "lora": args.lora,
                 "rollout": "vllm" if args.vllm else "hf",
+                "bf16": params.rl.engine.bf16 is True,
                 "parameters": _parameters(path),
                 "steps": len(times),
                 "seconds_per_step": sum(times) / len(times),

@@ -29,7 +29,9 @@ class EngineConfig(_Section):
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up optimizer steps, then constant.")
     bf16: Literal["auto", True, False] = Field(
-        "auto", description="bfloat16 training: auto = on CUDA with bf16 support only."
+        "auto",
+        description="bfloat16 training: auto = on CUDA with bf16 support only; on a CPU, true is faster only "
+        "with AMX (benchmarks/bench_bf16.py), and the engine warns where bf16 is emulated.",
     )
     shared_prefix: bool = Field(
         True,

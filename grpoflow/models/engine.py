@@ -101,6 +101,31 @@ def use_bf16(cfg: EngineConfig) -> bool:
     return bool(cfg.bf16)
 
 
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of CPUs with bf16 dot products
+
+
+def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool | None:
+    """Whether the CPU multiplies bfloat16 in hardware (AMX or AVX512-BF16, from ``cpuinfo``'s
+    flags); None where there is no such file to read (not Linux). Elsewhere oneDNN emulates bf16,
+    and a bf16 pass costs more than an fp32 one."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return None
+    flags = {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+    return any(f in flags for f in CPU_BF16_FLAGS)
+
+
+def bf16_warning(cfg: EngineConfig) -> str | None:
+    """A line to log when bf16 is asked for on a CPU that emulates it (slower than fp32), else None."""
+    if cfg.bf16 is not True or torch.cuda.is_available() or cpu_has_native_bf16() is not False:
+        return None
+    return (
+        "warning: bf16 is on (engine bf16: true) but this CPU has neither AMX nor AVX512-BF16: its bf16 "
+        "matmuls are emulated, slower than fp32; set the engine's bf16 to false (or auto)"
+    )
+
+
 def deepspeed_config(cfg: EngineConfig, batch_size: int, world_size: int) -> dict:
     """DeepSpeed's config for ``batch_size`` sequences per optimizer step across all processes."""
     per_rank = batch_size // world_size
@@ -140,6 +165,8 @@ def build_engine(model: torch.nn.Module, cfg: EngineConfig, batch_size: int):
     """A DeepSpeed engine with AdamW and linear warm-up, for ``batch_size`` sequences a step."""
     deepspeed = import_deepspeed()
     _, world = init_distributed()
+    if (warning := bf16_warning(cfg)) is not None:
+        print(warning, flush=True)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     warmup = max(cfg.warmup_steps, 0)

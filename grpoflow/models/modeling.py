@@ -111,9 +111,7 @@ def load_pretrained(name_or_path: str | Path, dtype: torch.dtype = torch.float32
     return model, tokenizer
 
 
-def load_frozen(path: str | Path, dtype: torch.dtype | None = None) -> torch.nn.Module:
-    """A model in eval mode with no gradients (the reference policy), in ``dtype`` where given."""
-    model, _ = load_pretrained(path)
-    if dtype is not None:
-        model = model.to(dtype)
+def load_frozen(path: str | Path, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """A model in eval mode with no gradients, in ``dtype``: the reference policy."""
+    model, _ = load_pretrained(path, dtype)
     return model.eval().requires_grad_(False)

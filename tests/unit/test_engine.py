@@ -3,7 +3,7 @@
 import pytest
 
 from grpoflow.config import validate_params
-from grpoflow.models.engine import deepspeed_config
+from grpoflow.models.engine import cpu_has_native_bf16, deepspeed_config
 
 
 def test_deepspeed_batch_arithmetic():
@@ -12,6 +12,17 @@ def test_deepspeed_batch_arithmetic():
     assert ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * 2 == 64
     with pytest.raises(ValueError, match="does not split"):
         deepspeed_config(cfg, batch_size=60, world_size=8)
+
+
+def test_a_cpu_multiplies_bf16_natively_with_amx_or_avx512_bf16_in_its_flags(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_tile amx_bf16\n\nprocessor\t: 1\n")
+    assert cpu_has_native_bf16(info) is True
+    info.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert cpu_has_native_bf16(info) is True
+    info.write_text("flags\t\t: fpu avx2 avx512f amx_tile\nmodel name\t: amx_bf16 in a name is no flag\n")
+    assert cpu_has_native_bf16(info) is False
+    assert cpu_has_native_bf16(tmp_path / "absent") is None
 
 
 @pytest.mark.parametrize("micro_steps", [1, 2])

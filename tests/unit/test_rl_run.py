@@ -61,6 +61,19 @@ def test_ppo_without_kl_loads_no_reference_and_trains_whatever_grpo_beta_says(wo
     assert len(steps) == 1 and steps[0][KL_COEF] == 0.0 and steps[0]["kl"] == 0.0
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_the_reference_runs_in_the_policys_dtype_and_a_bf16_step_trains(workspace, bf16):
+    import torch
+
+    params = validate_params({**TINY, "rl": {**TINY["rl"], "engine": {**TINY["rl"]["engine"], "bf16": bf16}}})
+    run = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    assert {p.dtype for p in run.engine.module.parameters()} == {p.dtype for p in run.reference.parameters()} == {dtype}
+    steps = []
+    run.trainer.train(on_step=lambda step, m: steps.append(m))
+    assert len(steps) == 1 and torch.isfinite(torch.tensor(steps[0]["loss"]))
+
+
 def test_ppo_logs_its_own_kl_coefficient(workspace):
     params = validate_params({**TINY, "ppo": {**TINY["ppo"], "kl_coef": 0.07}})
     run = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
