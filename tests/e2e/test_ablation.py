@@ -117,7 +117,8 @@ def test_arms_over_seeds_give_intervals_verdicts_and_comparable_runs_and_cache_p
         "learning/explained_variance",
         "learning/returns_mean",
         "learning/returns_std",
-    }  # no warm-up here: schedule/critic_warmup stays 0, a param
+        "schedule/critic_warmup",  # the smoke sizes' one warm-up step: 1, then 0, so a schedule, not a param
+    }
     assert {"learning/reward_mean", "learning/kl", "learning/grad_norm", "summary/test_pass_at_1"} <= keys["grpo"]
     assert {params(r)["algorithm"] for r in arms if params(r)["arm"] == "rloo"} == {"grpo"}
 

@@ -18,7 +18,7 @@ from tests.e2e.conftest import run
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
-OVERRIDES = {"rl.steps": 2, "evaluate.max_examples": 8}
+OVERRIDES = {"rl.steps": 20, "evaluate.max_examples": 8}  # 20: above the set's PPO warm-up
 # The stages that read rl (grpo, ppo) or evaluate.max_examples (evaluate).
 READERS = {"grpo", "ppo", "evaluate"}  # not sft, which reads rl.rollout_engine and one rl.sampling key
 

@@ -121,13 +121,13 @@ def test_a_hand_edited_dvc_yaml_wired_for_the_run_is_kept_but_the_launch_decides
     (project / "dvc.yaml").write_text(
         text.replace("python -m tasks.prepare ", "python fault.py && python -m tasks.prepare ")
     )
-    assert "dvc.yaml" not in run_edits("params/default.yaml", {"rl.steps": 7})
+    assert "dvc.yaml" not in run_edits("params/default.yaml", {"rl.steps": 70})
     assert "dvc.yaml" in run_edits("params/default.yaml", {"experiment.stages": ["base_model", "prepare"]})
     two = yaml.safe_load(run_edits("params/default.yaml", {"launch.nproc_per_node": 2})["dvc.yaml"])
     assert two["stages"]["grpo"]["cmd"].startswith("torchrun --nproc_per_node 2 --nnodes 1 ")
     assert two["stages"]["sft"]["cmd"].startswith("python -m tasks.sft ")
     (project / "dvc.yaml").write_text(text.replace("python -m tasks.grpo", "torchrun --nproc_per_node=8 -m tasks.grpo"))
-    assert run_edits("params/default.yaml", {"rl.steps": 7})["dvc.yaml"] == text  # one process: python, as generated
+    assert run_edits("params/default.yaml", {"rl.steps": 70})["dvc.yaml"] == text  # one process: python, as generated
 
 
 def test_an_ablation_wires_its_arms_and_seeds_into_dvc_yaml_and_one_more_seed_adds_only_its_stages(project):
