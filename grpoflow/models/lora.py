@@ -7,6 +7,8 @@ exported model get the merged weights ``W + (alpha / r) * B @ A``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -86,6 +88,33 @@ def merged_lora_weight(layer: Any) -> torch.Tensor:
     for adapter in layer.active_adapters:
         weight = weight + layer.get_delta_weight(adapter).to(weight.dtype)
     return weight
+
+
+@contextmanager
+def merged_for_sampling(model: Any) -> Iterator[Any]:
+    """Inside, each LoRA layer's base weight is ``W + scale * B @ A`` and the adapters are off: the
+    same function with one matmul per layer instead of three, for sampling without gradients (the
+    rollout's decode loop runs every layer once per token). On exit each layer gets its own ``W``
+    back, the very tensor, so nothing drifts. Under ZeRO-3 (partitioned weights) nothing is merged.
+    Costs one merged copy of the adapted layers' weights while inside."""
+    from grpoflow.models.full_weights import is_zero3
+
+    if not has_adapters(model) or is_zero3(model):
+        yield model
+        return
+    from peft.tuners.lora import Linear as LoraLinear
+
+    layers = [m for m in model.modules() if isinstance(m, LoraLinear) and m.active_adapters]
+    own = [layer.base_layer.weight.data for layer in layers]
+    try:
+        merged = [merged_lora_weight(layer) for layer in layers]
+        for layer, weight in zip(layers, merged, strict=True):
+            layer.base_layer.weight.data = weight
+        with model.disable_adapter():
+            yield model
+    finally:
+        for layer, weight in zip(layers, own, strict=True):
+            layer.base_layer.weight.data = weight
 
 
 def merged_model(model: Any) -> torch.nn.Module:

@@ -22,6 +22,7 @@ from transformers import (
 )
 
 from grpoflow.config import ModelConfig
+from grpoflow.models.attention import use_own_attention
 from grpoflow.models.model_source import hub_offline, looks_local_path
 
 EOS = "<|endoftext|>"
@@ -108,7 +109,7 @@ def load_pretrained(name_or_path: str | Path, dtype: torch.dtype = torch.float32
         raise
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return use_own_attention(model), tokenizer
 
 
 def load_frozen(path: str | Path, dtype: torch.dtype = torch.float32) -> torch.nn.Module:

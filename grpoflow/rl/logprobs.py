@@ -61,6 +61,7 @@ def _shared_logits(model, packed: sp.Packed) -> torch.Tensor:
         position_ids=packed.position_ids,
         logits_to_keep=packed.input_ids.shape[1] - packed.keep_from,
         use_cache=False,
+        **sp.slot_kwargs(model, packed),
     )
     return out.logits
 

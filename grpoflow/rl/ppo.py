@@ -20,6 +20,7 @@ from transformers import AutoModel
 
 from grpoflow import metric_names as M
 from grpoflow.config import RM_REWARD, Params, PPOConfig, rules
+from grpoflow.models.attention import use_own_attention
 from grpoflow.models.engine import build_engine, optimizer_step
 from grpoflow.rl import micro_batches
 from grpoflow.rl import shared_prefix as sp
@@ -43,7 +44,7 @@ class ValueModel(torch.nn.Module):
     @classmethod
     def from_pretrained(cls, path: str) -> ValueModel:
         """A critic whose trunk is the pretrained model at ``path`` and whose head starts at zero."""
-        trunk = AutoModel.from_pretrained(path)
+        trunk = use_own_attention(AutoModel.from_pretrained(path))
         return cls(trunk, trunk.config.hidden_size)
 
     @classmethod
@@ -61,10 +62,10 @@ class ValueModel(torch.nn.Module):
                 critic.head.bias.copy_(rm.score.bias)
         return critic
 
-    def forward(self, input_ids, attention_mask, position_ids=None) -> torch.Tensor:
-        """``V(s_t)`` at every position: ``(N, T)``."""
+    def forward(self, input_ids, attention_mask, position_ids=None, **kwargs) -> torch.Tensor:
+        """``V(s_t)`` at every position: ``(N, T)`` (``kwargs``: for the trunk's attention)."""
         hidden = self.trunk(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs
         ).last_hidden_state
         return self.head(hidden).squeeze(-1)
 
@@ -74,7 +75,9 @@ def completion_values(critic, ids, attn, start: int, shared_prefix: bool = True)
     ``shared_prefix``: each group's prompt encoded once (:mod:`grpoflow.rl.shared_prefix`), same values."""
     packed = sp.packed_for(critic, ids, attn, start) if shared_prefix else None
     if packed is not None:
-        values = critic(packed.input_ids, sp.mask_for(critic, packed.mask), packed.position_ids)
+        values = critic(
+            packed.input_ids, sp.mask_for(critic, packed.mask), packed.position_ids, **sp.slot_kwargs(critic, packed)
+        )
         return sp.gather_rows(values[:, packed.keep_from :], packed).float()
     position_ids = (attn.long().cumsum(-1) - 1).clamp(min=0)
     return critic(ids, attn, position_ids)[:, start - 1 : -1].float()

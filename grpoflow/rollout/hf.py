@@ -1,12 +1,13 @@
 """Rollouts with ``transformers`` ``generate``: batched, left-padded, KV cache, on the policy itself.
 
 Generating from the live training module means there is nothing to sync: the weights are shared.
+With LoRA, each adapted layer samples with its merged weight ``W + scale * B @ A``
+(:func:`grpoflow.models.lora.merged_for_sampling`): one matmul per layer and token instead of three.
 
 The ``n`` samples of a prompt share its prefill: each batch's distinct prompts run through the
-model once (all but their last token), the resulting KV cache is expanded to one row per sample
-along the batch axis, and ``generate`` continues from it with the full ``[prompt]`` rows, so only
-the last prompt token is computed per sample. Attention is causal, so the cached keys and values
-are the ones each sample would have computed itself; greedy decoding gives the same tokens.
+model once, the resulting KV cache is expanded to one row per sample along the batch axis, and
+:mod:`grpoflow.rollout.decode` samples from it. Attention is causal, so the cached keys and values
+are the ones each sample would have computed itself; greedy decoding gives ``generate``'s tokens.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import time
 
 import torch
 
+from grpoflow.models.lora import merged_for_sampling
 from grpoflow.rollout import Rollouts, Sampling, completion_mask
+from grpoflow.rollout.decode import decode
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +64,15 @@ class HFRolloutEngine:
         self.model.eval()
         outs, logprobs = [], []
         try:
-            for lo in range(0, len(rows), self.batch_size):
-                gen, step_lp = self._batch(
-                    enc["input_ids"], enc["attention_mask"], rows[lo : lo + self.batch_size], sampling
-                )
-                pad = sampling.max_new_tokens - gen.shape[1]
-                outs.append(torch.nn.functional.pad(gen, (0, pad), value=tok.pad_token_id))
-                if step_lp is not None:
-                    logprobs.append(torch.nn.functional.pad(step_lp, (0, pad)))
+            with merged_for_sampling(self.model):
+                for lo in range(0, len(rows), self.batch_size):
+                    gen, step_lp = self._batch(
+                        enc["input_ids"], enc["attention_mask"], rows[lo : lo + self.batch_size], sampling
+                    )
+                    pad = sampling.max_new_tokens - gen.shape[1]
+                    outs.append(torch.nn.functional.pad(gen, (0, pad), value=tok.pad_token_id))
+                    if step_lp is not None:
+                        logprobs.append(torch.nn.functional.pad(step_lp, (0, pad)))
         finally:
             self.model.train(was_training)
         completion_ids = torch.cat(outs)
@@ -89,17 +93,29 @@ class HFRolloutEngine:
     def _batch(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, rows: torch.Tensor, sampling: Sampling
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One ``generate`` call for the samples whose prompts are ``rows``: ``(generated ids,
-        untempered log-probs of them or None)``."""
-        distinct, inverse = torch.unique_consecutive(rows, return_inverse=True)
-        ids, mask = prompt_ids[distinct], prompt_mask[distinct]
-        cache = self._shared_prefill(ids, mask, inverse) if self.share_prefill else None
-        ids, mask = ids[inverse], mask[inverse]
+        """The samples whose prompts are ``rows``: ``(generated ids, untempered log-probs of them or
+        None)``, from :func:`grpoflow.rollout.decode.decode` (each prompt prefilled once), or from
+        ``generate`` where the model's KV cache cannot be expanded or sharing is off."""
+        if self.share_prefill:
+            try:
+                return decode(
+                    self.model, prompt_ids, prompt_mask, rows, sampling, self.stop_ids, self.tokenizer.pad_token_id
+                )
+            except (AttributeError, NotImplementedError, TypeError) as exc:
+                log.warning(
+                    "rollout: each sample prefills its own prompt (the model's KV cache cannot be expanded: %s)", exc
+                )
+                self.share_prefill = False
+        return self._generate(prompt_ids[rows], prompt_mask[rows], sampling)
+
+    def _generate(
+        self, ids: torch.Tensor, mask: torch.Tensor, sampling: Sampling
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """transformers ``generate`` over one row per sample, each prefilling its own prompt."""
         tok = self.tokenizer
         out = self.model.generate(
             input_ids=ids,
             attention_mask=mask,
-            past_key_values=cache,
             do_sample=sampling.temperature > 0,
             temperature=sampling.temperature if sampling.temperature > 0 else None,
             top_p=sampling.top_p if sampling.temperature > 0 else None,
@@ -116,28 +132,3 @@ class HFRolloutEngine:
         # the raw (untempered) logits, as the trainer computes its log-probs
         step_lp = torch.stack(out.logits, dim=1).float().log_softmax(-1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)
         return gen, step_lp
-
-    def _shared_prefill(self, ids: torch.Tensor, mask: torch.Tensor, inverse: torch.Tensor):
-        """The KV cache of each prompt's tokens but its last, computed once per distinct prompt and
-        expanded to one row per sample (``inverse``); None where there is nothing to share or the
-        model's cache cannot be expanded (then each sample prefills its own prompt)."""
-        if ids.shape[1] < 2 or len(inverse) == len(ids):
-            return None  # a one-token prompt has no prefix; one sample per prompt shares nothing
-        head, head_mask = ids[:, :-1], mask[:, :-1]
-        # the positions generate gives a left-padded row: pads at 0, the first real token at 0
-        positions = (head_mask.long().cumsum(-1) - 1).masked_fill(head_mask == 0, 0)
-        out = self.model(
-            input_ids=head, attention_mask=head_mask, position_ids=positions, use_cache=True, logits_to_keep=1
-        )
-        cache = getattr(out, "past_key_values", None)
-        try:
-            if cache is None:
-                raise AttributeError("the model returned no KV cache")
-            cache.batch_select_indices(inverse)
-        except (AttributeError, NotImplementedError, TypeError) as exc:
-            log.warning(
-                "rollout: each sample prefills its own prompt (the model's KV cache cannot be expanded: %s)", exc
-            )
-            self.share_prefill = False
-            return None
-        return cache

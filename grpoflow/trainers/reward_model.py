@@ -201,6 +201,8 @@ def reward_model_from_policy(policy: Any, tokenizer: Any) -> Any:
     import torch
     from transformers import AutoModelForSequenceClassification
 
+    from grpoflow.models.attention import use_own_attention
+
     pad_id = _pad_id(tokenizer)
     if isinstance(policy, (str, Path)):
         if not (Path(policy) / "config.json").is_file():
@@ -219,7 +221,7 @@ def reward_model_from_policy(policy: Any, tokenizer: Any) -> Any:
         if getattr(model.score, "bias", None) is not None:
             model.score.bias.zero_()
     model.config.pad_token_id = pad_id
-    return model
+    return use_own_attention(model)
 
 
 def check_reward_model_config(path: str | Path) -> None:
@@ -246,6 +248,8 @@ def load_reward_model(path: str | Path, dtype: torch.dtype | None = None) -> tup
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from grpoflow.models.attention import use_own_attention
+
     check_reward_model_config(path)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if tokenizer.pad_token is None:
@@ -255,7 +259,7 @@ def load_reward_model(path: str | Path, dtype: torch.dtype | None = None) -> tup
     )
     if model.config.pad_token_id is None:
         model.config.pad_token_id = _pad_id(tokenizer)
-    return model, tokenizer
+    return use_own_attention(model), tokenizer
 
 
 # ---------------------------------------------------------------------------------------- training

@@ -58,13 +58,14 @@ def test_the_value_loss_is_clipped_around_the_old_values_as_documented():
 # -- shared-prefix groups: PPO's policy and critic passes equal the unshared ones ---------------
 from transformers import AutoModel, LlamaConfig, Qwen2Config  # noqa: E402
 
+from grpoflow.models.attention import NAME, use_own_attention  # noqa: E402
 from grpoflow.rl.logprobs import completion_logprobs  # noqa: E402
 from grpoflow.rl.losses import grpo_loss  # noqa: E402
 from grpoflow.rl.ppo import ValueModel, completion_values  # noqa: E402
 from tests.unit.test_shared_prefix import batch, rel, small_llama, tiny_default  # noqa: E402
 
 
-def _critic(arch: str) -> ValueModel:
+def _critic(arch: str, attention: str = NAME) -> ValueModel:
     torch.manual_seed(0)
     kind, cfg = {
         "qwen2": (Qwen2Config, {"num_key_value_heads": 4}),
@@ -73,7 +74,7 @@ def _critic(arch: str) -> ValueModel:
     trunk = AutoModel.from_config(
         kind(vocab_size=96, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96, **cfg)
     )
-    critic = ValueModel(trunk, 64)
+    critic = ValueModel(use_own_attention(trunk) if attention == NAME else trunk, 64)
     torch.nn.init.normal_(critic.head.weight, std=0.5)  # a zero head would make every gradient but its own zero
     return critic
 
@@ -92,8 +93,9 @@ def _value_pass(critic, ids, attn, start, shared, returns, slices):
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
-def test_shared_prefix_critic_values_and_gradients_equal_rows(arch):
-    critic = _critic(arch).train()
+@pytest.mark.parametrize("attention", [NAME, "sdpa"])
+def test_shared_prefix_critic_values_and_gradients_equal_rows(arch, attention):
+    critic = _critic(arch, attention).train()
     critic.trunk.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ids, attn, start = batch([6, 11, 3], g=4, c_lens=[5, 1, 7, 3])
     returns = torch.randn(ids.shape[0], ids.shape[1] - start)

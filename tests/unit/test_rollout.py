@@ -100,9 +100,9 @@ def test_shared_prefill_runs_each_prompt_once_within_the_batch_bound(tiny):
     finally:
         hook.remove()
     width = tok(prompts, padding=True, return_tensors="pt")["input_ids"].shape[1]
-    # batches of 4 samples = 2 prompts x 2, then 1 prompt x 2: the prefill once per prompt (all but
-    # its last token), then only the last prompt token per sample, then one token per step
-    assert seen == [(2, width - 1), (4, 1), (4, 1), (4, 1), (1, width - 1), (2, 1), (2, 1), (2, 1)]
+    # batches of 4 samples = 2 prompts x 2, then 1 prompt x 2: the prefill once per prompt (which
+    # gives the first token), then one token per sample per step for the other two
+    assert seen == [(2, width), (4, 1), (4, 1), (1, width), (2, 1), (2, 1)]
 
 
 def test_sampled_groups_differ_within_and_keep_the_layout(tiny):

@@ -1,0 +1,92 @@
+"""The decode loop of the transformers rollout engine: each distinct prompt is prefilled once, its KV
+cache expanded to one row per sample, then one token per step for every sample until all stop.
+
+Why not ``generate``: on CPU its sampling step, ``torch.multinomial`` over SmolLM2's 49k-token
+vocabulary for 32 rows, took 28 ms of a 130 ms decode step (1.8 of 8.3 s per rollout, profiled):
+it draws one exponential per vocabulary entry. Sampling here inverts the cumulative distribution
+with one uniform draw per row (inverse transform sampling), 7 ms; the cumulative sums are float64
+so that rounding shifts no token's share by more than about 1e-12.
+
+The distribution is ``generate``'s: logits divided by the temperature, then nucleus filtering at
+``top_p`` (Holtzman et al. 2020: drop a token once the tokens more likely than it hold ``top_p``),
+greedy at temperature 0. Finished rows are fed padding, as ``generate`` does; the loop ends when
+every row has stopped or at ``max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from grpoflow.rollout import Sampling
+
+
+def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``probs`` with every token zeroed whose more likely tokens already hold ``top_p`` of the mass
+    (the most likely token always stays)."""
+    ranked, order = probs.sort(-1, descending=True)
+    before = ranked.cumsum(-1) - ranked  # mass of the tokens ranked above each one
+    drop = torch.empty_like(before, dtype=torch.bool).scatter_(-1, order, before >= top_p)
+    return probs.masked_fill(drop, 0.0)
+
+
+def next_tokens(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row of ``logits`` (rows, vocab): greedy at temperature 0, else sampled."""
+    if sampling.temperature <= 0:
+        return logits.argmax(-1)
+    probs = (logits.float() / sampling.temperature).softmax(-1)
+    if sampling.top_p < 1.0:
+        probs = nucleus(probs, sampling.top_p)
+    cdf = probs.double().cumsum(-1)
+    draw = torch.rand(len(cdf), 1, dtype=torch.float64, generator=generator, device=cdf.device) * cdf[:, -1:]
+    # right=True: a token of probability 0 spans an empty interval and is never drawn
+    return torch.searchsorted(cdf, draw, right=True).squeeze(1).clamp(max=cdf.shape[-1] - 1)
+
+
+@torch.no_grad()
+def decode(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    rows: torch.Tensor,
+    sampling: Sampling,
+    stop_ids: list[int],
+    pad_id: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(generated ids (N, T <= max_new_tokens), untempered log-probs of them or None)`` for the
+    samples ``rows`` (N indices into the left-padded ``prompt_ids``, each prompt's samples adjacent).
+
+    Raises AttributeError, NotImplementedError or TypeError where the model's cache cannot be
+    expanded along the batch (the caller then uses ``generate``)."""
+    distinct, inverse = torch.unique_consecutive(rows, return_inverse=True)
+    mask = prompt_mask[distinct]
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    out = model(
+        input_ids=prompt_ids[distinct], attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+    )
+    cache = out.past_key_values
+    if cache is None:
+        raise AttributeError("the model returned no KV cache")
+    cache.batch_select_indices(inverse)
+    logits, mask, position = out.logits[inverse, -1], mask[inverse], positions[inverse, -1]
+    stops = torch.tensor(stop_ids, device=logits.device)
+    done = torch.zeros(len(inverse), dtype=torch.bool, device=logits.device)
+    tokens, logprobs = [], []
+    for step in range(sampling.max_new_tokens):
+        token = next_tokens(logits, sampling).to(logits.device).masked_fill(done, pad_id)
+        tokens.append(token)
+        if sampling.logprobs:
+            logprobs.append(logits.float().log_softmax(-1).gather(-1, token.unsqueeze(-1)).squeeze(-1))
+        done |= torch.isin(token, stops)
+        if bool(done.all()) or step == sampling.max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, mask.new_ones(len(mask), 1)], dim=1)
+        position = position + 1
+        out = model(
+            input_ids=token.unsqueeze(1),
+            attention_mask=mask,
+            position_ids=position.unsqueeze(1),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logits = out.logits[:, -1]
+    return torch.stack(tokens, 1), torch.stack(logprobs, 1) if sampling.logprobs else None
