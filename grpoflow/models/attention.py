@@ -98,11 +98,3 @@ def use_own_attention(model: torch.nn.Module) -> torch.nn.Module:
     if config is not None and getattr(config, "_attn_implementation", None) == "sdpa":
         model.set_attn_implementation(NAME)
     return model
-
-
-def takes_slots(model) -> bool:
-    """Whether ``model`` (under its wrappers) runs :func:`grouped_sdpa_forward`, so that a packed
-    pass may hand it its :class:`~grpoflow.rl.shared_prefix.Slots`."""
-    from grpoflow.rl.shared_prefix import hf_config
-
-    return getattr(hf_config(model), "_attn_implementation", None) == NAME

@@ -97,9 +97,8 @@ def merged_for_sampling(model: Any) -> Iterator[Any]:
     rollout's decode loop runs every layer once per token). On exit each layer gets its own ``W``
     back, the very tensor, so nothing drifts. Under ZeRO-3 (partitioned weights) nothing is merged.
     Costs one merged copy of the adapted layers' weights while inside."""
-    from grpoflow.models.full_weights import is_zero3
-
-    if not has_adapters(model) or is_zero3(model):
+    zero3 = any(hasattr(p, "ds_id") for p in model.parameters())  # DeepSpeed tags partitioned ones
+    if not has_adapters(model) or zero3:
         yield model
         return
     from peft.tuners.lora import Linear as LoraLinear

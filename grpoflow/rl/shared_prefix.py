@@ -25,10 +25,13 @@ from dataclasses import dataclass
 
 import torch
 
+from grpoflow.models.attention import NAME as OWN_ATTENTION
+from grpoflow.models.attention import SLOTS_KWARG
+
 log = logging.getLogger(__name__)
 
 ARCHITECTURES = frozenset({"qwen2", "llama"})  # verified equal to the unshared path in tests
-_ATTENTION = frozenset({"sdpa", "grpoflow_sdpa", "eager"})  # implementations that take an arbitrary 4-D mask
+_ATTENTION = frozenset({"sdpa", OWN_ATTENTION, "eager"})  # implementations that take an arbitrary 4-D mask
 _logged: set[str] = set()
 
 
@@ -223,9 +226,13 @@ def mask_for(model, mask: torch.Tensor) -> torch.Tensor:
 def slot_kwargs(model, packed: Packed) -> dict:
     """The keyword that hands ``packed``'s slots to the model's attention, when it takes them
     (:func:`grpoflow.models.attention.takes_slots`); none otherwise."""
-    from grpoflow.models.attention import SLOTS_KWARG, takes_slots
-
     return {SLOTS_KWARG: packed.slots} if packed.slots is not None and takes_slots(model) else {}
+
+
+def takes_slots(model) -> bool:
+    """Whether ``model`` (under its wrappers) runs our attention function, which takes a packed
+    pass's :class:`Slots` (:mod:`grpoflow.models.attention`)."""
+    return getattr(hf_config(model), "_attn_implementation", None) == OWN_ATTENTION
 
 
 def gather_rows(kept: torch.Tensor, packed: Packed) -> torch.Tensor:

@@ -10,9 +10,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from grpoflow.models.attention import NAME, takes_slots, use_own_attention
+from grpoflow.models.attention import NAME, use_own_attention
 from grpoflow.models.modeling import load_pretrained, save_pretrained, train_tokenizer
 from grpoflow.rl.logprobs import completion_logprobs
+from grpoflow.rl.shared_prefix import takes_slots
 from grpoflow.rollout import Sampling
 from grpoflow.rollout.hf import HFRolloutEngine
 from tests.unit.test_rollout import WORDS
