@@ -4,11 +4,8 @@ shared-prefix groups is checked against unpacked rows in test_shared_prefix and 
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig
 
 from grpoflow.models.attention import NAME, use_own_attention
 from grpoflow.models.modeling import load_pretrained, save_pretrained, train_tokenizer
@@ -17,28 +14,12 @@ from grpoflow.rl.shared_prefix import takes_slots
 from grpoflow.rollout import Sampling
 from grpoflow.rollout.hf import HFRolloutEngine
 from tests.unit.test_rollout import WORDS
-from tests.unit.test_shared_prefix import batch, rel, tiny_default
-
-VOCAB = 96
+from tests.unit.test_shared_prefix import VOCAB, batch, rel, small_llama, tiny_default
 
 
-def pair(kv_heads: int = 2, vocab: int = VOCAB) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """Two copies of one random Llama, each with its own config: transformers' sdpa and ours."""
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=6,
-        num_key_value_heads=kv_heads,
-        intermediate_size=64,
-        max_position_embeddings=256,
-        eos_token_id=0,
-        pad_token_id=1,
-    )
-    theirs, ours = (AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=torch.float32) for _ in "ab")
-    ours.load_state_dict(theirs.state_dict())
-    return theirs, use_own_attention(ours)
+def pair(vocab: int = VOCAB) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """Two copies of one random grouped-query Llama, each with its own config: transformers' sdpa and ours."""
+    return small_llama(lora=False, attention="sdpa", vocab=vocab), small_llama(lora=False, vocab=vocab)
 
 
 def grads(model) -> dict[str, torch.Tensor]:

@@ -33,11 +33,12 @@ def tiny_default(attention: str = NAME) -> torch.nn.Module:
     return use_own_attention(model) if attention == NAME else model
 
 
-def small_llama(lora: bool = True, head_dim: int = 32, attention: str = NAME) -> torch.nn.Module:
-    """A SmolLM2-shaped Llama (grouped-query attention), random, with LoRA adapters."""
+def small_llama(lora: bool = True, head_dim: int = 32, attention: str = NAME, vocab: int = VOCAB) -> torch.nn.Module:
+    """A SmolLM2-shaped Llama (grouped-query attention), random (the same for the same arguments),
+    with LoRA adapters."""
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=VOCAB,
+        vocab_size=vocab,
         hidden_size=4 * head_dim,
         num_hidden_layers=2,
         num_attention_heads=4,
