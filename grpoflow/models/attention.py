@@ -55,10 +55,7 @@ def grouped_sdpa_forward(
     )
     if plain:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, enable_gqa=True
-    )
-    return out.transpose(1, 2).contiguous(), None
+    return _sdpa(query, key, value, attention_mask, dropout, scaling).transpose(1, 2).contiguous(), None
 
 
 def _sdpa(query, key, value, mask, dropout: float, scaling: float | None) -> torch.Tensor:

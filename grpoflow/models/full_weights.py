@@ -11,12 +11,7 @@ from typing import Any
 
 import torch
 
-from grpoflow.models.lora import has_adapters, merged_lora_weight, merged_state_dict
-
-
-def is_zero3(model: torch.nn.Module) -> bool:
-    """Whether ZeRO-3 partitions ``model``'s parameters (DeepSpeed tags each with a ``ds_id``)."""
-    return any(hasattr(p, "ds_id") for p in model.parameters())
+from grpoflow.models.lora import has_adapters, is_zero3, merged_lora_weight, merged_state_dict
 
 
 def _persistent_buffers(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:

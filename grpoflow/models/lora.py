@@ -48,6 +48,11 @@ def add_adapters(model: torch.nn.Module, cfg: LoraConfig) -> torch.nn.Module:
     return peft.get_peft_model(model, config)
 
 
+def is_zero3(model: torch.nn.Module) -> bool:
+    """Whether ZeRO-3 partitions ``model``'s parameters (DeepSpeed tags each with a ``ds_id``)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
+
+
 def has_adapters(model: Any) -> bool:
     """Whether ``model`` is a peft model with LoRA adapters."""
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
@@ -97,8 +102,7 @@ def merged_for_sampling(model: Any) -> Iterator[Any]:
     rollout's decode loop runs every layer once per token). On exit each layer gets its own ``W``
     back, the very tensor, so nothing drifts. Under ZeRO-3 (partitioned weights) nothing is merged.
     Costs one merged copy of the adapted layers' weights while inside."""
-    zero3 = any(hasattr(p, "ds_id") for p in model.parameters())  # DeepSpeed tags partitioned ones
-    if not has_adapters(model) or zero3:
+    if not has_adapters(model) or is_zero3(model):
         yield model
         return
     from peft.tuners.lora import Linear as LoraLinear

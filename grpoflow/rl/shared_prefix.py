@@ -116,7 +116,7 @@ def packed_for(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, sta
     found = groups(input_ids[:, :start], attention_mask[:, :start])
     if len(found[1]) == len(input_ids) or not _right_padded(attention_mask[:, start:]) or not usable(model):
         return None
-    return pack(input_ids, attention_mask, start, found)
+    return pack(input_ids, attention_mask, start, found, with_slots=takes_slots(model))
 
 
 def _right_padded(completion_mask: torch.Tensor) -> bool:
@@ -132,10 +132,12 @@ def pack(
     attention_mask: torch.Tensor,
     start: int,
     found: tuple[torch.Tensor, torch.Tensor] | None = None,
+    with_slots: bool = True,
 ) -> Packed:
     """``[left-padded prompt | right-padded completion]`` rows as packed group sequences
     (``found``: their :func:`groups`, when already known). Each completion's slot is as long as
-    the completion itself, not the batch's longest: its padding is never fed in."""
+    the completion itself, not the batch's longest: its padding is never fed in. ``with_slots``:
+    also lay out the completion slots for our split attention (not for a model that cannot use them)."""
     p, c = start, input_ids.shape[1] - start
     group, first = found if found is not None else groups(input_ids[:, :p], attention_mask[:, :p])
     k, dev = len(first), input_ids.device
@@ -159,7 +161,7 @@ def pack(
     segment[at], positions[at] = (row - first[group[row]]), row_positions[row, p + tok]
     rows = _row_index(group, offset, fed, width - p + 1, c)
     mask = _visibility(valid, segment)
-    slots = _slots(group, offset, fed, mask, width, p) if c > 1 and int(fed.max()) > 0 else None
+    slots = _slots(group, offset, fed, mask, width, p) if with_slots and c > 1 and int(fed.max()) > 0 else None
     return Packed(ids, mask, positions, p - 1, rows, int(valid.sum()), slots)
 
 
@@ -225,7 +227,7 @@ def mask_for(model, mask: torch.Tensor) -> torch.Tensor:
 
 def slot_kwargs(model, packed: Packed) -> dict:
     """The keyword that hands ``packed``'s slots to the model's attention, when it takes them
-    (:func:`grpoflow.models.attention.takes_slots`); none otherwise."""
+    (:func:`takes_slots`); none otherwise."""
     return {SLOTS_KWARG: packed.slots} if packed.slots is not None and takes_slots(model) else {}
 
 

@@ -72,7 +72,7 @@ def decode(
     done = torch.zeros(len(inverse), dtype=torch.bool, device=logits.device)
     tokens, logprobs = [], []
     for step in range(sampling.max_new_tokens):
-        token = next_tokens(logits, sampling).to(logits.device).masked_fill(done, pad_id)
+        token = next_tokens(logits, sampling).masked_fill(done, pad_id)
         tokens.append(token)
         if sampling.logprobs:
             logprobs.append(logits.float().log_softmax(-1).gather(-1, token.unsqueeze(-1)).squeeze(-1))

@@ -85,7 +85,8 @@ class VLLMRolloutEngine:
         """Load ``model``'s weights into the engine (all in one call) and reset its prefix cache.
         Under ZeRO-3 they are gathered one module at a time into host memory (every rank syncs its
         own engine at once: the gathers are collectives)."""
-        from grpoflow.models.full_weights import full_state_dict, is_zero3
+        from grpoflow.models.full_weights import full_state_dict
+        from grpoflow.models.lora import is_zero3
 
         on_host = not torch.cuda.is_available() or is_zero3(model)
         state = full_state_dict(model, "cpu" if on_host else torch.device("cuda", torch.cuda.current_device()))

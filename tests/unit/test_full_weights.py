@@ -13,8 +13,8 @@ import torch
 import torch.multiprocessing as mp
 
 from grpoflow.config import EngineConfig, LoraConfig
-from grpoflow.models.full_weights import full_state_dict, is_zero3
-from grpoflow.models.lora import add_adapters, merged_state_dict
+from grpoflow.models.full_weights import full_state_dict
+from grpoflow.models.lora import add_adapters, is_zero3, merged_state_dict
 from grpoflow.models.modeling import load_pretrained
 from grpoflow.ports import free_port
 from tests.chat_model import build_chat_model
