@@ -223,9 +223,11 @@ class HealthMonitor:
             f"explained_variance median {median(ev):.3f} over the last {len(ev)} steps after the critic's warm-up "
             f"(below {self.min_explained_variance})",
             "the critic does not predict the returns, so GAE's advantages are mostly its noise: a value head that "
-            "starts untrained, too low a critic learning rate, or targets biased by its own values",
+            "starts untrained, too low a critic learning rate, targets biased by its own values, or a task whose "
+            "returns a critic this size cannot foresee",
             "fit the critic first (ppo.critic_warmup_steps), give it Monte Carlo targets (ppo.lam_critic: 1.0), "
-            "raise ppo.critic_engine.lr",
+            "raise ppo.critic_engine.lr; see what a converged critic reaches on the task "
+            "(python -m benchmarks.bench_critic_ceiling --work .)",
         )
 
     def report(self, verdict: list[dict] | None = None) -> str:

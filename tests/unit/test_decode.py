@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from grpoflow.rl.logprobs import completion_logprobs
 from grpoflow.rollout import Sampling
-from grpoflow.rollout.decode import next_tokens, nucleus
+from grpoflow.rollout.decode import ReservedLayer, next_tokens, nucleus, reserve
 from grpoflow.rollout.hf import HFRolloutEngine
 from tests.unit.test_rollout import _prompts, tiny  # noqa: F401  (tiny: a module fixture)
 
@@ -68,3 +68,36 @@ def test_sampled_logprobs_are_the_ones_the_trainer_computes(tiny, top_p):  # noq
     mask = out.completion_mask.bool()
     assert mask.sum() > 9 and len(set(out.texts)) > 3  # sampled: the groups differ
     assert torch.allclose(out.sampler_logprobs[mask], trained[mask], atol=1e-4, rtol=0)
+
+
+def _layer(keys: torch.Tensor, values: torch.Tensor):
+    from transformers.cache_utils import DynamicLayer
+
+    layer = DynamicLayer()
+    layer.update(keys, values)
+    return layer
+
+
+def test_a_reserved_layer_holds_what_concatenation_would():
+    g = torch.Generator().manual_seed(0)
+    k0, v0, k1, v1, k2, v2 = (torch.randn(3, 2, n, 4, generator=g) for n in (5, 5, 1, 1, 2, 2))
+    plain, reserved = _layer(k0, v0), ReservedLayer(_layer(k0, v0), extra=3)
+    for k, v in ((k1, v1), (k2, v2)):
+        want, got = plain.update(k, v), reserved.update(k, v)
+        assert all(torch.equal(a, b) for a, b in zip(want, got))
+    assert reserved.get_seq_length() == 8
+    with pytest.raises(ValueError, match="exceed the 8 reserved"):
+        reserved.update(k1, v1)
+
+
+def test_reserve_swaps_only_plain_dynamic_layers():
+    from transformers.cache_utils import DynamicCache
+
+    cache = DynamicCache()
+    cache.update(torch.ones(1, 1, 2, 4), torch.ones(1, 1, 2, 4), layer_idx=0)
+    cache.update(torch.ones(1, 1, 2, 4), torch.ones(1, 1, 2, 4), layer_idx=1)
+    sliding = type("Sliding", (type(cache.layers[1]),), {})()  # another layer kind stays as it is
+    cache.layers[1] = sliding
+    reserve(cache, 4)
+    assert isinstance(cache.layers[0], ReservedLayer) and cache.layers[1] is sliding
+    assert cache.layers[0].get_seq_length() == 2

@@ -1,8 +1,13 @@
 """The training loop's parts, on hand-made inputs."""
 
-import torch
+from unittest import mock
 
-from grpoflow.rl.logprobs import completion_logprobs
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grpoflow.rl import logprobs
+from grpoflow.rl.logprobs import _ChosenLogprob, completion_logprobs
 
 
 class Bigram(torch.nn.Module):
@@ -41,3 +46,41 @@ def test_chunked_logprobs_and_entropy_equal_a_full_log_softmax(monkeypatch):
     assert torch.allclose(ent, -(full.exp() * full).sum(-1), atol=1e-6)
     logp.sum().backward()  # the gradient flows through the chunks
     assert model.table.grad is not None and torch.isfinite(model.table.grad).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    p=st.integers(1, 9),
+    v=st.integers(2, 11),
+    n=st.integers(1, 4),
+    t=st.integers(1, 5),
+    chunk_rows=st.integers(1, 4),
+    seed=st.integers(0, 2**16),
+)
+def test_the_chosen_logprob_node_equals_autograd_through_log_softmax(p, v, n, t, chunk_rows, seed):
+    """Forward, entropies and the gradient of the fused node against log_softmax and a gather; positions
+    repeat (a packed prompt's last position serves every sample of its group), chunks split the rows."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(p, v, generator=g, dtype=torch.float64).float().requires_grad_()
+    positions = torch.randint(0, p, (n, t), generator=g)
+    targets = torch.randint(0, v, (n, t), generator=g)
+    upstream = torch.randn(n, t, generator=g)
+    with mock.patch.object(logprobs, "_CHUNK_BYTES", chunk_rows * v * 4):
+        logp, entropy = _ChosenLogprob.apply(logits, positions, targets, True)
+        (logp * upstream).sum().backward()
+    ours = logits.grad.clone()
+    logits.grad = None
+    table = torch.log_softmax(logits, -1)
+    want = table[positions, targets]
+    (want * upstream).sum().backward()
+    assert torch.allclose(logp, want, atol=1e-6) and torch.allclose(logits.grad, ours, atol=1e-6)
+    assert torch.allclose(entropy, -(table.exp() * table).sum(-1).detach()[positions], atol=1e-5)
+
+
+def test_the_chosen_logprob_gradient_by_hand():
+    """One position, vocabulary 2, logits (0, ln 3): softmax (1/4, 3/4); d logp(token 0) / d logits = (3/4, -3/4)."""
+    logits = torch.tensor([[0.0, float(torch.log(torch.tensor(3.0)))]], requires_grad=True)
+    logp, entropy = _ChosenLogprob.apply(logits, torch.tensor([[0]]), torch.tensor([[0]]), False)
+    logp.sum().backward()
+    assert entropy is None and torch.allclose(logp, torch.log(torch.tensor([[0.25]])))
+    assert torch.allclose(logits.grad, torch.tensor([[0.75, -0.75]]))
