@@ -67,11 +67,11 @@ class _ChosenLogprob(torch.autograd.Function):
         lse = logits.new_empty(len(logits), dtype=torch.float32)
         entropy = torch.empty_like(lse) if with_entropy else None
         for lo, chunk in _chunks(logits):
-            lse[lo : lo + len(chunk)] = torch.logsumexp(chunk, dim=-1)
-            if with_entropy:  # H = lse - sum(softmax * logits), the sum as a batched dot product
-                probs = torch.sub(chunk, lse[lo : lo + len(chunk), None]).exp_()
-                dot = torch.bmm(probs.unsqueeze(1), chunk.unsqueeze(2)).view(-1)
-                entropy[lo : lo + len(chunk)] = lse[lo : lo + len(chunk)] - dot
+            hi = lo + len(chunk)
+            lse[lo:hi] = torch.logsumexp(chunk, dim=-1)
+            if entropy is not None:  # H = lse - sum(softmax * logits), the sum as a batched dot product
+                probs = torch.sub(chunk, lse[lo:hi, None]).exp_()
+                entropy[lo:hi] = lse[lo:hi] - torch.bmm(probs.unsqueeze(1), chunk.unsqueeze(2)).view(-1)
         flat = positions * logits.shape[-1] + targets
         ctx.save_for_backward(logits, lse, positions, flat)
         if entropy is not None:
