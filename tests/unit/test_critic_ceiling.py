@@ -8,6 +8,7 @@ import torch
 from grpoflow.rl.critic_ceiling import Scored, critic_ev, fit_critic, prompt_oracle_ev
 from grpoflow.rl.ppo import ValueModel
 from grpoflow.rollout import Rollouts
+from tests.unit.test_shared_prefix import small_llama
 
 
 def _scored(prompts: torch.Tensor, completions: torch.Tensor, rewards: torch.Tensor, g: int) -> Scored:
@@ -38,20 +39,7 @@ def test_the_prompt_oracle_by_hand():
 def test_a_fitted_critic_reads_what_decides_the_reward():
     """The reward is 1 exactly when the completion's first token is 5: before fitting the zero head
     explains nothing; fitted, the values from the second completion position on explain most of it."""
-    from transformers import LlamaConfig, LlamaModel
-
-    torch.manual_seed(0)
-    trunk = LlamaModel(
-        LlamaConfig(
-            vocab_size=16,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=32,
-        )
-    )
+    trunk = small_llama(lora=False, head_dim=8, vocab=16).model  # hidden 32
     critic = ValueModel(trunk, 32)
     g = torch.Generator().manual_seed(0)
 
