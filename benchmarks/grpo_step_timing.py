@@ -2,6 +2,12 @@
 a subprocess per implementation, so neither inherits the other's threads or memory).
 
     python -m benchmarks.grpo_step_timing --impl ours|trl --model tiny|smollm [--lora] [--vllm] --steps 4 --warmup 1
+        [--model-dir FOLDER] [--sizes PROMPTS,G,TOKENS]
+
+``--model-dir``: the smollm setup from another folder of that shape (the GPU check's: SmolLM2-135M's
+config and tokenizer with random weights, since the weights do not travel); ``--sizes``: the setup's
+prompts per step, G and completion tokens. Both sides run on the process's device
+(:func:`grpoflow.models.device.compute_device`); on CUDA the RESULT line adds the peak allocated memory.
 
 Both sides get the same prompts (rendered with the same chat template for the real model), G,
 completion length, beta, learning rate, gradient checkpointing and LoRA settings, HF rollouts
@@ -29,6 +35,7 @@ from grpoflow import metric_names as M
 from grpoflow.config import SyntheticConfig, set_dotted, validate_params
 from grpoflow.data.synthetic import generate
 from grpoflow.io import write_jsonl
+from grpoflow.models.device import compute_device
 from grpoflow.models.modeling import count_parameters, load_pretrained
 from grpoflow.models.prompting import prompter_for
 from verifiers.math import score
@@ -49,11 +56,14 @@ def _rows() -> list[dict]:
     ]
 
 
-def _model(name: str, rows: list[dict]) -> tuple[Path, dict]:
-    """The model folder and the params' model/prompt sections for ``name``."""
+def _model(name: str, rows: list[dict], folder: Path | None = None) -> tuple[Path, dict]:
+    """The model folder (``folder`` where given) and the params' model/prompt sections for ``name``."""
     if name == "tiny":
-        return tiny_folder([(r["prompt"], r["solution"]) for r in rows]), {"prompt": {"style": "plain"}, "model": {}}
-    folder = smollm_folder()
+        return folder or tiny_folder([(r["prompt"], r["solution"]) for r in rows]), {
+            "prompt": {"style": "plain"},
+            "model": {},
+        }
+    folder = folder or smollm_folder()
     if folder is None:
         raise SystemExit("the SmolLM2 packages are not installed (make demo PARAMS=params/smollm2-135m.yaml)")
     return folder, {"prompt": smollm_prompt().model_dump(), "model": {"gradient_checkpointing": True}}
@@ -67,8 +77,16 @@ def _parameters(path: Path) -> int:
         return count_parameters(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path)))
 
 
-def _params(name: str, sections: dict, lora: bool, steps: int, overrides: dict | None = None, vllm: bool = False):
-    prompts, g, length = SETUPS[name]
+def _params(
+    name: str,
+    sections: dict,
+    lora: bool,
+    steps: int,
+    overrides: dict | None = None,
+    vllm: bool = False,
+    sizes: tuple[int, int, int] | None = None,
+):
+    prompts, g, length = sizes or SETUPS[name]
     model = {**sections["model"], **({"lora": LORA} if lora else {})}
     raw = {
         "prompt": sections["prompt"],
@@ -104,9 +122,10 @@ def _ours(path: Path, rows: list[dict], params) -> Timings:
     run = build_rl_run(params, ALGORITHM, data_dir=data, reference_dir=path)
     batch = params.rl.prompts_per_step * params.rl.num_generations
     times: Timings = []
+    keep = (*M.TIMED_PHASES, M.UPDATE_TOKENS_PER_S)  # the update's tokens/s: its achieved FLOP/s (gpu_check)
     run.trainer.train(
         on_step=lambda s, m: times.append(
-            (m["step_seconds"], m[M.COMPLETION_LENGTH_MEAN] * batch, {k: m[k] for k in M.TIMED_PHASES if k in m})
+            (m["step_seconds"], m[M.COMPLETION_LENGTH_MEAN] * batch, {k: m[k] for k in keep if k in m})
         )
     )
     return times
@@ -154,7 +173,7 @@ def _trl(path: Path, rows: list[dict], params) -> Timings:
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    model, tok = load_pretrained(path)
+    model, tok = load_pretrained(path, device="cpu")  # only to render prompts: no device memory of TRL's side
     prompter = prompter_for(model, tok, params.prompt)
     # The prompts as text, rendered by our prompter: TRL then sees exactly the tokens we do.
     data = Dataset.from_list(
@@ -173,7 +192,7 @@ def _trl(path: Path, rows: list[dict], params) -> Timings:
         max_completion_length=rl.sampling.max_completion_length,
         beta=params.grpo.beta,
         max_steps=rl.steps,
-        use_cpu=True,
+        use_cpu=compute_device().type == "cpu",  # the process's device, as ours
         report_to=[],
         logging_steps=1,  # each step's completion length, for the tokens it generated
         save_strategy="no",
@@ -197,6 +216,11 @@ def _trl(path: Path, rows: list[dict], params) -> Timings:
     return [(t, n, {}) for t, n in zip(timer.seconds, timer.tokens, strict=True)]  # TRL does not split its step
 
 
+def _cuda_peak_mb() -> float | None:
+    """Peak memory allocated on the GPU by this process (None on CPU)."""
+    return torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
+
+
 def main() -> None:
     """Time ``--steps`` GRPO steps after ``--warmup`` and print one RESULT line."""
     parser = argparse.ArgumentParser()
@@ -208,18 +232,28 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--overrides", default="{}", help="JSON {dotted key: value} for our run (an option's cost)")
+    parser.add_argument("--model-dir", type=Path, default=None, help="the setup's model from this folder")
+    parser.add_argument("--sizes", default=None, help="PROMPTS,G,TOKENS instead of the setup's")
     args = parser.parse_args()
     torch.manual_seed(0)
     rows = _rows()
-    path, sections = _model(args.model, rows)
+    path, sections = _model(args.model, rows, args.model_dir)
+    sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else None
+    if sizes is not None and len(sizes) != 3:
+        parser.error("--sizes takes PROMPTS,G,TOKENS")
     if args.vllm and args.impl != "ours":
         parser.error("--vllm is for --impl ours (TRL's vLLM needs CUDA)")
     steps = args.steps + args.warmup
     overrides = {**({"rl.engine.bf16": True} if args.bf16 else {}), **json.loads(args.overrides)}
-    params = _params(args.model, sections, args.lora, steps, overrides, args.vllm)
+    params = _params(args.model, sections, args.lora, steps, overrides, args.vllm, sizes)  # type: ignore[arg-type]
     timed = (_ours if args.impl == "ours" else _trl)(path, rows, params)[args.warmup :]
     times, tokens = [t for t, _, _ in timed], [n for _, n, _ in timed]
-    phases = {k.removeprefix(M.PHASE_PREFIX): mean(p.get(k, 0.0) for _, _, p in timed) for k in timed[0][2]}
+    phases = {
+        k.removeprefix(M.PHASE_PREFIX): mean(p.get(k, 0.0) for _, _, p in timed)
+        for k in timed[0][2]
+        if k != M.UPDATE_TOKENS_PER_S
+    }
+    update_rate = [p[M.UPDATE_TOKENS_PER_S] for _, _, p in timed if M.UPDATE_TOKENS_PER_S in p]
     print(
         RESULT
         + json.dumps(
@@ -235,6 +269,14 @@ def main() -> None:
                 "completion_tokens_per_step": sum(tokens) / len(tokens),
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "phase_seconds_per_step": phases,
+                "sizes": dict(zip(("prompts", "g", "completion_tokens"), sizes or SETUPS[args.model])),
+                "device": str(compute_device()),
+                "seconds_each": times,
+                "completion_tokens_each": tokens,
+                "update_tokens_per_s": mean(update_rate) if update_rate else None,
+                "cuda_peak_allocated_mb": torch.cuda.max_memory_allocated() / 2**20
+                if torch.cuda.is_available()
+                else None,
             }
         )
     )

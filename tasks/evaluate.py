@@ -16,16 +16,7 @@ from grpoflow.config import Params
 from grpoflow.io import read_jsonl, write_json, write_jsonl
 from grpoflow.metric_names import stderr_of
 from tasks.cli import run_stage_cli, stage_parser
-from verifiers.extract import extract_answer
-from verifiers.math import plain_number
-
-
-def canonical(text: str) -> str | None:
-    answer = extract_answer(text)
-    if answer is None:
-        return None
-    number = plain_number(answer)
-    return format(number.normalize(), "f") if number is not None else answer.strip()
+from verifiers.math import canonical_answer as canonical  # maj@k's vote key (tasks.arm imports it from here)
 
 
 def score_text(metric: str, scores: dict) -> str:
@@ -141,7 +132,10 @@ def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: li
 def main(args: argparse.Namespace, params: Params) -> None:
     import mlflow  # here, not above: --help answers without loading MLflow (and torch)
 
+    from grpoflow.models.device import describe
     from tasks import notes, tracking
+
+    print(f"evaluate: {describe()}", flush=True)  # where it computes (grpoflow.models.device)
 
     data, out = Path(args.data), Path(args.out)
     models = dict(m.split("=", 1) for m in args.models)

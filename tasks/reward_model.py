@@ -149,9 +149,12 @@ def main(args: argparse.Namespace, params: Params) -> None:
     import torch
 
     from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
+    from grpoflow.models.device import describe
     from grpoflow.models.modeling import save_pretrained
     from grpoflow.trainers.reward_model import encode_pairs, pairwise_eval
     from tasks import notes, tracking
+
+    print(f"reward_model: {describe()}", flush=True)  # where it computes (grpoflow.models.device)
 
     torch.manual_seed(params.experiment.seed)
     data, policy_dir, out, report = Path(args.data), Path(args.policy), Path(args.out), Path(args.report)

@@ -232,10 +232,11 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm, *, arm: 
 def _config_check(params: Params, name: str, world: int, lead: bool) -> list:
     """The config check's findings (printed by the first process); stop on an error."""
     from grpoflow.config.advice import format_findings, lint
+    from grpoflow.models.device import describe
 
     findings = lint(params, name, world)
     if lead:
-        print(f"{name} config check:\n" + format_findings(findings), flush=True)
+        print(f"{name} config check ({describe()}):\n" + format_findings(findings), flush=True)
     if any(f.level == "error" for f in findings):
         raise SystemExit(EXIT_BAD_INPUT)
     return findings

@@ -21,9 +21,11 @@ from tasks.cli import check_interrupted, run_stage_cli, stage_parser
 def initial_model(params: Params, train: list[dict], base_dir: Path):
     """The starting model (the base_model stage's), or the tiny model with a tokenizer trained here."""
     from grpoflow.models.base_model import base_model_path
+    from grpoflow.models.device import describe
     from grpoflow.models.modeling import build_tiny_model, load_pretrained, train_tokenizer
     from grpoflow.models.prompting import PLAIN_TEMPLATE
 
+    print(f"sft: {describe()}", flush=True)  # where it computes (grpoflow.models.device)
     base = base_model_path(base_dir)
     if base:
         return load_pretrained(base)

@@ -73,6 +73,16 @@ def latex_answer(answer: str) -> str:
 # --- the verifier ----------------------------------------------------------------------------------
 
 
+def canonical_answer(text: str) -> str | None:
+    """A completion's final answer as maj@k votes on it: a plain number in its normal form (``4.0`` and
+    ``4`` are one vote), else the extracted text; None without one."""
+    answer = extract_answer(text)
+    if answer is None:
+        return None
+    number = plain_number(answer)
+    return format(number.normalize(), "f") if number is not None else answer.strip()
+
+
 def check_reference(reference: str) -> None:
     """Raise ``ValueError`` when a reference answer cannot be understood: no free rewards."""
     if not isinstance(reference, str) or not reference.strip():

@@ -149,6 +149,7 @@ def heldout_loss(model, prompter: Prompter, rows: Sequence[dict], batch_size: in
     forgetting check compares it between a policy and its reference."""
     import torch
 
+    from grpoflow.models.device import model_device
     from grpoflow.trainers.sft import build_examples, collate
 
     examples = build_examples(rows, prompter, max_length=10**9)
@@ -157,7 +158,10 @@ def heldout_loss(model, prompter: Prompter, rows: Sequence[dict], batch_size: in
     model.eval()
     with torch.no_grad():
         for lo in range(0, len(examples), batch_size):
-            batch = collate(examples[lo : lo + batch_size], tokenizer.pad_token_id)
+            batch = {
+                k: v.to(model_device(model))
+                for k, v in collate(examples[lo : lo + batch_size], tokenizer.pad_token_id).items()
+            }
             n = int((batch["labels"][:, 1:] != -100).sum())
             total += float(model(**batch).loss) * n
             tokens += n

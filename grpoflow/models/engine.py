@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from grpoflow.config import EngineConfig
+from grpoflow.models.device import compute_device
 from grpoflow.ports import free_port
 
 # Where DeepSpeed compiles its CPU ops unless the user chose (TORCH_EXTENSIONS_DIR): in the project,
@@ -27,7 +28,7 @@ def import_deepspeed():
     """DeepSpeed, set up for this machine before its import: without CUDA it is told its CPU
     accelerator (else it warns at every start that it fell back to it), and its compiled ops live
     in the project's cache."""
-    if not torch.cuda.is_available():
+    if compute_device().type == "cpu":
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(EXTENSIONS_DIR))
     import deepspeed
@@ -39,7 +40,7 @@ def _announce_first_build() -> None:
     """Say so before DeepSpeed compiles its CPU communication op: the first time, a minute or two
     passes with nothing else on the console."""
     cache = Path(os.environ.get("TORCH_EXTENSIONS_DIR", EXTENSIONS_DIR))
-    if not torch.cuda.is_available() and not any(cache.glob("deepspeed_shm_comm/*.so")):
+    if compute_device().type == "cpu" and not any(cache.glob("deepspeed_shm_comm/*.so")):
         print(
             f"building DeepSpeed's CPU communication op into {cache} (a minute or two, once; later runs reuse it)",
             flush=True,
@@ -60,7 +61,7 @@ def init_distributed() -> tuple[int, int]:
         _forget_destroyed_groups(deepspeed)
         os.environ.setdefault("MASTER_PORT", str(free_port()))
         # NCCL refuses two ranks on one GPU: GRPOFLOW_DIST_BACKEND=gloo runs them (benchmarks/gpu_check.py).
-        backend = os.environ.get(DIST_BACKEND_ENV) or ("nccl" if torch.cuda.is_available() else "gloo")
+        backend = os.environ.get(DIST_BACKEND_ENV) or ("nccl" if compute_device().type == "cuda" else "gloo")
         _announce_first_build()
         deepspeed.init_distributed(dist_backend=backend)
     return dist.get_rank(), dist.get_world_size()
@@ -97,7 +98,7 @@ def leave_distributed(release: Callable[[], None] | None = None) -> None:
 def use_bf16(cfg: EngineConfig) -> bool:
     """Whether the engine trains in bfloat16 (``auto``: on CUDA with bf16 support only)."""
     if cfg.bf16 == "auto":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return compute_device().type == "cuda" and torch.cuda.is_bf16_supported()
     return bool(cfg.bf16)
 
 
@@ -118,7 +119,7 @@ def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool | None:
 
 def bf16_warning(cfg: EngineConfig) -> str | None:
     """A line to log when bf16 is asked for on a CPU that emulates it (slower than fp32), else None."""
-    if cfg.bf16 is not True or torch.cuda.is_available() or cpu_has_native_bf16() is not False:
+    if cfg.bf16 is not True or compute_device().type != "cpu" or cpu_has_native_bf16() is not False:
         return None
     return (
         "warning: bf16 is on (engine bf16: true) but this CPU has neither AMX nor AVX512-BF16: its bf16 "
@@ -176,4 +177,18 @@ def build_engine(model: torch.nn.Module, cfg: EngineConfig, batch_size: int):
     engine, optimizer, _, scheduler = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=deepspeed_config(cfg, batch_size, world)
     )
+    check_placement(engine.device)
     return engine
+
+
+def check_placement(engine_device: torch.device | str) -> None:
+    """Raise unless DeepSpeed placed its engine on the process's device (:func:`compute_device`): the
+    trainers build every batch on the engine's device, and the reference, the critic and the rollouts
+    must meet it there."""
+    ours, theirs = compute_device(), torch.device(engine_device)
+    if theirs != ours:
+        raise RuntimeError(
+            f"DeepSpeed placed its engine on {theirs}, but this process computes on {ours} "
+            "(grpoflow.models.device: GRPOFLOW_DEVICE, else cuda:LOCAL_RANK where CUDA is available, else cpu); "
+            "set DS_ACCELERATOR or GRPOFLOW_DEVICE so that they agree"
+        )

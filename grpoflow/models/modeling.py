@@ -23,6 +23,7 @@ from transformers import (
 
 from grpoflow.config import ModelConfig
 from grpoflow.models.attention import use_own_attention
+from grpoflow.models.device import compute_device
 from grpoflow.models.model_source import hub_offline, looks_local_path
 
 EOS = "<|endoftext|>"
@@ -84,8 +85,11 @@ def save_pretrained(model: PreTrainedModel, tokenizer, path: str | Path) -> Path
     return path
 
 
-def load_pretrained(name_or_path: str | Path, dtype: torch.dtype = torch.float32):
-    """``(model, tokenizer)`` from a local checkpoint directory or a hub name.
+def load_pretrained(
+    name_or_path: str | Path, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+):
+    """``(model, tokenizer)`` from a local checkpoint directory or a hub name, the model on ``device``
+    (default: the process's, :func:`grpoflow.models.device.compute_device`).
 
     A path that does not exist is an error before anything is downloaded; so is a hub name
     while ``HF_HUB_OFFLINE`` is set and the name is not in the local cache.
@@ -109,10 +113,10 @@ def load_pretrained(name_or_path: str | Path, dtype: torch.dtype = torch.float32
         raise
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return use_own_attention(model), tokenizer
+    return use_own_attention(model).to(device or compute_device()), tokenizer
 
 
 def load_frozen(path: str | Path, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """A model in eval mode with no gradients, in ``dtype``: the reference policy."""
+    """A model in eval mode with no gradients, in ``dtype``, on the process's device: the reference policy."""
     model, _ = load_pretrained(path, dtype)
     return model.eval().requires_grad_(False)

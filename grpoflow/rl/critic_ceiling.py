@@ -80,7 +80,7 @@ def critic_ev(critic: ValueModel, batches: Sequence[Scored], positions: Sequence
     critic.train(was_training)
     out = {"ev": _pooled_ev(parts)}
     for t in positions:
-        at = [(v, r, m * (torch.arange(m.shape[1]) == t)) for v, r, m in parts]
+        at = [(v, r, m * (torch.arange(m.shape[1], device=m.device) == t)) for v, r, m in parts]
         out[f"ev@{t}"] = _pooled_ev(at)
     return out
 

@@ -196,7 +196,10 @@ class PolicyTrainer:
         self.tok, self.reward, self.prompts = i.tokenizer, i.reward, list(i.prompts)
         self.prompter = i.prompter or Prompter(i.tokenizer)
         self.seed, self.rank, self.world = i.seed, i.rank, i.world
-        self.ranks = Ranks(i.rank, i.world, i.engine.device)  # the step's statistics over every process
+        # The engine's device is the process's (grpoflow.models.device; build_engine checks they agree):
+        # rollouts, rewards and every tensor of the update are moved or built there.
+        self.device = i.engine.device
+        self.ranks = Ranks(i.rank, i.world, self.device)  # the step's statistics over every process
         self.health = i.health or HealthMonitor()
         self.state = LoopState(beta=kl_coef)
         self.timer = PhaseTimer()  # the current step's phases (rank 0's are the ones logged)
@@ -218,7 +221,7 @@ class PolicyTrainer:
             sampling,
             seed=hash((self.seed, step, self.rank) + ((draw,) if draw else ())) % 2**31,
         )
-        return ro, [r for r in rows for _ in range(g)]
+        return ro.to(self.device), [r for r in rows for _ in range(g)]
 
     def _scored(self, step: int, g: int, draw: int = 0) -> Scored:
         """Rollouts (an out-of-memory error on any process raised on all) and their rewards."""
@@ -226,7 +229,7 @@ class PolicyTrainer:
             ro, rows = self._rollouts_on_every_rank(step, g, draw)
         with self.timer.phase(M.PHASE_REWARD):
             total, parts = self.reward(ro.texts, rows)
-        return Scored(ro, rows, total, parts)
+        return Scored(ro, rows, total.to(self.device), {k: v.to(self.device) for k, v in parts.items()})
 
     def _informative(self, step: int, g: int, first: Scored) -> tuple[Scored, dict[str, float]]:
         """DAPO's dynamic sampling: this process's groups with unequal rewards, drawing more prompts

@@ -7,7 +7,7 @@ calls :meth:`RolloutEngine.sync_weights` so that the next rollouts come from the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -42,9 +42,22 @@ class Rollouts:
         """Completion tokens generated, EOS included."""
         return int(self.completion_mask.sum())
 
+    def to(self, device: torch.device | str) -> Rollouts:
+        """The same rollouts with every tensor on ``device`` (vLLM hands them over on the CPU)."""
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return replace(
+            self,
+            prompt_ids=move(self.prompt_ids),
+            prompt_mask=move(self.prompt_mask),
+            completion_ids=move(self.completion_ids),
+            completion_mask=move(self.completion_mask),
+            truncated=move(self.truncated),
+            sampler_logprobs=move(self.sampler_logprobs),
+        )
+
     def select(self, rows: list[int]) -> Rollouts:
         """The completions at ``rows`` (indices into the N), in that order."""
-        idx = torch.tensor(rows, dtype=torch.long)
+        idx = torch.tensor(rows, dtype=torch.long, device=self.completion_ids.device)
         pick = lambda t: None if t is None else t[idx]  # noqa: E731
         return Rollouts(
             self.prompt_ids[idx],
@@ -104,13 +117,13 @@ def completion_mask(completion_ids: torch.Tensor, stop_ids: int | list[int]) -> 
     """``(mask, truncated)``: 1 on tokens up to and including the first stop token (EOS or end of
     turn); truncated when a completion has none, i.e. it hit the length cap. Built from positions,
     never from ``ids != pad``: many tokenizers pad with their EOS."""
-    stops = torch.tensor([stop_ids] if isinstance(stop_ids, int) else list(stop_ids))
+    stops = torch.tensor([stop_ids] if isinstance(stop_ids, int) else list(stop_ids), device=completion_ids.device)
     is_eos = torch.isin(completion_ids, stops)
     has_eos = is_eos.any(dim=1)
     first = torch.where(
         has_eos, is_eos.float().argmax(dim=1), torch.full_like(has_eos, completion_ids.shape[1], dtype=torch.long)
     )
-    positions = torch.arange(completion_ids.shape[1]).unsqueeze(0)
+    positions = torch.arange(completion_ids.shape[1], device=completion_ids.device).unsqueeze(0)
     return (positions <= first.unsqueeze(1)).long(), ~has_eos
 
 

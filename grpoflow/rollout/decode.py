@@ -94,10 +94,15 @@ def decode(
     sampling: Sampling,
     stop_ids: list[int],
     pad_id: int,
+    *,
+    static: bool = False,
+    graph: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(generated ids (N, T <= max_new_tokens), untempered log-probs of them or None)`` for the
     samples ``rows`` (N indices into the left-padded ``prompt_ids``, each prompt's samples adjacent).
 
+    ``static``: the steps run over a static KV cache (:mod:`grpoflow.rollout.static_decode`), and with
+    ``graph`` each step is a CUDA graph's replay; else over the growing cache (:class:`ReservedLayer`).
     Raises AttributeError, NotImplementedError or TypeError where the model's cache cannot be
     expanded along the batch (the caller then uses ``generate``)."""
     distinct, inverse = torch.unique_consecutive(rows, return_inverse=True)
@@ -106,31 +111,55 @@ def decode(
     out = model(
         input_ids=prompt_ids[distinct], attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
     )
-    cache = out.past_key_values
-    if cache is None:
+    if out.past_key_values is None:
         raise AttributeError("the model returned no KV cache")
+    step = (_static_step if static else _dynamic_step)(model, out.past_key_values, inverse, mask, sampling, graph)
+    return _sample(out.logits[inverse, -1], positions[inverse, -1], step, sampling, stop_ids, pad_id)
+
+
+def _dynamic_step(model, cache, inverse: torch.Tensor, mask: torch.Tensor, sampling: Sampling, graph: bool):
+    """A step over the prefill's cache expanded to the samples, growing in place."""
     cache.batch_select_indices(inverse)
     reserve(cache, sampling.max_new_tokens)
-    logits, mask, position = out.logits[inverse, -1], mask[inverse], positions[inverse, -1]
+    state = {"mask": mask[inverse]}
+
+    def step(token: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        state["mask"] = torch.cat([state["mask"], state["mask"].new_ones(len(token), 1)], dim=1)
+        out = model(
+            input_ids=token.unsqueeze(1),
+            attention_mask=state["mask"],
+            position_ids=position.unsqueeze(1),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        return out.logits[:, -1]
+
+    return step
+
+
+def _static_step(model, cache, inverse: torch.Tensor, mask: torch.Tensor, sampling: Sampling, graph: bool):
+    """A step over a static cache holding the prefill's, replayed as a CUDA graph when ``graph``."""
+    from grpoflow.rollout.static_decode import StaticStep, static_cache
+
+    length = mask.shape[1] + sampling.max_new_tokens
+    return StaticStep(
+        model, static_cache(model.config, cache, inverse, length), mask[inverse], sampling.max_new_tokens, graph
+    )
+
+
+def _sample(logits, position, step, sampling: Sampling, stop_ids: list[int], pad_id: int):
+    """The loop: sample a token per row, feed it, until every row has stopped or the cap."""
     stops = torch.tensor(stop_ids, device=logits.device)
-    done = torch.zeros(len(inverse), dtype=torch.bool, device=logits.device)
+    done = torch.zeros(len(logits), dtype=torch.bool, device=logits.device)
     tokens, logprobs = [], []
-    for step in range(sampling.max_new_tokens):
+    for i in range(sampling.max_new_tokens):
         token = next_tokens(logits, sampling).masked_fill(done, pad_id)
         tokens.append(token)
         if sampling.logprobs:
             logprobs.append(logits.float().log_softmax(-1).gather(-1, token.unsqueeze(-1)).squeeze(-1))
         done |= torch.isin(token, stops)
-        if bool(done.all()) or step == sampling.max_new_tokens - 1:
+        if bool(done.all()) or i == sampling.max_new_tokens - 1:
             break
-        mask = torch.cat([mask, mask.new_ones(len(mask), 1)], dim=1)
         position = position + 1
-        out = model(
-            input_ids=token.unsqueeze(1),
-            attention_mask=mask,
-            position_ids=position.unsqueeze(1),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        logits = out.logits[:, -1]
+        logits = step(token, position)
     return torch.stack(tokens, 1), torch.stack(logprobs, 1) if sampling.logprobs else None

@@ -17,7 +17,8 @@ import time
 
 import torch
 
-from grpoflow.models.lora import merged_for_sampling
+from grpoflow.models.device import model_device
+from grpoflow.models.lora import is_zero3, merged_for_sampling
 from grpoflow.rollout import Rollouts, Sampling, completion_mask
 from grpoflow.rollout.decode import decode
 
@@ -28,7 +29,10 @@ class HFRolloutEngine:
     """Rollouts with transformers ``generate`` on the training model itself (no copy, no sync).
 
     ``share_prefill=False`` prefills every sample's prompt on its own (the path before shared
-    prefills; kept to compare them)."""
+    prefills; kept to compare them). ``static``: decode over a static KV cache with each step a CUDA
+    graph's replay (:mod:`grpoflow.rollout.static_decode`); None (the default) chooses it on CUDA,
+    where a step is launch-bound, unless the model is partitioned by ZeRO-3 (its weights are gathered
+    by hooks a graph cannot replay). ``True`` on a CPU runs the same static step eagerly."""
 
     def __init__(
         self,
@@ -38,12 +42,15 @@ class HFRolloutEngine:
         stop_ids: list[int] | None = None,
         *,
         share_prefill: bool = True,
+        static: bool | None = None,
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.stop_ids = list(stop_ids) if stop_ids else [tokenizer.eos_token_id]
         self.share_prefill = share_prefill
+        self.static = static
+        self._said = False
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Generate from ``model`` from now on: the trained module's own tensors, nothing to copy."""
@@ -57,8 +64,9 @@ class HFRolloutEngine:
         """``n`` samples per prompt, in batches of at most ``batch_size`` samples, seeded."""
         start = time.perf_counter()
         tok = self.tokenizer
-        enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-        rows = torch.arange(len(prompts)).repeat_interleave(n)  # sample -> its prompt, group by group
+        device = model_device(self.model)  # the policy's own: every tensor of the rollout lives there
+        enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False).to(device)
+        rows = torch.arange(len(prompts), device=device).repeat_interleave(n)  # sample -> its prompt, group by group
         torch.manual_seed(seed)
         was_training = self.model.training
         self.model.eval()
@@ -97,16 +105,38 @@ class HFRolloutEngine:
         None)``, from :func:`grpoflow.rollout.decode.decode` (each prompt prefilled once), or from
         ``generate`` where the model's KV cache cannot be expanded or sharing is off."""
         if self.share_prefill:
+            static, graph = self._static()
             try:
                 return decode(
-                    self.model, prompt_ids, prompt_mask, rows, sampling, self.stop_ids, self.tokenizer.pad_token_id
+                    self.model,
+                    prompt_ids,
+                    prompt_mask,
+                    rows,
+                    sampling,
+                    self.stop_ids,
+                    self.tokenizer.pad_token_id,
+                    static=static,
+                    graph=graph,
                 )
             except (AttributeError, NotImplementedError, TypeError) as exc:
+                if static and isinstance(exc, NotImplementedError):
+                    log.warning("rollout: decode steps over the growing KV cache (no static one here: %s)", exc)
+                    self.static = False
+                    return self._batch(prompt_ids, prompt_mask, rows, sampling)
                 log.warning(
                     "rollout: each sample prefills its own prompt (the model's KV cache cannot be expanded: %s)", exc
                 )
                 self.share_prefill = False
         return self._generate(prompt_ids[rows], prompt_mask[rows], sampling)
+
+    def _static(self) -> tuple[bool, bool]:
+        """``(static cache, CUDA graph)`` for this model (see the class docstring)."""
+        cuda = model_device(self.model).type == "cuda"
+        static = (cuda and not is_zero3(self.model)) if self.static is None else self.static
+        if static and cuda and not self._said:
+            log.info("rollout: static KV cache, each decode step a CUDA graph replay")
+            self._said = True
+        return static, static and cuda
 
     def _generate(
         self, ids: torch.Tensor, mask: torch.Tensor, sampling: Sampling

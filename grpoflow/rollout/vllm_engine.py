@@ -55,15 +55,18 @@ class VLLMRolloutEngine:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU
         from vllm import LLM
 
-        kwargs: dict = {"gpu_memory_utilization": gpu_memory_utilization} if torch.cuda.is_available() else {}
-        if prefix_caching and not torch.cuda.is_available():
+        from grpoflow.models.device import compute_device
+
+        gpu = compute_device().type == "cuda"  # vLLM samples where the trainer computes
+        kwargs: dict = {"gpu_memory_utilization": gpu_memory_utilization} if gpu else {}
+        if prefix_caching and not gpu:
             # Only full KV blocks are shared, and vLLM-CPU's default block holds 128 tokens: a
             # prompt shorter than that would share nothing with its G - 1 siblings. 32 is the
             # smallest the CPU backend prefers (a multiple of 32).
             kwargs["block_size"] = 32
         self.llm = LLM(
             model=model_path,
-            dtype="float32" if not torch.cuda.is_available() else "auto",
+            dtype="auto" if gpu else "float32",
             seed=seed,
             max_model_len=max_model_len,
             enforce_eager=True,
@@ -85,11 +88,12 @@ class VLLMRolloutEngine:
         """Load ``model``'s weights into the engine (all in one call) and reset its prefix cache.
         Under ZeRO-3 they are gathered one module at a time into host memory (every rank syncs its
         own engine at once: the gathers are collectives)."""
+        from grpoflow.models.device import compute_device
         from grpoflow.models.full_weights import full_state_dict
         from grpoflow.models.lora import is_zero3
 
-        on_host = not torch.cuda.is_available() or is_zero3(model)
-        state = full_state_dict(model, "cpu" if on_host else torch.device("cuda", torch.cuda.current_device()))
+        device = compute_device()
+        state = full_state_dict(model, "cpu" if device.type != "cuda" or is_zero3(model) else device)
         self.llm.collective_rpc(_reload, args=(state,))
         self.llm.reset_prefix_cache()
         self.syncs += 1

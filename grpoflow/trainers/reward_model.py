@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -374,15 +373,6 @@ def pairwise_eval(model: Any, encoded: Sequence[EncodedPair], pad_id: int, batch
 # ----------------------------------------------------------------------------------------- scoring
 
 
-def default_device() -> str:
-    """The training process's device: ``cuda:LOCAL_RANK`` where CUDA is available, else ``cpu``."""
-    import torch
-
-    if torch.cuda.is_available():
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-    return "cpu"
-
-
 class RewardModelScorer:
     """A frozen reward model as a batch scorer: ``(completions, rows) -> raw scores``.
 
@@ -394,7 +384,8 @@ class RewardModelScorer:
     answer, and the score is always read at the completion's true end.
 
     The model is loaded on the first call (building the reward costs nothing), in eval mode with no
-    parameter requiring gradients, on ``device`` (default :func:`default_device`). Sequences are
+    parameter requiring gradients, on ``device`` (default: the process's,
+    :func:`grpoflow.models.device.compute_device`). Sequences are
     scored ``batch_size`` at a time, sorted by length to pad little; right padding makes each score
     independent of its batch.
     """
@@ -416,10 +407,11 @@ class RewardModelScorer:
 
     def _load(self) -> tuple[Any, Prompter, int, int]:
         if self._loaded is None:
+            from grpoflow.models.device import compute_device
             from grpoflow.models.prompting import prompter_for
 
             model, tokenizer = load_reward_model(self.path)
-            model = model.to(self.device or default_device()).eval().requires_grad_(False)
+            model = model.to(self.device or compute_device()).eval().requires_grad_(False)
             limit = self.max_length or int(getattr(model.config, "max_position_embeddings", 0) or 2048)
             self._loaded = (model, prompter_for(model, tokenizer, self.prompt_cfg), _pad_id(tokenizer), limit)
         return self._loaded

@@ -68,7 +68,7 @@ def train_sft(
         batch = [examples[i] for i in indices]
         step_loss = 0.0
         for lo in range(0, batch_size, micro):
-            inputs = collate(batch[lo : lo + micro], pad_id)
+            inputs = {k: v.to(engine.device) for k, v in collate(batch[lo : lo + micro], pad_id).items()}
             loss = engine(**inputs).loss
             engine.backward(loss)
             optimizer_step(engine)

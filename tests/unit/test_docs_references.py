@@ -130,6 +130,7 @@ NOT_A_STAGE_OUTPUT = [
     "reports/run.html",
     "metrics/bench.json",
     "metrics/gpu_check.json",
+    "metrics/gpu_check_logs",
     str(STAGE_LOGS),
     "reports/tune.md",
 ]

@@ -104,14 +104,18 @@ def test_the_check_writes_its_json_and_shares_one_gpu_between_two_ranks_only_whe
     parts = _parts(tmp_path)
     ran = []
     monkeypatch.setattr(gpu_check, "gpu_info", lambda: {"name": "NVIDIA H200", "count": count, "memory_mib": 1.0})
-    monkeypatch.setattr(gpu_check, "run_gpu_tests", lambda: parts["gpu_tests"])
+    monkeypatch.setattr(gpu_check, "run_gpu_tests", lambda plan: parts["gpu_tests"])
+    monkeypatch.setattr(gpu_check, "full_stack_missing", lambda: [])
     monkeypatch.setattr(gpu_check, "run_grpo", lambda scratch: parts["grpo"])
     monkeypatch.setattr(gpu_check, "run_two_ranks", lambda project: ran.append(project) or {**parts["grpo"]})
+    for name in ("run_matmul", "run_chain", "run_step_timing"):
+        monkeypatch.setattr(gpu_check.gpu_parts, name, lambda plan, name=name: {"ok": True, "seconds": 1.0, "by": name})
     out = tmp_path / "metrics" / "gpu_check.json"
     assert gpu_check.run_check(out) == 0
     written = json.loads(out.read_text())
     assert written["gpu"]["count"] == count and written["passed"] is True
-    assert set(written["parts"]) == {"gpu_tests", "grpo", "two_ranks"}
+    assert set(written["parts"]) == {"gpu_tests", "matmul_bf16", "core_chain", "step_timing", "grpo", "two_ranks"}
+    assert written["parts"]["step_timing"]["by"] == "run_step_timing"
     assert bool(ran) == two_ranks_run and ("skipped" in written["parts"]["two_ranks"]) != two_ranks_run
     assert f"written to {out}" in capsys.readouterr().out
 
@@ -131,16 +135,21 @@ def test_the_grpo_part_is_the_sets_rehearsal_with_four_steps_of_its_own_batch_in
     assert gpu_check.STAGES[-1] == "grpo" and "evaluate" not in gpu_check.STAGES
 
 
-def test_make_gpu_check_runs_the_module_without_the_cpu_setup():
+def test_make_gpu_check_runs_the_bundles_script_without_the_cpu_setup():
     # --no-print-directory: under `make test` this make is nested and would print make[1]'s directory lines
     dry = subprocess.run(
         ["make", "-n", "--no-print-directory", "gpu-check"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
-    commands = dry.strip().splitlines()
-    assert commands[0].endswith("-m benchmarks.gpu_check --cuda-or-exit")  # no CUDA: nothing else runs
-    assert commands[-1].endswith("-m benchmarks.gpu_check") and "torch==" not in dry  # no CPU torch set-up
+    assert dry.strip().splitlines() == ["DRY= bash benchmarks/gpu/check.sh"] and "torch==" not in dry
     phony = next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith(".PHONY:"))
-    assert "gpu-check" in phony.split()
+    assert {"gpu-check", "gpu-bundle"} <= set(phony.split())
+
+
+@pytest.mark.skipif(gpu_check.no_cuda_reason() is None, reason="this machine has a GPU: the check would run")
+def test_the_check_script_says_in_one_line_that_there_is_no_gpu():
+    run = subprocess.run(["bash", "benchmarks/gpu/check.sh"], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 2 and run.stdout == "" and len(run.stderr.strip().splitlines()) == 1
+    assert run.stderr.startswith("gpu-check: no NVIDIA GPU") and "DRY=1" in run.stderr
 
 
 def test_two_ranks_on_one_gpu_get_the_backend_the_environment_names(monkeypatch):

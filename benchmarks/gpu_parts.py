@@ -1,0 +1,274 @@
+"""The parts of ``make gpu-check`` that run on a bare CUDA image (benchmarks/gpu_check.py runs them):
+each a subprocess under its own timeout, its output in ``metrics/gpu_check_logs/<part>.log``, its
+outcome a dict of numbers. Standard library only here: the parts import the project themselves.
+
+- ``matmul_bf16``: the measured bf16 matmul peak (8192^3 on a GPU), the yardstick of the FLOP floor;
+- ``core_chain``: the tiny default's sft -> grpo -> ppo -> evaluate on the core library
+  (:mod:`benchmarks.core_chain`);
+- ``step_timing``: ours against TRL 1.16 at SmolLM2-135M's shape (random weights from the bundle's
+  config, bf16, HF rollouts on both sides, 16 prompts x G 8 x 256 tokens), alternating, each side in
+  its own process (:mod:`benchmarks.grpo_step_timing`), with our phase split, the update's achieved
+  FLOP/s as a share of the matmul peak, and the step's FLOP floor at that peak.
+
+``--dry`` (DRY=1 bash benchmarks/gpu/check.sh) runs every part on the CPU at tiny sizes, with the
+packages that neither the image nor the bundle has made unimportable (:data:`ABSENT`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LOGS = Path("metrics/gpu_check_logs")
+# Seconds each part may take before it counts as failed: on the bare image together under 8 minutes.
+TIMEOUTS = {
+    "gpu_tests": 120,
+    "matmul_bf16": 30,
+    "core_chain": 90,
+    "step_timing": 230,
+    "grpo": 190,
+    "two_ranks": 110,
+}
+# On the lent machine's image and not in the bundle: the dry run makes them unimportable.
+ABSENT = ("prefect", "mlflow", "dvc", "vllm", "optuna")
+# The dry run's child processes start with this sitecustomize (this module is standard library only).
+BLOCKER = "from benchmarks.gpu_parts import block_absent\nblock_absent()\n"
+
+
+def block_absent() -> None:
+    """Make :data:`ABSENT` unimportable as a missing package is: ``import`` raises ImportError and
+    ``importlib.util.find_spec`` answers None (a None in ``sys.modules`` does both), so that
+    libraries that look before they import (transformers' integrations) see them absent too."""
+    for name in ABSENT:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The sizes a check runs at."""
+
+    prompts: int
+    g: int
+    tokens: int
+    steps: int
+    warmup: int
+    order: tuple[str, ...]
+    chain: tuple[str, ...] = field(default=())  # core_chain's arguments
+
+
+FULL = Shape(16, 8, 256, 3, 1, ("ours", "trl", "ours", "trl"))
+DRY = Shape(2, 2, 8, 1, 1, ("ours", "trl"), ("--examples", "200", "--rl-steps", "2", "--eval-prompts", "8"))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One check's settings: the shape, the bundle, a scratch folder and the parts' environment."""
+
+    dry: bool
+    bundle: Path
+    scratch: Path
+    env: dict[str, str]
+
+    @property
+    def shape(self) -> Shape:
+        return DRY if self.dry else FULL
+
+
+def plan(dry: bool, bundle: Path) -> Plan:
+    """A plan with its scratch folder; a dry one's parts import none of :data:`ABSENT`."""
+    scratch = Path(tempfile.mkdtemp(prefix="grpoflow-gpu-check-"))
+    env = dict(os.environ)
+    if dry:
+        blocker = scratch / "absent"
+        blocker.mkdir()
+        (blocker / "sitecustomize.py").write_text(BLOCKER)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(blocker), os.getcwd(), env.get("PYTHONPATH")]))
+    return Plan(dry, bundle, scratch, env)
+
+
+def run_part(name: str, cmd: list[str], plan_: Plan, timeout: float | None = None) -> tuple[dict, str]:
+    """Run ``cmd`` as part ``name`` in its own process group: ``({ok, seconds[, error]}, output)``."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    limit = timeout if timeout is not None else TIMEOUTS[name]
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, env=plan_.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        output, error = proc.communicate(timeout=limit)[0], ""
+        if proc.returncode != 0:
+            error = f"exit {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, error = proc.communicate()[0], f"over its {limit:g} s"
+    with open(LOGS / f"{name}.log", "a") as log:
+        log.write(f"$ {' '.join(cmd)}\n{output}\n[{error or 'ok'} in {time.perf_counter() - start:.1f} s]\n")
+    part = {"ok": not error, "seconds": round(time.perf_counter() - start, 1)}
+    return part | ({"error": error, "tail": output[-1500:]} if error else {}), output
+
+
+def tagged(output: str, tag: str) -> dict | None:
+    """The JSON of the last ``TAG {json}`` line of ``output``."""
+    lines = [line[len(tag) :] for line in output.splitlines() if line.startswith(tag)]
+    return json.loads(lines[-1]) if lines else None
+
+
+MATMUL = """
+import json, time, torch
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+n, reps = (8192, 20) if dev == "cuda" else (512, 3)
+a, b = (torch.randn(n, n, device=dev, dtype=torch.bfloat16) for _ in range(2))
+for _ in range(3): a @ b
+if dev == "cuda": torch.cuda.synchronize()
+t = time.perf_counter()
+for _ in range(reps): a @ b
+if dev == "cuda": torch.cuda.synchronize()
+s = time.perf_counter() - t
+print("MATMUL " + json.dumps({"device": dev, "n": n, "tflops": 2 * n**3 * reps / s / 1e12}))
+"""
+
+
+def run_matmul(plan_: Plan) -> dict:
+    """The bf16 matmul peak, TFLOP/s."""
+    part, output = run_part("matmul_bf16", [sys.executable, "-c", MATMUL], plan_)
+    found = tagged(output, "MATMUL ")
+    return part | (found or {"ok": False})
+
+
+def run_chain(plan_: Plan) -> dict:
+    """The tiny default's stage cores on the device (:mod:`benchmarks.core_chain`)."""
+    cmd = [sys.executable, "-m", "benchmarks.core_chain", "--work", str(plan_.scratch / "chain"), *plan_.shape.chain]
+    part, output = run_part("core_chain", cmd, plan_)
+    found = tagged(output, "CHAIN ")
+    return part | (found or {"ok": False})
+
+
+def _random_smollm(plan_: Plan) -> Path:
+    """SmolLM2-135M's shape with seeded random weights, from the bundle's config and tokenizer."""
+    out = plan_.scratch / "smollm2-random"
+    cmd = [sys.executable, "-m", "benchmarks.random_model", str(plan_.bundle / "smollm2"), str(out), "0"]
+    part, _ = run_part("step_timing", cmd, plan_, timeout=90)
+    if not part["ok"]:
+        raise RuntimeError(f"the random SmolLM2 was not built: {part.get('error')}: {part.get('tail', '')[-400:]}")
+    return out
+
+
+def _side(results: list[dict]) -> dict[str, Any]:
+    """One implementation's runs, summed up."""
+    seconds = [s for r in results for s in r["seconds_each"]]
+    tokens = [n for r in results for n in r["completion_tokens_each"]]
+    side = {
+        "runs": len(results),
+        "s_per_step": round(sum(seconds) / len(seconds), 4),
+        "s_per_step_each": [round(s, 3) for s in seconds],
+        "completion_tokens_per_step": round(sum(tokens) / len(tokens), 1),
+        "cuda_peak_allocated_mb": max((r.get("cuda_peak_allocated_mb") or 0.0) for r in results),
+        "parameters": results[0]["parameters"],
+    }
+    phases = [r["phase_seconds_per_step"] for r in results if r.get("phase_seconds_per_step")]
+    if phases:
+        side["phase_s_per_step"] = {k: round(sum(p[k] for p in phases) / len(phases), 4) for k in phases[0]}
+    rates = [r["update_tokens_per_s"] for r in results if r.get("update_tokens_per_s")]
+    if rates:
+        side["update_tokens_per_s"] = round(sum(rates) / len(rates), 1)
+    return side
+
+
+def run_step_timing(plan_: Plan) -> dict:
+    """Ours against TRL at SmolLM2's shape, alternating, within the part's time (a side that would
+    not fit in what is left is skipped, and says so)."""
+    start, shape = time.perf_counter(), plan_.shape
+    model = _random_smollm(plan_)
+    sizes = f"{shape.prompts},{shape.g},{shape.tokens}"
+    args = ["--model", "smollm", "--model-dir", str(model), "--sizes", sizes, "--bf16"]
+    args += ["--steps", str(shape.steps), "--warmup", str(shape.warmup)]
+    results: dict[str, list[dict]] = {"ours": [], "trl": []}
+    runs, last = [], {}
+    for impl in shape.order:
+        left = TIMEOUTS["step_timing"] - (time.perf_counter() - start)
+        if impl in last and left < last[impl] * 1.1 + 5:
+            runs.append({"impl": impl, "skipped": f"{left:.0f} s left, its last run took {last[impl]:.0f} s"})
+            continue
+        cmd = [sys.executable, "-m", "benchmarks.grpo_step_timing", "--impl", impl, *args]
+        part, output = run_part("step_timing", cmd, plan_, timeout=max(left, 1.0))
+        last[impl] = part["seconds"]
+        found = tagged(output, "RESULT ")
+        if found:
+            results[impl].append(found)
+        runs.append({"impl": impl, **{k: v for k, v in part.items() if k != "tail"}})
+    sides = {impl: _side(r) for impl, r in results.items() if r}
+    record: dict[str, Any] = {"ok": set(sides) == {"ours", "trl"}, "sizes": sizes, "runs": runs, "sides": sides}
+    if record["ok"]:
+        ours, trl = sides["ours"], sides["trl"]
+        record["ours_over_trl"] = {"s_per_step": round(ours["s_per_step"] / trl["s_per_step"], 3)}
+        if trl["cuda_peak_allocated_mb"]:
+            record["ours_over_trl"]["peak_allocated"] = round(
+                ours["cuda_peak_allocated_mb"] / trl["cuda_peak_allocated_mb"], 3
+            )
+    return record | {"seconds": round(time.perf_counter() - start, 1)}
+
+
+def step_flops(parameters: int, rows: int, prompt_tokens: int, completion_tokens: int) -> dict[str, float]:
+    """A GRPO step's arithmetic (Kaplan et al. 2020's 2N FLOPs per token forward, 4N backward):
+    the update with gradient checkpointing 8N per token (a second forward), the reference pass 2N,
+    and the rollout 2N per generated token; the prompt's prefill counted once per sample."""
+    tokens = rows * (prompt_tokens + completion_tokens)
+    return {
+        "update": 8.0 * parameters * tokens,
+        "reference": 2.0 * parameters * tokens,
+        "rollout": 2.0 * parameters * tokens,
+    }
+
+
+def floor_and_efficiency(step: dict, matmul: dict, prompt_tokens: int = 100) -> dict | None:
+    """The step's FLOP floor at the measured matmul peak, and the update's achieved FLOP/s as a
+    share of that peak (from the update's tokens per second); None without both parts' numbers."""
+    ours, peak = step.get("sides", {}).get("ours"), matmul.get("tflops")
+    if not ours or not peak:
+        return None
+    prompts, g, tokens = (int(x) for x in step["sizes"].split(","))
+    flops = step_flops(ours["parameters"], prompts * g, prompt_tokens, tokens)
+    out = {
+        "floor_s": round(sum(flops.values()) / (peak * 1e12), 4),
+        "floor_note": f"FLOPs at {peak:.3g} TFLOP/s, prompts taken as {prompt_tokens} tokens",
+        "flops": {k: f"{v:.3g}" for k, v in flops.items()},
+    }
+    if ours.get("update_tokens_per_s"):
+        achieved = 8.0 * ours["parameters"] * ours["update_tokens_per_s"]
+        out["update_tflops"] = round(achieved / 1e12, 2)
+        out["update_share_of_peak"] = round(achieved / (peak * 1e12), 4)
+    return out
+
+
+def detail_lines(name: str, part: dict) -> list[str]:
+    """A part's numbers as the table lines under its head line (none for parts without numbers)."""
+    if name == "matmul_bf16" and "tflops" in part:
+        return [f"    bf16 matmul {part['n']}^3 on {part['device']}: {part['tflops']:.1f} TFLOP/s"]
+    if name == "core_chain" and "stage_seconds" in part:
+        stages = ", ".join(f"{k} {v:.1f} s" for k, v in part["stage_seconds"].items())
+        scores = ", ".join(f"{k} {v:.3f}" for k, v in part["test_pass_at_1"].items())
+        return [f"    on {part['device']}: {stages}; test pass@1 {scores}"]
+    if name != "step_timing" or not part.get("sides"):
+        return []
+    lines = [f"    {'side':<6}{'s/step':>9}{'tokens/step':>13}{'peak alloc MB':>15}   (sizes {part['sizes']})"]
+    for side, d in part["sides"].items():
+        peak = d["cuda_peak_allocated_mb"]
+        lines.append(f"    {side:<6}{d['s_per_step']:>9.3f}{d['completion_tokens_per_step']:>13.0f}{peak:>15.0f}")
+    if ratio := part.get("ours_over_trl"):
+        lines.append("    ours / trl: " + ", ".join(f"{v}x {k}" for k, v in ratio.items()))
+    if phases := part["sides"].get("ours", {}).get("phase_s_per_step"):
+        lines.append("    ours by phase: " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items() if v >= 0.0005))
+    if floor := part.get("floor"):
+        line = f"    FLOP floor {floor['floor_s']} s/step ({floor['floor_note']})"
+        if "update_share_of_peak" in floor:
+            line += f"; the update ran at {floor['update_tflops']} TFLOP/s, {floor['update_share_of_peak']:.1%} of it"
+        lines.append(line)
+    return lines

@@ -1,0 +1,210 @@
+"""Every stage's compute on an accelerator, checked without one: real tiny steps of GRPO (LoRA,
+shared-prefix groups, rollouts handed over on the CPU as vLLM hands them), PPO with its critic, SFT,
+the reward model and evaluation run under the device audit (:mod:`tests.device_audit`), which fails
+on any tensor that mixes devices. On a CUDA machine the same tests run on ``cuda:0``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpoflow.config import EngineConfig, validate_params
+from grpoflow.models.device import compute_device, model_device
+from grpoflow.rl.grpo import ALGORITHM as GRPO
+from grpoflow.rl.ppo import ALGORITHM as PPO
+from grpoflow.rl.run import build_rl_run
+from tests.device_audit import STAND_IN, DeviceMixError, OnDevice, audited
+from tests.unit import rl_workspace
+
+TINY = {
+    "rl": {
+        "steps": 2,
+        "prompts_per_step": 2,
+        "num_generations": 2,
+        "checkpoint_every": 100,
+        "eval_every": 100,
+        "entropy_coef": 0.01,  # a gradient whatever the rewards: the step's backward really runs
+        "sampling": {"max_completion_length": 4},
+        "engine": {"micro_batch_size": 2, "lr": 0.01},
+        "preflight": {"prompts": 2},
+    },
+    "ppo": {"critic_engine": {"micro_batch_size": 2}, "critic_warmup_steps": 1},
+}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A prepared split and a saved tiny reference model, as the stages leave them."""
+    return rl_workspace.build(tmp_path_factory.mktemp("audit"))
+
+
+def _on_the_device(module: torch.nn.Module) -> bool:
+    want = compute_device()
+    return all(p.device == want for p in module.parameters())
+
+
+# -- the audit itself ---------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the audit is CUDA itself")
+def test_the_audit_refuses_a_mix_and_lets_scalars_copies_and_host_reads_through():
+    with audited() as mode:
+        layer = torch.nn.Linear(3, 2).to(compute_device())
+        x = torch.ones(4, 3, device=compute_device())
+        assert compute_device() == STAND_IN and isinstance(layer.weight, OnDevice) and isinstance(x, OnDevice)
+        with pytest.raises(DeviceMixError, match="addmm"):
+            layer(torch.ones(4, 3))  # the bug's shape: a host batch into a model on the device
+        with pytest.raises(DeviceMixError, match="isin"):
+            torch.isin(x.long(), torch.tensor([1, 2]))  # and stop ids left on the host
+        y = layer(x) * torch.tensor(2.0)  # a 0-dim host tensor joins as a scalar, as on CUDA
+        y.sum().backward()
+        assert isinstance(layer.weight.grad, OnDevice) and layer.weight.grad.shape == (2, 3)
+        host = y.detach().cpu()
+        assert not isinstance(host, OnDevice) and host.device.type == "cpu"
+        expected = 2 * (torch.ones(4, 3) @ layer.weight.elem.detach().T + layer.bias.elem.detach())
+        assert torch.allclose(host, expected)  # the numbers are real
+        buffer = torch.zeros(2, 2, device=compute_device())
+        assert buffer.add_(1.0) is buffer and buffer.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+        assert mode is not None and mode.ops > 0
+
+
+# -- the RL stages --------------------------------------------------------------------------------------
+
+
+class _HostRollouts:
+    """The run's transformers engine, handing its rollouts over on the CPU, as vLLM's engine does."""
+
+    def __init__(self):
+        self.inner = None
+
+    def generate(self, prompts, n, sampling, seed):
+        return self.inner.generate(prompts, n, sampling, seed).to("cpu")
+
+    def sync_weights(self, model):
+        self.inner.sync_weights(model)
+
+    def close(self):
+        self.inner.close()
+
+
+def _trained(run) -> list[dict]:
+    before = {n: p.detach().clone() for n, p in run.engine.module.named_parameters() if p.requires_grad}
+    steps: list[dict] = []
+    run.trainer.train(on_step=lambda step, m: steps.append(m), evaluate=run.evaluate)
+    after = dict(run.engine.module.named_parameters())
+    assert any(not torch.equal(before[n], after[n].detach()) for n in before), "the step trained nothing"
+    return steps
+
+
+@pytest.mark.parametrize(
+    "algorithm, overrides",
+    [
+        pytest.param(GRPO, {}, id="grpo-shared-prefix"),
+        pytest.param(GRPO, {"model": {"lora": {"rank": 4, "alpha": 8}}}, id="grpo-lora"),
+        pytest.param(
+            GRPO, {"rl": {**TINY["rl"], "engine": {**TINY["rl"]["engine"], "shared_prefix": False}}}, id="grpo-rows"
+        ),
+        pytest.param(PPO, {}, id="ppo-critic"),
+    ],
+)
+def test_an_rl_step_computes_on_the_device_only(workspace, algorithm, overrides):
+    params = validate_params({**TINY, **overrides})
+    with audited():
+        run = build_rl_run(params, algorithm, data_dir=workspace / "data", reference_dir=workspace / "ref")
+        assert run.engine.device == compute_device() and _on_the_device(run.engine.module)
+        if isinstance(run.reference, torch.nn.Module):  # LoRA's reference is the policy, adapters off
+            assert _on_the_device(run.reference)
+        for engine in run.engines.values():
+            assert _on_the_device(engine.module)  # PPO's critic
+        assert run.preflight() is not None
+        steps = _trained(run)
+    assert len(steps) == 2 and torch.isfinite(torch.tensor(steps[-1]["loss"]))  # PPO: step 1 warms the critic up
+    assert "val_accuracy" in steps[-1]
+
+
+def test_rollouts_handed_over_on_the_host_are_moved_to_the_device_before_the_update(workspace):
+    host = _HostRollouts()
+    with audited():
+        run = build_rl_run(
+            validate_params(TINY), GRPO, data_dir=workspace / "data", reference_dir=workspace / "ref", rollout=host
+        )
+        from grpoflow.rollout.hf import HFRolloutEngine
+
+        host.inner = HFRolloutEngine(run.engine.module, run.tokenizer, stop_ids=run.prompter.stop_ids)
+        _trained(run)
+
+
+# -- SFT, the reward model, evaluation --------------------------------------------------------------------
+
+
+def _tiny_policy(workspace):
+    from grpoflow.models.modeling import load_pretrained
+
+    return load_pretrained(workspace / "ref")
+
+
+def test_sft_steps_on_the_device(workspace):
+    from grpoflow.models.engine import build_engine
+    from grpoflow.models.prompting import Prompter
+    from grpoflow.trainers.sft import build_examples, train_sft
+
+    with audited():
+        model, tok = _tiny_policy(workspace)
+        assert model_device(model) == compute_device()
+        rows = [{"prompt": f"Tom has {i} apples.", "solution": f"#### {i}"} for i in range(4)]
+        examples = build_examples(rows, Prompter(tok), max_length=64)
+        engine = build_engine(model, EngineConfig(micro_batch_size=2, lr=0.01), 4)
+        before = [p.detach().clone() for p in engine.module.parameters()]
+        losses = train_sft(engine, examples, epochs=1.0, batch_size=4, pad_id=tok.pad_token_id, seed=0)
+        assert len(losses) == 1 and _on_the_device(engine.module)
+        assert any(not torch.equal(b, p.detach()) for b, p in zip(before, engine.module.parameters()))
+
+
+def test_the_reward_model_trains_scores_and_evaluates_on_the_device(workspace, tmp_path):
+    from grpoflow.models.engine import build_engine
+    from grpoflow.models.modeling import save_pretrained
+    from grpoflow.models.prompting import Prompter
+    from grpoflow.trainers.reward_model import (
+        Pair,
+        RewardModelScorer,
+        encode_pairs,
+        load_reward_model,
+        pairwise_eval,
+        reward_model_from_policy,
+        train_reward_model,
+    )
+
+    policy, tok = _tiny_policy(workspace)  # saved from the host: the audit's tensors have no storage to write
+    save_pretrained(reward_model_from_policy(policy, tok), tok, tmp_path / "rm")
+    pairs = [Pair(f"Tom has {i} apples.", f"#### {i}", f"#### {i + 1}", str(i), "test") for i in range(4)]
+    encoded, _ = encode_pairs(pairs, Prompter(tok), 64)
+    with audited():
+        rm, _ = load_reward_model(tmp_path / "rm")
+        engine = build_engine(rm, EngineConfig(micro_batch_size=2, lr=0.01), 4)
+        losses = train_reward_model(engine, encoded, epochs=1.0, batch_size=4, pad_id=tok.pad_token_id, seed=0)
+        assert len(losses) == 1 and _on_the_device(engine.module)
+        assert len(pairwise_eval(engine.module, encoded, tok.pad_token_id).margins) == 4
+        scorer = RewardModelScorer(tmp_path / "rm", batch_size=2)
+        scores = scorer(["#### 1", "#### 2", "#### 3"], [{"prompt": "Tom has 1 apples."}] * 3)
+        assert len(scores) == 3 and _on_the_device(scorer.model)
+
+
+def test_evaluation_generates_scores_and_measures_held_out_loss_on_the_device(workspace):
+    from grpoflow.evaluation.accuracy import greedy_accuracy, heldout_loss, sampled_metrics
+    from grpoflow.models.prompting import Prompter
+    from grpoflow.rollout import Sampling
+    from grpoflow.rollout.hf import HFRolloutEngine
+
+    rows = [
+        {"id": str(i), "prompt": f"Tom has {i} apples.", "reference_answer": str(i), "solution": f"#### {i}"}
+        for i in range(3)
+    ]
+    score = lambda texts, rs: [1.0 if t.strip() else 0.0 for t in texts]  # noqa: E731
+    with audited():
+        model, tok = _tiny_policy(workspace)
+        prompter = Prompter(tok)
+        engine = HFRolloutEngine(model, tok)
+        greedy = greedy_accuracy(engine, rows, score, prompter, max_new_tokens=4)
+        sampled = sampled_metrics(engine, rows, score, str, prompter, n=2, k=2, sampling=Sampling(1.0, 1.0, 4), seed=0)
+        loss = heldout_loss(model, prompter, rows)
+    assert len(greedy.outputs) == 3 and 0.0 <= sampled.pass_at_1 <= 1.0 and loss > 0
