@@ -51,27 +51,14 @@ def _split(params) -> dict[str, list[dict]]:
 
 def _sft(params, train: list[dict], out: Path) -> float:
     """The sft stage's core: a tokenizer and the tiny model from scratch, trained on the solutions."""
-    from grpoflow.models.engine import build_engine
-    from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
-    from grpoflow.models.prompting import PLAIN_TEMPLATE, Prompter
-    from grpoflow.trainers.sft import build_examples, train_sft
+    from grpoflow.models.modeling import save_pretrained
+    from grpoflow.models.prompting import prompter_for
+    from grpoflow.trainers.sft import fine_tune, tiny_from_scratch
 
     start = time.perf_counter()
-    texts = [PLAIN_TEMPLATE.format(question=r["prompt"].strip()) + r["solution"].strip() for r in train]
-    tokenizer = train_tokenizer(texts, params.model.vocab_size)
-    model = build_tiny_model(params.model, tokenizer, seed=params.experiment.seed)
-    cfg = params.sft
-    engine = build_engine(model, cfg.engine, cfg.batch_size)
-    examples = build_examples(train, Prompter(tokenizer, params.prompt), params.model.max_length)
-    train_sft(
-        engine,
-        examples,
-        epochs=cfg.epochs,
-        batch_size=cfg.batch_size,
-        pad_id=tokenizer.pad_token_id,
-        seed=params.experiment.seed,
-    )
-    save_pretrained(engine.module, tokenizer, out)
+    model, tokenizer = tiny_from_scratch(params, train)
+    prompter = prompter_for(model, tokenizer, params.prompt)
+    save_pretrained(fine_tune(params, model, tokenizer, prompter, train), tokenizer, out)
     return time.perf_counter() - start
 
 

@@ -19,7 +19,8 @@ import yaml
 ECHO_LIMIT = 160  # characters of a bad value an error message repeats
 _PARAMS_NAME = re.compile(r"[A-Za-z0-9._/-]+")
 # Query parameters that carry a secret in the URIs of tracking servers, object stores and databases.
-_SECRET_QUERY = re.compile(r"token|secret|passw|pwd|signature|sig|credential|auth|key|session|sas", re.IGNORECASE)
+# Query (and fragment) keys whose values are secrets: OAuth's code and access_token among them.
+_SECRET_QUERY = re.compile(r"token|secret|passw|pwd|signature|sig|credential|auth|key|session|sas|code", re.IGNORECASE)
 
 
 class InputError(ValueError):
@@ -55,7 +56,24 @@ def clip(text: str, limit: int = 4 * ECHO_LIMIT) -> str:
 
 class _NoAliasLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing anchors and aliases (``&a``, ``*a``, ``<<: *a``): a 1 KB file
-    of nested aliases expands to gigabytes, and a parameter set has no need to share nodes."""
+    of nested aliases expands to gigabytes, and a parameter set has no need to share nodes. It also
+    refuses a key given twice in one mapping, which PyYAML resolves silently in favour of the last
+    (a visible ``allow_unsandboxed: false`` undone by a later ``true``; DVC refuses such a file too)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if isinstance(key, (str, int, float, bool)) and key in seen:
+                    raise InputError(
+                        f"line {line}: key {short_repr(key)} is given twice in one mapping (first on line "
+                        f"{seen[key]}): the later value would silently win; keep one"
+                    )
+                if isinstance(key, (str, int, float, bool)):
+                    seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
@@ -117,22 +135,32 @@ def check_params_file(name: str, root: str | Path | None = None) -> str:
 def redact_uri(uri: str) -> str:
     """``uri`` as it may be shown or logged: without user name and password
     (``https://user:secret@host`` -> ``https://host``) and without query parameters that carry a
-    secret (``?token=...``). Anything that is not a URI is returned as it is."""
+    secret (``?token=...``, ``?code=...``), in the query or in a fragment of ``key=value`` pairs (OAuth's
+    implicit flow hands out ``#access_token=...``). Anything that is not a URI is returned as it is."""
     try:
         parts = urlsplit(uri)
     except ValueError:  # e.g. a broken IPv6 host: still never show what precedes an '@'
         return re.sub(r"//[^/?#]*@", "//", uri)
     netloc = parts.netloc.rpartition("@")[2]
-    kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if not _SECRET_QUERY.search(k)]
-    query = urlencode(kept)
-    if netloc == parts.netloc and query == parts.query:
+    query, fragment = _without_secrets(parts.query), parts.fragment
+    if "=" in fragment:  # a fragment of pairs, not a page's route (MLflow's #/experiments/1)
+        fragment = _without_secrets(fragment)
+    if netloc == parts.netloc and query == parts.query and fragment == parts.fragment:
         return uri
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+
+
+def _without_secrets(pairs: str) -> str:
+    """``pairs`` (``a=1&b=2``) without the pairs whose key names a secret; unchanged when it has none."""
+    parsed = parse_qsl(pairs, keep_blank_values=True)
+    kept = [(k, v) for k, v in parsed if not _SECRET_QUERY.search(k)]
+    return pairs if len(kept) == len(parsed) else urlencode(kept)
 
 
 # ---------------------------------------------------------------- pip requirements
 
-_BOUNDING = {"==", "~=", "<", "<="}  # operators that pin or cap a version
+_LOWER, _UPPER = {">=", ">"}, {"<", "<="}  # a bounded range needs one of each
+_INSTALLERS = {"pip", "setuptools", "wheel"}  # a parameter set installs packages, never the installer
 _REQUIREMENT_CHARS = re.compile(r"[A-Za-z0-9._\-\[\],=<>~!*+]+")  # a normalised name[extras] and specifiers
 
 
@@ -153,18 +181,28 @@ def check_requirement(text: str) -> str:
         raise InputError(f"{shown}: a URL requirement is not allowed, only name==version from the package index")
     if req.marker is not None:
         raise InputError(f"{shown}: environment markers (after ';') are not allowed: write name==version")
-    operators = {spec.operator for spec in req.specifier}
-    if "===" in operators or not operators & _BOUNDING:
+    if not _pinned_or_bounded(req.specifier):
         raise InputError(f"{shown}: needs an exact or bounded version (name==1.2.3, or name>=1,<2)")
+    if req.name.lower() in _INSTALLERS:
+        raise InputError(f"{shown}: a parameter set may not replace pip's own tools ({', '.join(sorted(_INSTALLERS))})")
     normal = str(req)
     if not _REQUIREMENT_CHARS.fullmatch(normal):  # what PEP 508 lets through anyway, never a shell's or pip's syntax
         raise InputError(f"{shown}: a requirement may hold only a name, extras and version specifiers")
     return normal
 
 
+def _pinned_or_bounded(specifier) -> bool:
+    """An exact version (``==1.2.3``, no wildcard), a compatible release (``~=1.4``: bounded both ways),
+    or a range with a lower and an upper bound (``>=1,<2``)."""
+    ops = {spec.operator for spec in specifier}
+    if "===" in ops or any(spec.operator == "==" and "*" in spec.version for spec in specifier):
+        return False
+    return "==" in ops or "~=" in ops or bool(ops & _LOWER and ops & _UPPER)
+
+
 _USERINFO_IN_TEXT = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s?#]*@")
 _SECRET_QUERY_IN_TEXT = re.compile(
-    r"([?&][^=&\s#]*(?:" + _SECRET_QUERY.pattern + r")[^=&\s#]*=)[^&\s#]*", re.IGNORECASE
+    r"([?&#][^=&\s#]*(?:" + _SECRET_QUERY.pattern + r")[^=&\s#]*=)[^&\s#]*", re.IGNORECASE
 )
 
 

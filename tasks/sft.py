@@ -22,30 +22,22 @@ def initial_model(params: Params, train: list[dict], base_dir: Path):
     """The starting model (the base_model stage's), or the tiny model with a tokenizer trained here."""
     from grpoflow.models.base_model import base_model_path
     from grpoflow.models.device import describe
-    from grpoflow.models.modeling import build_tiny_model, load_pretrained, train_tokenizer
-    from grpoflow.models.prompting import PLAIN_TEMPLATE
+    from grpoflow.models.modeling import load_pretrained
+    from grpoflow.trainers.sft import tiny_from_scratch
 
     print(f"sft: {describe()}", flush=True)  # where it computes (grpoflow.models.device)
     base = base_model_path(base_dir)
-    if base:
-        return load_pretrained(base)
-    texts = [PLAIN_TEMPLATE.format(question=r["prompt"].strip()) + r["solution"].strip() for r in train]
-    tokenizer = train_tokenizer(texts, params.model.vocab_size)
-    return build_tiny_model(params.model, tokenizer, seed=params.experiment.seed), tokenizer
+    return load_pretrained(base) if base else tiny_from_scratch(params, train)
 
 
 def fine_tune(params: Params, model, tokenizer, prompter, train: list[dict]) -> tuple[Any, list[dict]]:
     """``model`` trained on the train split's worked solutions (``params.sft``), logging every
     10th step, and the history of its steps (step, loss, lr)."""
     from grpoflow import metric_names as M
-    from grpoflow.models.engine import build_engine
-    from grpoflow.trainers.sft import build_examples, train_sft
+    from grpoflow.trainers import sft
     from tasks import events, tracking
 
-    cfg = params.sft
     history: list[dict] = []
-    examples = build_examples(train, prompter, params.model.max_length)
-    engine = build_engine(model, cfg.engine, cfg.batch_size)
     steps_log = tracking.StepLogger()
 
     def on_step(step: int, m: dict) -> None:
@@ -57,17 +49,9 @@ def fine_tune(params: Params, model, tokenizer, prompter, train: list[dict]) -> 
             print(f"sft step {step + 1}/{total}: loss {m['loss']:.4f}", flush=True)
             events.emit(events.PROGRESS, "sft", step=step + 1, total=total)
 
-    train_sft(
-        engine,
-        examples,
-        epochs=cfg.epochs,
-        batch_size=cfg.batch_size,
-        pad_id=tokenizer.pad_token_id,
-        seed=params.experiment.seed,
-        on_step=on_step,
-    )
+    module = sft.fine_tune(params, model, tokenizer, prompter, train, on_step=on_step)
     steps_log.finish()
-    return engine.module, history
+    return module, history
 
 
 def main(args: argparse.Namespace, params: Params) -> None:

@@ -1,6 +1,7 @@
 """Leakage between training prompts and evaluation/benchmark prompts, three ways.
 
-- **exact**: equal after :func:`normalize_text` (case, spacing, punctuation, number format).
+- **exact**: equal after :func:`~grpoflow.data.text.match_key` (case, spacing, punctuation, number format,
+  invisible characters and look-alike letters).
 - **ngram**: the train text shares word n-grams (default 8, as open-r1's decontamination) with one
   reference text, covering at least ``ngram_min_overlap`` of the train text's n-grams (0 = any
   shared n-gram, the classic rule; a higher share tolerates template phrases that many distinct
@@ -20,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from grpoflow.data.text import normalize_text
+from grpoflow.data.text import match_key
 
 _PRIME = (1 << 61) - 1
 _MASK64 = (1 << 64) - 1
@@ -163,8 +164,8 @@ def leakage(
     """Every train text that leaks into ``reference``, with its strongest kind (exact > ngram > near)."""
     if ngram < 1:
         raise ValueError(f"ngram must be >= 1, got {ngram}")
-    train_norm = [normalize_text(t) for t in train]
-    ref_norm = [normalize_text(t) for t in reference]
+    train_norm = [match_key(t) for t in train]
+    ref_norm = [match_key(t) for t in reference]
     vocab: dict[str, int] = {}
     ref_words = _word_ids([t.split() for t in ref_norm], vocab)
     train_words = _word_ids([t.split() for t in train_norm], vocab)

@@ -17,7 +17,9 @@ No NLP model is loaded: the recognizers are called directly, not through Presidi
 engine (importing the package still imports spaCy, and torch where it is installed: a few
 seconds, paid once per process and only when there is something to scan).
 
-A quarantined row is written to quarantine.jsonl redacted, since that file is logged as an artifact.
+Every quarantined row is written to quarantine.jsonl redacted, since that file is logged as an artifact:
+the rows quarantined here, and the rows validation rejected for other reasons (an empty answer, a
+wrong type), whose fields and reason are scanned as written (unless ``data.pii.mode`` is ``pass``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 from grpoflow.config import PiiConfig
 from grpoflow.data.ingest import Ingested
 from grpoflow.data.records import PairRecord, Record, Rejected
+from grpoflow.data.text import fold_with_positions
 
 # Presidio's base score of a phone number (0.4) is its lowest that means a match: below it is only
 # the IPv6 pattern for a bare '::' (0.1), which every Python slice like x[::] would trip.
@@ -155,8 +158,14 @@ def finders(entities: tuple[str, ...]) -> tuple[Finder, ...]:
 
 
 def find(text: str, entities: Sequence[str]) -> list[Match]:
-    """Every piece of personal data of the kinds ``entities`` in ``text``, in order of position."""
-    found = [m for finder in finders(tuple(entities)) for m in finder(text)]
+    """Every piece of personal data of the kinds ``entities`` in ``text``, in order of position. The
+    recognizers read the text as a reader sees it (:func:`grpoflow.data.text.fold`: no zero-width
+    characters or soft hyphens, full-width and look-alike letters made ASCII), and each match is
+    mapped back to the span of ``text`` it covers."""
+    folded, origin = fold_with_positions(text)
+    found = [m for finder in finders(tuple(entities)) for m in finder(folded)]
+    if folded != text:
+        found = [replace(m, start=origin[m.start], end=origin[m.end - 1] + 1) for m in found if m.end > m.start]
     return sorted(found, key=lambda m: (m.start, -m.end))
 
 
@@ -192,6 +201,7 @@ class PiiScan:
     rows_with_pii: int = 0
     matches: Counter[str] = field(default_factory=Counter)  # by type
     rows_by_type: Counter[str] = field(default_factory=Counter)
+    rejected_redacted: int = 0  # rows rejected for other reasons, quarantined with personal data redacted
     seconds: float = 0.0
 
     def screen(self, got: Ingested[Any]) -> None:
@@ -201,6 +211,8 @@ class PiiScan:
             return
         finders(tuple(self.config.entities))  # the import is not the scan's time
         start = time.perf_counter()
+        if self.config.mode != "pass":  # rows validation rejected go to quarantine.jsonl, an artifact: redacted too
+            got.rejected[:] = [self._redacted_rejection(r) for r in got.rejected]
         kept: list[Record | PairRecord] = []
         for row in got.records:
             row, found = self._scan(row)
@@ -230,6 +242,29 @@ class PiiScan:
             self.rows_by_type.update(set(every))
         return (row if self.config.mode == "pass" or not found else replace(row, **redacted)), found
 
+    def _redacted_rejection(self, rejected: Rejected) -> Rejected:
+        """A rejected row as written, and its reason (which may quote it), with personal data redacted
+        wherever it is: any field, any depth."""
+        found: list[Match] = []
+
+        def clean(value: Any) -> Any:
+            if isinstance(value, str):
+                matches = find(value, self.config.entities)
+                found.extend(matches)
+                return redact(value, matches) if matches else value
+            if isinstance(value, dict):
+                return {k: clean(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [clean(v) for v in value]
+            return value
+
+        row, reason = clean(rejected.row), clean(rejected.reason)
+        if not found:
+            return rejected
+        self.rejected_redacted += 1
+        self.matches.update(m.entity for m in found)
+        return replace(rejected, row=row, reason=reason)
+
     @staticmethod
     def _reason(found: dict[str, list[Match]]) -> str:
         parts = [f"{', '.join(sorted({m.entity for m in ms}))} in {name}" for name, ms in found.items()]
@@ -244,6 +279,7 @@ class PiiScan:
             "entities": entities,
             "rows_scanned": self.rows_scanned,
             "rows_with_pii": self.rows_with_pii,
+            "rejected_rows_redacted": self.rejected_redacted,
             "matches": {e: self.matches.get(e, 0) for e in entities},
             "rows_by_type": {e: self.rows_by_type.get(e, 0) for e in entities},
             "seconds": round(self.seconds, 3),

@@ -28,7 +28,7 @@ from grpoflow.data.leakage import Leak, leakage
 from grpoflow.data.pii import PiiScan
 from grpoflow.data.records import PairRecord, Record, Rejected
 from grpoflow.data.split import split_records
-from grpoflow.data.text import normalize_text
+from grpoflow.data.text import match_key
 from grpoflow.models.model_source import PACKAGE_PREFIX, resolve_file
 
 PAIRS_FILE = "pairs.jsonl"  # Prepared.pairs, written beside train/val/test.jsonl in the stage's folder
@@ -216,7 +216,7 @@ def deduplicate(
     kept: list[Record] = []
     rejected: list[Rejected] = []
     for rec in records:
-        key = normalize_text(rec.prompt)
+        key = match_key(rec.prompt)
         if key in seen:
             src_file, line = origin.get(rec.id, ("", None))
             rejected.append(Rejected(src_file, line, f"duplicate_prompt: same as {seen[key]}", rec.to_dict()))

@@ -207,7 +207,22 @@ def _bounded_int(digits: str) -> int:
     return int(digits)
 
 
-JSON_DECODER = json.JSONDecoder(parse_int=_bounded_int)
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (the parser would keep the last one silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise RowError("duplicate_key", f"field {key!r} is given twice in one object")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity``: not JSON (RFC 8259), and no number a row should hold."""
+    raise RowError("not_a_number", f"{name} is not a JSON number (RFC 8259): write the value, or leave the row out")
+
+
+JSON_DECODER = json.JSONDecoder(parse_int=_bounded_int, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
 
 
 def parse_json(text: str) -> Any:

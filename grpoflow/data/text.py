@@ -1,8 +1,16 @@
-"""Text normalisation shared by splitting and leakage checks.
+"""Text normalisation shared by splitting, de-duplication, the leakage gate and the personal-data scan.
 
 Two prompts that differ only in case, whitespace, punctuation or number formatting
 (``1,000`` vs ``1000``, ``3.50`` vs ``3.5``) normalise to the same string, so they hash to the
 same split and count as exact duplicates.
+
+What a reader cannot see must not tell two texts apart either: :func:`fold` removes format
+characters (Unicode category Cf: zero-width spaces and joiners, soft hyphens, bidi controls), applies
+NFKC (full-width forms) and maps each character that Unicode's confusables data (UTS #39) lists as
+the look-alike of exactly one ASCII character to it (Cyrillic ``а``, Greek ``Ο``). :func:`match_key`
+(fold, then :func:`normalize_text`) is what de-duplication and the leakage gate compare, and the
+personal-data scan reads folded text (:func:`fold_with_positions` maps a match back). The split's
+hash keeps :func:`normalize_text` alone, so that no existing row moves between splits.
 
 Linear in the text's length, whatever the text: every regex starts with a literal or a character
 class (a fast scan) and never rescans a digit run from each of its characters (the previous
@@ -14,8 +22,10 @@ a run (8 s on 100k alternating marks). The output is the previous implementation
 from __future__ import annotations
 
 import functools
+import json
 import re
 import unicodedata
+from importlib import resources
 from itertools import repeat
 
 _THOUSANDS = re.compile(r",(?<=\d,)(?=\d{3}\b)")
@@ -105,3 +115,49 @@ def normalize_text(text: str) -> str:
     # Punctuation becomes blanks, then every run of blanks one space: str.split() splits on exactly
     # the characters that ``\s`` matches.
     return " ".join(_PUNCTUATION.sub(" ", text).split())
+
+
+@functools.cache
+def _ascii_prototypes() -> dict[int, str]:
+    """Each non-ASCII character that Unicode's confusables data (UTS #39, as the confusable-homoglyphs
+    package ships it) lists as a look-alike of exactly one printable ASCII character, mapped to it."""
+    data = json.loads((resources.files("confusable_homoglyphs") / "confusables.json").read_text(encoding="utf-8"))
+    table: dict[int, str] = {}
+    for char, alikes in data.items():
+        if len(char) != 1 or char.isascii():
+            continue
+        ascii_alikes = {a["c"] for a in alikes if len(a["c"]) == 1 and a["c"].isascii() and a["c"].isprintable()}
+        if len(ascii_alikes) == 1 and not ascii_alikes <= {" "}:
+            table[ord(char)] = ascii_alikes.pop()
+    return table
+
+
+def _fold_char(char: str) -> str:
+    if unicodedata.category(char) == "Cf":
+        return ""
+    return unicodedata.normalize("NFKC", char).translate(_ascii_prototypes())
+
+
+def fold(text: str) -> str:
+    """``text`` as a reader sees it: format characters removed, NFKC, ASCII look-alikes made ASCII."""
+    if text.isascii():
+        return text
+    return "".join(map(_fold_char, text))
+
+
+def fold_with_positions(text: str) -> tuple[str, list[int]]:
+    """``(fold(text), origin)``: ``origin[j]`` is the index in ``text`` of the folded character ``j``
+    (a match at ``[a, b)`` in the folded text covers ``[origin[a], origin[b - 1] + 1)`` of ``text``)."""
+    if text.isascii():
+        return text, list(range(len(text)))
+    pieces, origin = [], []
+    for i, char in enumerate(text):
+        piece = _fold_char(char)
+        pieces.append(piece)
+        origin.extend([i] * len(piece))
+    return "".join(pieces), origin
+
+
+def match_key(text: str) -> str:
+    """What de-duplication and the leakage gate compare: :func:`normalize_text` of :func:`fold`."""
+    return normalize_text(fold(text))

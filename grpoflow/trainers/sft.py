@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 
+from grpoflow.config import Params
 from grpoflow.models.engine import optimizer_step
 from grpoflow.models.prompting import Prompter
 
@@ -77,3 +79,40 @@ def train_sft(
         if on_step:
             on_step(step, {"loss": step_loss, "lr": engine.get_lr()[0], "steps": steps})
     return losses
+
+
+def tiny_from_scratch(params: Params, train: Sequence[dict]) -> tuple[Any, Any]:
+    """``(model, tokenizer)``: the tiny model of ``params.model``, its tokenizer trained on ``train``'s
+    prompts and solutions as the plain template renders them (the default set's starting model)."""
+    from grpoflow.models.modeling import build_tiny_model, train_tokenizer
+    from grpoflow.models.prompting import PLAIN_TEMPLATE
+
+    texts = [PLAIN_TEMPLATE.format(question=r["prompt"].strip()) + r["solution"].strip() for r in train]
+    tokenizer = train_tokenizer(texts, params.model.vocab_size)
+    return build_tiny_model(params.model, tokenizer, seed=params.experiment.seed), tokenizer
+
+
+def fine_tune(
+    params: Params,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    prompter: Prompter,
+    train: Sequence[dict],
+    on_step: Callable[[int, dict], None] | None = None,
+) -> torch.nn.Module:
+    """``model`` trained on ``train``'s worked solutions as ``params.sft`` says, on its own DeepSpeed
+    engine (:func:`train_sft`); the trained module."""
+    from grpoflow.models.engine import build_engine
+
+    cfg = params.sft
+    engine = build_engine(model, cfg.engine, cfg.batch_size)
+    train_sft(
+        engine,
+        build_examples(train, prompter, params.model.max_length),
+        epochs=cfg.epochs,
+        batch_size=cfg.batch_size,
+        pad_id=tokenizer.pad_token_id,
+        seed=params.experiment.seed,
+        on_step=on_step,
+    )
+    return engine.module

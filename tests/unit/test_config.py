@@ -195,6 +195,21 @@ def test_a_params_file_of_nested_aliases_is_refused_at_once_naming_file_and_line
     assert len(str(refused.value)) < 300
 
 
+def test_a_key_given_twice_is_refused_with_both_lines_not_silently_overridden(tmp_path):
+    # The hostile review's case: a visible allow_unsandboxed: false undone by a later true (PyYAML keeps the last).
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("sandbox:\n  allow_unsandboxed: false\n  workers: 2\n  allow_unsandboxed: true\n")
+    with pytest.raises(ConfigError) as refused:
+        load_params(twice)
+    assert str(refused.value) == (
+        f"{twice}, line 4: key 'allow_unsandboxed' is given twice in one mapping (first on line 2): "
+        "the later value would silently win; keep one"
+    )
+    once = tmp_path / "once.yaml"
+    once.write_text("sandbox:\n  allow_unsandboxed: false\nexperiment:\n  seed: 3\n")
+    assert load_params(once).experiment.seed == 3  # the same key in two sections is two keys
+
+
 def test_a_params_file_name_a_shell_would_run_is_refused_by_load_params(tmp_path):
     hostile = tmp_path / "x$(id>pwned).yaml"
     hostile.write_text("experiment: {seed: 1}\n")

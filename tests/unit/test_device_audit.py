@@ -14,21 +14,35 @@ from grpoflow.rl.grpo import ALGORITHM as GRPO
 from grpoflow.rl.ppo import ALGORITHM as PPO
 from grpoflow.rl.run import build_rl_run
 from tests.device_audit import STAND_IN, DeviceMixError, OnDevice, audited
-from tests.unit import rl_workspace
+from tests.unit import rl_workspace, test_rl_run
 
 TINY = {
     "rl": {
+        **test_rl_run.TINY["rl"],
         "steps": 2,
-        "prompts_per_step": 2,
-        "num_generations": 2,
-        "checkpoint_every": 100,
-        "eval_every": 100,
         "entropy_coef": 0.01,  # a gradient whatever the rewards: the step's backward really runs
-        "sampling": {"max_completion_length": 4},
         "engine": {"micro_batch_size": 2, "lr": 0.01},
         "preflight": {"prompts": 2},
     },
     "ppo": {"critic_engine": {"micro_batch_size": 2}, "critic_warmup_steps": 1},
+}
+
+
+# Every option that builds tensors of its own in the step: RLOO advantages, KL folded into the reward,
+# two passes (old log-probs), rollout correction on the sampler's log-probs, DAPO's overlong penalty and
+# dynamic sampling, token-mean aggregation, the reference refreshed.
+FAMILY = {
+    "rl": {
+        **TINY["rl"],
+        "num_iterations": 2,
+        "aggregation": "bnpo",
+        "overlong_buffer": 2,
+        "dynamic_sampling": {"enabled": True, "max_draws": 1},
+        "rollout_correction": {"mode": "token_truncate", "cap": 2.0},
+        "ref_sync_every": 1,
+        "ref_sync_alpha": 0.5,
+    },
+    "grpo": {"advantage_estimator": "rloo", "kl_estimator": "k2", "kl_placement": "reward"},
 }
 
 
@@ -105,6 +119,8 @@ def _trained(run) -> list[dict]:
             GRPO, {"rl": {**TINY["rl"], "engine": {**TINY["rl"]["engine"], "shared_prefix": False}}}, id="grpo-rows"
         ),
         pytest.param(PPO, {}, id="ppo-critic"),
+        pytest.param(GRPO, FAMILY, id="grpo-family-options"),
+        pytest.param(PPO, FAMILY, id="ppo-family-options"),
     ],
 )
 def test_an_rl_step_computes_on_the_device_only(workspace, algorithm, overrides):

@@ -134,6 +134,11 @@ def test_a_pinned_or_bounded_requirement_passes_in_its_normal_form(text, normal)
         ("*.whl", "not a PEP 508 requirement"),
         ("pkg", "needs an exact or bounded version"),
         ("pkg>=1", "needs an exact or bounded version"),
+        # the hostile review's three: an upper bound alone, a wildcard "pin", the installer itself
+        ("gguf<=999999", "needs an exact or bounded version"),
+        ("gguf==0.*", "needs an exact or bounded version"),
+        ("pip<=99,>=1", "may not replace pip's own tools"),
+        ("setuptools==80.0", "may not replace pip's own tools"),
         ("pkg===anything", "needs an exact or bounded version"),
         ('pkg==1; os_name == "posix"', "environment markers"),
         ("pkg==1 --hash=sha256:00", "not a PEP 508 requirement"),
@@ -158,6 +163,9 @@ def test_options_urls_globs_markers_and_unpinned_names_are_refused(text, message
         ("postgresql://ml:pw@db:5432/mlflow", "postgresql://db:5432/mlflow"),
         ("https://host/?token=abc&experiment=1", "https://host/?experiment=1"),
         ("https://bucket/x?X-Amz-Signature=ff&X-Amz-Credential=k", "https://bucket/x"),
+        ("https://app/callback?code=abc123&state=s", "https://app/callback?state=s"),  # OAuth's code
+        ("https://app/cb#access_token=t0k&token_type=bearer&expires_in=3600", "https://app/cb#expires_in=3600"),
+        ("http://127.0.0.1:5000/#/experiments/1/runs/2", "http://127.0.0.1:5000/#/experiments/1/runs/2"),
         ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
         ("sqlite:////work/main/mlflow.db", "sqlite:////work/main/mlflow.db"),
         ("mlruns", "mlruns"),
@@ -174,6 +182,10 @@ def test_log_lines_lose_the_credentials_of_every_uri_in_them():
         == "View run grpo at: https://host/#/experiments/1/runs/2 (store https://c/?api_key=REDACTED&x=1)"
     )
     assert redact_text("user@example.com wrote 2 files") == "user@example.com wrote 2 files"
+    assert (
+        redact_text("login at https://app/cb#access_token=t0k&x=1 ok")
+        == "login at https://app/cb#access_token=REDACTED&x=1 ok"
+    )
 
 
 @given(

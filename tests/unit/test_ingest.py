@@ -142,6 +142,10 @@ def jsonl(row):
         (b'{"question": "caf\xe9?", "answer": "#### 1"}', "invalid_utf8"),
         (b'{"question": "q\\u0000?", "answer": "#### 1"}', "control_character"),
         (b'{"question": "q\\ud800?", "answer": "#### 1"}', "invalid_unicode"),
+        # a field given twice: JSON parsers keep the last one silently (the hostile review's item 8)
+        (b'{"question": "q?", "answer": "#### 1", "answer": "#### 2"}', "duplicate_key"),
+        (b'{"question": "q?", "answer": "#### 1", "weight": NaN}', "not_a_number"),
+        (b'{"question": "q?", "answer": "#### 1", "weight": -Infinity}', "not_a_number"),
     ],
 )
 def test_a_hostile_jsonl_line_is_one_quarantined_row(tmp_path, line, kind):
@@ -289,7 +293,14 @@ def test_quarantine_lines_are_strict_json_whatever_the_row_held(tmp_path):
     f.write_text('{"question": NaN, "answer": "#### 1", "score": Infinity, "deep": ' + "[" * 40 + "]" * 40 + "}\n")
     rejected = ingest_file(f).rejected[0]
     line = strict_loads(json.dumps(rejected.to_dict(), allow_nan=False))
-    assert rejected.reason.startswith("wrong_type") and line["row"]["question"] is None and line["row"]["score"] is None
+    # NaN is no JSON number: the row is refused as read, and its text kept as written
+    assert rejected.reason.startswith("not_a_number: NaN") and line["row"]["raw"].startswith('{"question": NaN')
+    # a row that holds such values (a Parquet float column) is still written as strict JSON
+    held = Rejected(
+        "f", 1, "x", {"question": float("nan"), "score": float("inf"), "deep": json.loads("[" * 40 + "]" * 40)}
+    )
+    line = strict_loads(json.dumps(held.to_dict(), allow_nan=False))
+    assert line["row"]["question"] is None and line["row"]["score"] is None
     assert {"row.question: nan written as null", "row.score: inf written as null"} <= set(line["notes"])
     assert any("nested deeper than 16 levels" in n for n in line["notes"])
     odd = Rejected("f", 1, "x", {"when": datetime.date(2020, 1, 2), "n": 10**5000, "many": list(range(500))})

@@ -58,3 +58,19 @@ def test_every_text_leaks_into_itself_and_indices_are_valid(texts):
     nonempty = [i for i, t in enumerate(texts) if t.split()]
     assert sorted(leak.train_index for leak in leaks) == nonempty
     assert all(0 <= leak.reference_index < len(texts) for leak in leaks)
+
+
+# A GSM8K test question, disguised as the hostile review disguised it: invisible characters inside words,
+# soft hyphens, Cyrillic look-alike letters. Each is the same question to a reader, and to the gate.
+QUESTION = "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning. How many are left?"
+DISGUISED = [
+    QUESTION.replace("ducks", "du\u200bcks").replace("breakfast", "break\u200bfast"),
+    QUESTION.replace("breakfast", "break\u00adfast").replace("morning", "mor\u00adning"),
+    QUESTION.replace("a", "\u0430").replace("e", "\u0435").replace("o", "\u043e"),
+]
+
+
+def test_invisible_characters_and_look_alike_letters_do_not_dodge_the_gate():
+    for text in DISGUISED:
+        (leak,) = leakage([text, "Tom has 5 apples."], [QUESTION])
+        assert (leak.train_index, leak.kind) == (0, "exact"), text

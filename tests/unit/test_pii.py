@@ -44,6 +44,29 @@ def record(i: int, prompt: str, **extra) -> Record:
     return Record(f"r{i}", prompt, "8", "5+3=8\n#### 8", "src", "MIT", **extra)
 
 
+# The hostile review's disguises: zero-width characters and soft hyphens inside the data, full-width forms,
+# a Cyrillic letter in an address. Each is found, and redacted in the text as written.
+DISGUISED = [
+    ("email", "Write to ja\u200bne.doe@exam\u00adple.com for it.", "Write to <email> for it."),
+    ("card", "Card 4111\u200b 1111 1111 1111 paid.", "Card <card> paid."),
+    ("api_key", "key = 'AKIA\u200bIOSFODNN7EXAMPLE'", "key = '<api_key>'"),
+    ("api_key", "token ghp_abcdefghijklm\u00adnopqrstuvwxyzABCDEFGHIJ here", "token <api_key> here"),
+    (
+        "email",
+        "Mail \uff4a\uff41\uff4e\uff45\uff20\uff45\uff58\uff41\uff4d\uff50\uff4c\uff45\uff0e\uff43\uff4f\uff4d now",
+        "Mail <email> now",
+    ),
+    ("email", "Write to j\u0430ne.doe@example.com now", "Write to <email> now"),
+]
+
+
+@pytest.mark.parametrize("entity, text, redacted", DISGUISED)
+def test_invisible_and_look_alike_characters_do_not_hide_personal_data(entity, text, redacted):
+    matches = pii.find(text, EVERY)
+    assert [m.entity for m in matches] == [entity]
+    assert pii.redact(text, matches) == redacted  # the span of the text as written
+
+
 @pytest.mark.parametrize("entity, text, expected", FOUND)
 def test_each_type_is_found_where_it_is(entity, text, expected):
     matches = pii.find(text, EVERY)
@@ -84,6 +107,36 @@ def test_quarantine_moves_the_row_out_redacted_with_its_file_and_line():
     summary = scan.summary()
     assert (summary["rows_scanned"], summary["rows_with_pii"], summary["matches"]["email"]) == (2, 1, 1)
     assert summary["matches"]["phone"] == 0 and set(summary["matches"]) == set(EVERY)
+
+
+@pytest.mark.parametrize("mode", ["quarantine", "redact"])
+def test_rows_rejected_for_other_reasons_reach_quarantine_redacted_field_reason_and_depth(mode):
+    # The hostile review's row: an empty answer with an e-mail, a card and an AWS key, rejected before the scan.
+    from grpoflow.data.records import Rejected
+
+    raw = {
+        "question": "Mail jane.doe@example.com, card 4111 1111 1111 1111",
+        "answer": "",
+        "meta": {"keys": ["AKIAIOSFODNN7EXAMPLE"], "n": 3},
+    }
+    got, scan = _ingested([record(0, "How many apples?")]), pii.PiiScan(PiiConfig(mode=mode))
+    got.rejected.append(Rejected("rows.jsonl", 7, "empty_answer: 'answer' is '' (near jane.doe@example.com)", raw))
+    scan.screen(got)
+    (q,) = got.rejected
+    written = json.dumps(q.to_dict())
+    assert not any(secret in written for secret in ("jane.doe", "4111 1111", "AKIAIOSFODNN7EXAMPLE"))
+    assert q.row == {"question": "Mail <email>, card <card>", "answer": "", "meta": {"keys": ["<api_key>"], "n": 3}}
+    assert (q.source_file, q.line) == ("rows.jsonl", 7) and q.reason == "empty_answer: 'answer' is '' (near <email>)"
+    assert scan.summary()["rejected_rows_redacted"] == 1 and [r.id for r in got.records] == ["r0"]
+
+
+def test_pass_leaves_rejected_rows_as_written():
+    from grpoflow.data.records import Rejected
+
+    got, scan = _ingested([]), pii.PiiScan(PiiConfig(mode="pass"))
+    got.rejected.append(Rejected("rows.jsonl", 1, "empty_answer", {"question": "jane.doe@example.com"}))
+    scan.screen(got)
+    assert got.rejected[0].row == {"question": "jane.doe@example.com"}
 
 
 def test_redact_keeps_the_row_with_every_field_redacted():

@@ -291,3 +291,17 @@ def test_pairs_in_the_wrong_list_are_bad_input(tmp_path):
         prepare(0, data_cfg(sources=[source]))
     with pytest.raises(ValueError, match="must be a file or hub source with format: pairs"):
         prepare(0, data_cfg(pairs=[source | {"format": "gsm8k"}]))
+
+
+def test_a_copy_disguised_with_invisible_or_look_alike_characters_is_a_duplicate():
+    from grpoflow.data.prepare import deduplicate
+
+    question = "Tom has 5 apples and buys 3 more. How many apples does he have?"
+    copies = [question, question.replace("apples", "app\u200ble\u00ads"), question.replace("o", "\u043e")]
+    rows = [Record(str(i), q, "8", None, "src", "MIT") for i, q in enumerate(copies)]
+    kept, rejected = deduplicate(rows, {r.id: ("rows.jsonl", i + 1) for i, r in enumerate(rows)})
+    assert [r.id for r in kept] == ["0"]
+    assert [(q.line, q.reason) for q in rejected] == [
+        (2, "duplicate_prompt: same as 0"),
+        (3, "duplicate_prompt: same as 0"),
+    ]

@@ -135,6 +135,20 @@ def test_the_root_is_read_only_and_only_tmp_and_dev_shm_are_writable():
     assert result.passed == [True] * len(tests), result.passed
 
 
+@needs_jail
+def test_a_program_written_to_tmp_or_dev_shm_does_not_run():
+    # The hostile review ran a 132-byte ELF from /tmp: the interpreter's own binary, copied, stands for it
+    # (its path is not in the jail; /proc/self/exe is the running one).
+    code = (
+        "import os\ndef runs(path):\n    with open(path, 'wb') as out, open('/proc/self/exe', 'rb') as exe:\n"
+        "        out.write(exe.read())\n    os.chmod(path, 0o755)\n"
+        "    try:\n        os.execv(path, [path, '-c', 'pass'])\n    except PermissionError:\n        return False\n"
+    )
+    tests = ["assert runs('/tmp/prog') is False", "assert runs('/dev/shm/prog') is False"]
+    result = run_tests(code, tests)
+    assert result.passed == [True, True], result
+
+
 def _listen_unix(path_or_name: str) -> tuple[socket.socket, list]:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path_or_name)

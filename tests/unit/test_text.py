@@ -97,3 +97,28 @@ def test_long_combining_runs_are_cut_as_in_the_stream_safe_format():
     assert normalize_text(thirty) == _previous_normalize_text(thirty)  # up to 30 marks: unchanged
     # The base letter still takes its accent; the marks become blanks, as they always did.
     assert normalize_text("a" + "\u0301\u0316" * 1000 + " b") == "\u00e1 b"
+
+
+def test_fold_removes_what_a_reader_cannot_see_and_makes_look_alikes_ascii():
+    from grpoflow.data.text import fold, match_key
+
+    assert fold("Ja\u200bnet\u00ad\u2019s du\u2060cks") == "Janet's ducks"  # zero-width, soft hyphen, joiner
+    assert fold("\u0410pple \u039f\u0455") == "Apple Os"  # Cyrillic A, Greek Omicron, Cyrillic dze
+    assert fold("\uff4a\uff41\uff4e\uff45\uff20\uff58") == "jane@x"  # full-width forms (NFKC)
+    assert fold("na\u00efve caf\u00e9, 3\u00d74") == "na\u00efve caf\u00e9, 3x4"  # accents stay; the times sign is an x
+    assert fold("plain ascii") == "plain ascii"
+    assert match_key("How many eggs does Ja\u200bnet lay?") == match_key("How many eggs does Janet lay?")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_a_folded_character_maps_back_to_the_character_it_came_from(text):
+    from grpoflow.data.text import _fold_char, fold, fold_with_positions
+
+    folded, origin = fold_with_positions(text)
+    assert folded == fold(text) and len(origin) == len(folded)
+    assert origin == sorted(origin) and all(0 <= i < len(text) for i in origin)
+    pieces: dict[int, str] = {}
+    for j, i in enumerate(origin):
+        pieces[i] = pieces.get(i, "") + folded[j]
+    assert all(piece == _fold_char(text[i]) for i, piece in pieces.items())
