@@ -200,8 +200,23 @@ def _deepspeed_on_stand_in() -> Iterator[None]:
     names = {"device_name": accelerator.device_name, "current_device_name": accelerator.current_device_name}
     accelerator.device_name = lambda index=None: str(STAND_IN)
     accelerator.current_device_name = lambda: str(STAND_IN)
+    # A ZeRO-3 engine built earlier in this process replaces F.linear with DeepSpeed's wrapper "until
+    # manually reset" (it asks torch for the autocast state of the accelerator's device type, which a
+    # stand-in has none of); the audit's engines are ZeRO-0: torch's own linear, as in a fresh stage process.
+    linear = torch.nn.functional.linear
+    original = getattr(linear, "__module__", "").startswith("deepspeed.") and _torch_linear()
+    if original:
+        torch.nn.functional.linear = original
     try:
         yield
     finally:
         for name, method in names.items():
             setattr(accelerator, name, method)
+        torch.nn.functional.linear = linear
+
+
+def _torch_linear():
+    """torch's F.linear as DeepSpeed kept it before wrapping it (None if it kept none)."""
+    from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses
+
+    return getattr(InsertPostInitMethodToModuleSubClasses, "linear_bk", None)
