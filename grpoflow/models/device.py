@@ -33,11 +33,6 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def place(model: torch.nn.Module) -> torch.nn.Module:
-    """``model`` on :func:`compute_device` (moved in place; returned for chaining)."""
-    return model.to(compute_device())
-
-
 def describe() -> str:
     """One line for a stage's config check: the device, and the GPU's name where it is one."""
     device = compute_device()
