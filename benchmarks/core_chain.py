@@ -24,18 +24,16 @@ PARAMS = Path(__file__).resolve().parents[1] / "params" / "default.yaml"
 
 
 def _params(examples: int, rl_steps: int):
-    from grpoflow.config import load_params, set_dotted, validate_params
+    from grpoflow.config import load_params
 
-    raw = load_params(PARAMS).model_dump(mode="json")
-    for key, value in {
+    overrides = {
         "data.synthetic.num_examples": examples,
         "rl.steps": rl_steps,
         "rl.eval_every": rl_steps,
         "rl.checkpoint_every": rl_steps,
         "ppo.critic_warmup_steps": min(1, rl_steps - 1),  # one step fits the critic alone, the rest train both
-    }.items():
-        set_dotted(raw, key, value)
-    return validate_params(raw)
+    }
+    return load_params(PARAMS, overrides)
 
 
 def _split(params) -> dict[str, list[dict]]:

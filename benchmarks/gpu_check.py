@@ -29,17 +29,15 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
 from benchmarks import gpu_parts
-from benchmarks.gpu_parts import TIMEOUTS, Plan
+from benchmarks.gpu_parts import Plan
 from grpoflow.io import write_json
 
 SET = "params/smollm2-135m.yaml"
@@ -125,61 +123,6 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-class PeakMemory:
-    """The device's peak used memory (MiB, nvidia-smi's ``memory.used``), sampled each second in a
-    thread while a part runs: the training processes' and their vLLM engines' together."""
-
-    def __init__(self, interval_s: float = 1.0):
-        self.interval_s, self.peak = interval_s, 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, name="gpu-memory", daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                capture_output=True,
-                text=True,
-            )
-            used = [float(x) for x in out.stdout.split() if x.replace(".", "", 1).isdigit()]
-            self.peak = max([self.peak, *used])
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> PeakMemory:
-        if shutil.which("nvidia-smi"):
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-
-def _text(data: str | bytes | None) -> str:
-    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
-
-
-def _timed(name: str, cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> tuple[dict, str]:
-    """Run ``cmd`` within part ``name``'s timeout, measuring the device's peak memory: the part's
-    outcome, and the output."""
-    start = time.perf_counter()
-    with PeakMemory() as memory:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        try:
-            output = _text(proc.communicate(timeout=TIMEOUTS[name])[0])
-            error = "" if proc.returncode == 0 else f"exit {proc.returncode}"
-        except subprocess.TimeoutExpired:
-            from flows.process_tree import stop_tree
-
-            stop_tree(proc, 10, (signal.SIGKILL,))  # with what it started: the two-rank part's agents, workers
-            output = _text(proc.communicate()[0])
-            error = f"over its {TIMEOUTS[name]} s"
-    print(output[-4000:], flush=True)
-    part = {"ok": not error, "seconds": round(time.perf_counter() - start, 1), "peak_gpu_memory_mib": memory.peak}
-    return part | ({"error": error} if error else {}), output
-
-
 def gpu_info() -> dict[str, Any]:
     """The devices, as nvidia-smi names them (no CUDA context in this process: it would count in the peak)."""
     out = subprocess.run(
@@ -221,10 +164,7 @@ def run_gpu_tests(plan: Plan | None = None) -> dict:
     """Part 1: the ``gpu`` tests and the device audit's, on the device."""
     cmd = [sys.executable, "-m", "pytest", *GPU_TESTS, "-m", "gpu or not slow", "-o", "addopts=", "-q"]
     cmd += ["-p", "no:cacheprovider", "-p", "no:randomly"]
-    if plan is None:
-        part, output = _timed("gpu_tests", cmd)
-    else:
-        part, output = gpu_parts.run_part("gpu_tests", cmd, plan)
+    part, output = gpu_parts.run_part("gpu_tests", cmd, plan)
     counts = pytest_counts(output)
     return part | {"counts": counts, "ok": part["ok"] and counts.get("passed", 0) > 0}
 
@@ -232,7 +172,7 @@ def run_gpu_tests(plan: Plan | None = None) -> dict:
 def run_grpo(scratch: Path) -> dict:
     """Part 2: the rehearsal of the set with :func:`check_sizes`, its workspace kept under ``scratch``."""
     cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--rehearse-into", str(scratch)]
-    part, _ = _timed("grpo", cmd)
+    part, _ = gpu_parts.run_part("grpo", cmd)
     return _with_history(part, scratch / "project" / "metrics" / "grpo_history.csv")
 
 
@@ -251,7 +191,7 @@ def run_two_ranks(project: Path) -> dict:
     agents = [sys.executable, "-m", "flows.local_nodes", "--nnodes", "2", "--", torchrun, *launch]
     cmd = [*agents, "-m", "tasks.grpo", "--params", SET, *outputs]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_"))}
-    part, _ = _timed(TWO_RANKS, cmd, cwd=project, env=env | {DIST_BACKEND_ENV: "gloo"})
+    part, _ = gpu_parts.run_part(TWO_RANKS, cmd, cwd=project, env=env | {DIST_BACKEND_ENV: "gloo"})
     return _with_history(part, project / TWO_RANK_OUTPUTS["--history"])
 
 

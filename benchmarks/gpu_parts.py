@@ -1,6 +1,7 @@
 """The parts of ``make gpu-check`` that run on a bare CUDA image (benchmarks/gpu_check.py runs them):
 each a subprocess under its own timeout, its output in ``metrics/gpu_check_logs/<part>.log``, its
-outcome a dict of numbers. Standard library only here: the parts import the project themselves.
+outcome a dict of numbers. Standard library only here (psutil, to stop a part that overruns its
+time): the parts import the project themselves.
 
 - ``matmul_bf16``: the measured bf16 matmul peak (8192^3 on a GPU), the yardstick of the FLOP floor;
 - ``core_chain``: the tiny default's sft -> grpo -> ppo -> evaluate on the core library
@@ -16,12 +17,15 @@ packages that neither the image nor the bundle has made unimportable (:data:`ABS
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,25 +98,84 @@ def plan(dry: bool, bundle: Path) -> Plan:
     return Plan(dry, bundle, scratch, env)
 
 
-def run_part(name: str, cmd: list[str], plan_: Plan, timeout: float | None = None) -> tuple[dict, str]:
-    """Run ``cmd`` as part ``name`` in its own process group: ``({ok, seconds[, error]}, output)``."""
+class PeakMemory:
+    """The device's peak used memory (MiB, nvidia-smi's ``memory.used``), sampled each second in a
+    thread while a part runs: the training processes' and their vLLM engines' together."""
+
+    def __init__(self, interval_s: float = 1.0):
+        self.interval_s, self.peak = interval_s, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="gpu-memory", daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+            )
+            used = [float(x) for x in out.stdout.split() if x.replace(".", "", 1).isdigit()]
+            self.peak = max([self.peak, *used])
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> PeakMemory:
+        if shutil.which("nvidia-smi"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+
+def run_part(
+    name: str,
+    cmd: list[str],
+    plan_: Plan | None = None,
+    timeout: float | None = None,
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[dict, str]:
+    """Run ``cmd`` as part ``name`` within its time (``TIMEOUTS[name]`` unless given), in the plan's
+    environment (or ``env``), sampling the GPU's peak memory: ``({ok, seconds, peak_gpu_memory_mib[,
+    error, tail]}, output)``; the output goes to the part's log. Over its time, the command and all it
+    started are killed: its process group, and descendants in sessions of their own (torchrun's agents)."""
     LOGS.mkdir(parents=True, exist_ok=True)
     limit = timeout if timeout is not None else TIMEOUTS[name]
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, env=plan_.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
-        output, error = proc.communicate(timeout=limit)[0], ""
-        if proc.returncode != 0:
-            error = f"exit {proc.returncode}"
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, error = proc.communicate()[0], f"over its {limit:g} s"
+    with PeakMemory() as memory:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env if env is not None else (plan_.env if plan_ is not None else None),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
+        try:
+            output, error = proc.communicate(timeout=limit)[0], ""
+            if proc.returncode != 0:
+                error = f"exit {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            output, error = proc.communicate()[0], f"over its {limit:g} s"
     with open(LOGS / f"{name}.log", "a") as log:
         log.write(f"$ {' '.join(cmd)}\n{output}\n[{error or 'ok'} in {time.perf_counter() - start:.1f} s]\n")
-    part = {"ok": not error, "seconds": round(time.perf_counter() - start, 1)}
+    part = {"ok": not error, "seconds": round(time.perf_counter() - start, 1), "peak_gpu_memory_mib": memory.peak}
     return part | ({"error": error, "tail": output[-1500:]} if error else {}), output
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL to ``proc``, everything below it, and whatever is left in its process group."""
+    from flows.process_tree import signal_tree  # psutil: DeepSpeed's dependency, on every image that trains
+
+    signal_tree(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def tagged(output: str, tag: str) -> dict | None:

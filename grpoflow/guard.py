@@ -64,15 +64,16 @@ class _NoAliasLoader(yaml.SafeLoader):
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, int] = {}
             for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
+                key = self.construct_object(key_node, deep=True)  # cached: the mapping's own pass reuses it
+                if not isinstance(key, (str, int, float, bool)):
+                    continue  # an unhashable key is PyYAML's own error below
                 line = key_node.start_mark.line + 1
-                if isinstance(key, (str, int, float, bool)) and key in seen:
+                if key in seen:
                     raise InputError(
                         f"line {line}: key {short_repr(key)} is given twice in one mapping (first on line "
                         f"{seen[key]}): the later value would silently win; keep one"
                     )
-                if isinstance(key, (str, int, float, bool)):
-                    seen[key] = line
+                seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
     def compose_node(self, parent: Any, index: Any) -> Any:

@@ -307,7 +307,13 @@ def enter_namespaces(tmpfs_mb: int) -> None:
     _check_call(_libc().unshare(NAMESPACES), "unshare")
     mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates to the host
     for path in writable_dirs:
-        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"size={tmpfs_mb}m,mode=1777")
+        _private_tmpfs(path, tmpfs_mb)
+
+
+def _private_tmpfs(target: str, tmpfs_mb: int) -> None:
+    """A writable tmpfs of its own on ``target`` (anyone may write, sticky), from which nothing runs:
+    noexec, so a program the code writes there is refused by execve and PROT_EXEC mappings."""
+    mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"size={tmpfs_mb}m,mode=1777")
 
 
 def existing_writable_dirs() -> list[str]:
@@ -439,8 +445,7 @@ def _private_dirs(root: str, tmpfs_mb: int) -> None:
     """The jail's writable /tmp and /dev/shm, its /dev (device nodes made here: no host file is bound), /proc."""
     for path in ("/tmp", "/dev", "/proc"):
         os.mkdir(root + path)
-    # noexec: a program the code writes there does not run (execve and PROT_EXEC mappings are refused)
-    mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"size={tmpfs_mb}m,mode=1777")
+    _private_tmpfs(root + "/tmp", tmpfs_mb)
     mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
     for name, (major, minor) in JAIL_DEVICES.items():
         os.mknod(f"{root}/dev/{name}", 0o666 | 0o020000, os.makedev(major, minor))  # S_IFCHR
@@ -448,7 +453,7 @@ def _private_dirs(root: str, tmpfs_mb: int) -> None:
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "fd/0"), ("stdout", "fd/1"), ("stderr", "fd/2")):
         os.symlink(target, f"{root}/dev/{name}")
     os.mkdir(root + "/dev/shm")
-    mount("tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"size={tmpfs_mb}m,mode=1777")
+    _private_tmpfs(root + "/dev/shm", tmpfs_mb)
     mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this PID namespace's processes
 
 

@@ -162,10 +162,17 @@ def find(text: str, entities: Sequence[str]) -> list[Match]:
     recognizers read the text as a reader sees it (:func:`grpoflow.data.text.fold`: no zero-width
     characters or soft hyphens, full-width and look-alike letters made ASCII), and each match is
     mapped back to the span of ``text`` it covers."""
-    folded, origin = fold_with_positions(text)
-    found = [m for finder in finders(tuple(entities)) for m in finder(folded)]
-    if folded != text:
-        found = [replace(m, start=origin[m.start], end=origin[m.end - 1] + 1) for m in found if m.end > m.start]
+    scan = finders(tuple(entities))
+    if text.isascii():  # nothing to fold: no position map to build for most rows
+        found = [m for finder in scan for m in finder(text)]
+    else:
+        folded, origin = fold_with_positions(text)
+        found = [
+            replace(m, start=origin[m.start], end=origin[m.end - 1] + 1)
+            for finder in scan
+            for m in finder(folded)
+            if m.end > m.start
+        ]
     return sorted(found, key=lambda m: (m.start, -m.end))
 
 

@@ -149,19 +149,17 @@ def heldout_loss(model, prompter: Prompter, rows: Sequence[dict], batch_size: in
     forgetting check compares it between a policy and its reference."""
     import torch
 
-    from grpoflow.models.device import model_device
+    from grpoflow.models.device import model_device, on
     from grpoflow.trainers.sft import build_examples, collate
 
     examples = build_examples(rows, prompter, max_length=10**9)
     tokenizer = prompter.tokenizer
     total, tokens = 0.0, 0
     model.eval()
+    device = model_device(model)
     with torch.no_grad():
         for lo in range(0, len(examples), batch_size):
-            batch = {
-                k: v.to(model_device(model))
-                for k, v in collate(examples[lo : lo + batch_size], tokenizer.pad_token_id).items()
-            }
+            batch = on(collate(examples[lo : lo + batch_size], tokenizer.pad_token_id), device)
             n = int((batch["labels"][:, 1:] != -100).sum())
             total += float(model(**batch).loss) * n
             tokens += n

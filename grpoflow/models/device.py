@@ -10,6 +10,7 @@ is placed here, and every tensor a stage builds is built on its model's device: 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import torch
 
@@ -31,6 +32,11 @@ def model_device(model: torch.nn.Module) -> torch.device:
     for p in model.parameters():
         return p.device
     return torch.device("cpu")
+
+
+def on(batch: Mapping[str, torch.Tensor], device: torch.device | str) -> dict[str, torch.Tensor]:
+    """A collated batch (``input_ids``, ``attention_mask``, ...) with every tensor on ``device``."""
+    return {name: tensor.to(device) for name, tensor in batch.items()}
 
 
 def describe() -> str:

@@ -7,7 +7,8 @@ calls :meth:`RolloutEngine.sync_weights` so that the next rollouts come from the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -44,30 +45,24 @@ class Rollouts:
 
     def to(self, device: torch.device | str) -> Rollouts:
         """The same rollouts with every tensor on ``device`` (vLLM hands them over on the CPU)."""
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return replace(
-            self,
-            prompt_ids=move(self.prompt_ids),
-            prompt_mask=move(self.prompt_mask),
-            completion_ids=move(self.completion_ids),
-            completion_mask=move(self.completion_mask),
-            truncated=move(self.truncated),
-            sampler_logprobs=move(self.sampler_logprobs),
-        )
+        return self._map(lambda t: t.to(device), self.texts)
 
     def select(self, rows: list[int]) -> Rollouts:
         """The completions at ``rows`` (indices into the N), in that order."""
         idx = torch.tensor(rows, dtype=torch.long, device=self.completion_ids.device)
-        pick = lambda t: None if t is None else t[idx]  # noqa: E731
+        return self._map(lambda t: t[idx], [self.texts[i] for i in rows])
+
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor], texts: list[str]) -> Rollouts:
+        """``fn`` of every tensor (the sampler's log-probs where there are some), with ``texts``."""
         return Rollouts(
-            self.prompt_ids[idx],
-            self.prompt_mask[idx],
-            self.completion_ids[idx],
-            self.completion_mask[idx],
-            [self.texts[i] for i in rows],
-            self.truncated[idx],
+            fn(self.prompt_ids),
+            fn(self.prompt_mask),
+            fn(self.completion_ids),
+            fn(self.completion_mask),
+            texts,
+            fn(self.truncated),
             self.seconds,
-            pick(self.sampler_logprobs),
+            None if self.sampler_logprobs is None else fn(self.sampler_logprobs),
         )
 
 

@@ -113,21 +113,27 @@ def decode(
     )
     if out.past_key_values is None:
         raise AttributeError("the model returned no KV cache")
-    step = (_static_step if static else _dynamic_step)(model, out.past_key_values, inverse, mask, sampling, graph)
+    if static:
+        from grpoflow.rollout.static_decode import static_step
+
+        step = static_step(model, out.past_key_values, inverse, mask, sampling.max_new_tokens, graph)
+    else:
+        step = _dynamic_step(model, out.past_key_values, inverse, mask, sampling.max_new_tokens)
     return _sample(out.logits[inverse, -1], positions[inverse, -1], step, sampling, stop_ids, pad_id)
 
 
-def _dynamic_step(model, cache, inverse: torch.Tensor, mask: torch.Tensor, sampling: Sampling, graph: bool):
+def _dynamic_step(model, cache, inverse: torch.Tensor, mask: torch.Tensor, max_new_tokens: int):
     """A step over the prefill's cache expanded to the samples, growing in place."""
     cache.batch_select_indices(inverse)
-    reserve(cache, sampling.max_new_tokens)
-    state = {"mask": mask[inverse]}
+    reserve(cache, max_new_tokens)
+    mask = mask[inverse]
 
     def step(token: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
-        state["mask"] = torch.cat([state["mask"], state["mask"].new_ones(len(token), 1)], dim=1)
+        nonlocal mask
+        mask = torch.cat([mask, mask.new_ones(len(token), 1)], dim=1)
         out = model(
             input_ids=token.unsqueeze(1),
-            attention_mask=state["mask"],
+            attention_mask=mask,
             position_ids=position.unsqueeze(1),
             past_key_values=cache,
             use_cache=True,
@@ -135,16 +141,6 @@ def _dynamic_step(model, cache, inverse: torch.Tensor, mask: torch.Tensor, sampl
         return out.logits[:, -1]
 
     return step
-
-
-def _static_step(model, cache, inverse: torch.Tensor, mask: torch.Tensor, sampling: Sampling, graph: bool):
-    """A step over a static cache holding the prefill's, replayed as a CUDA graph when ``graph``."""
-    from grpoflow.rollout.static_decode import StaticStep, static_cache
-
-    length = mask.shape[1] + sampling.max_new_tokens
-    return StaticStep(
-        model, static_cache(model.config, cache, inverse, length), mask[inverse], sampling.max_new_tokens, graph
-    )
 
 
 def _sample(logits, position, step, sampling: Sampling, stop_ids: list[int], pad_id: int):

@@ -48,6 +48,13 @@ def static_cache(config, prefill, inverse: torch.Tensor, length: int) -> StaticC
     return cache
 
 
+def static_step(model, prefill, inverse: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, graph: bool):
+    """The decode loop's step over a :func:`static_cache` holding ``prefill``'s keys and values (row
+    ``inverse[i]`` of the distinct prompts' ``mask`` for sample ``i``), a CUDA graph's replay when ``graph``."""
+    cache = static_cache(model.config, prefill, inverse, mask.shape[1] + max_new_tokens)
+    return StaticStep(model, cache, mask[inverse], max_new_tokens, graph)
+
+
 class StaticStep:
     """One decode step over a :func:`static_cache`: ``step(token, position) -> logits (rows, vocab)``.
     ``graph``: captured as a CUDA graph and replayed (CUDA only); else run eagerly (any device)."""

@@ -174,9 +174,10 @@ def collate_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> dict[str, t
 
 def _pair_scores(model: Any, batch: Sequence[EncodedPair], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(r_chosen, r_rejected)`` of ``batch`` in one forward pass of its 2 x len(batch) sequences."""
+    from grpoflow.models.device import model_device, on
+
     inputs = collate_sequences([c for c, _ in batch] + [r for _, r in batch], pad_id)
-    device = next(model.parameters()).device
-    scores = model(**{k: v.to(device) for k, v in inputs.items()}, use_cache=False).logits[:, 0].float()
+    scores = model(**on(inputs, model_device(model)), use_cache=False).logits[:, 0].float()
     return scores[: len(batch)], scores[len(batch) :]
 
 
@@ -437,12 +438,14 @@ class RewardModelScorer:
         seqs = [self.encode(c, r) for c, r in zip(completions, rows)]
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
         scores = [0.0] * len(seqs)
-        device = next(model.parameters()).device
+        from grpoflow.models.device import model_device, on
+
+        device = model_device(model)
         with torch.inference_mode():
             for lo in range(0, len(order), self.batch_size):
                 idx = order[lo : lo + self.batch_size]
                 inputs = collate_sequences([seqs[i] for i in idx], pad_id)
-                out = model(**{k: v.to(device) for k, v in inputs.items()}, use_cache=False).logits[:, 0]
+                out = model(**on(inputs, device), use_cache=False).logits[:, 0]
                 for i, s in zip(idx, out.float().tolist()):
                     scores[i] = s
         return scores

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from grpoflow.config import Params
+from grpoflow.models.device import on
 from grpoflow.models.engine import optimizer_step
 from grpoflow.models.prompting import Prompter
 
@@ -70,7 +71,7 @@ def train_sft(
         batch = [examples[i] for i in indices]
         step_loss = 0.0
         for lo in range(0, batch_size, micro):
-            inputs = {k: v.to(engine.device) for k, v in collate(batch[lo : lo + micro], pad_id).items()}
+            inputs = on(collate(batch[lo : lo + micro], pad_id), engine.device)
             loss = engine(**inputs).loss
             engine.backward(loss)
             optimizer_step(engine)
