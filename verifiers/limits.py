@@ -18,6 +18,12 @@ class Limits(BaseModel):
         description="Memory of all of one check's processes together, swap excluded (a cgroup per check, where "
         "one can be made; else only memory_mb per process x max_processes bounds it).",
     )
+    cpus: float = Field(
+        1.0,
+        gt=0,
+        description="CPU time per wall-clock second for all of one check's processes together (its cgroup's quota; "
+        "unbounded where no cpu cgroup can be made).",
+    )
     max_processes: int = Field(32, ge=1, description="Processes the code may run at once (stops fork bombs).")
     max_file_mb: int = Field(16, ge=1, description="Largest file a sandboxed process may write.")
     max_open_files: int = Field(64, ge=16, description="Open-file rlimit of each sandboxed process.")

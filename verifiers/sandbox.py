@@ -14,9 +14,8 @@ supervisor per session: one :func:`run_tests` call, or one worker of :func:`run_
   random and urandom only; the /proc of its PID namespace. The checkout, the venv and its packages (and
   data sets such as HumanEval's, with the answers), data/, /etc, home directories and every path socket
   of the host are not in it; nothing can be executed either (no /bin: the checks fork, they never exec;
-  /tmp and /dev/shm are mounted noexec, so a program the code writes there does not run. A program
-  written into a memfd is not on those mounts: that route is closed only by the kernel's
-  vm.memfd_noexec, which the host sets, not the sandbox).
+  /tmp and /dev/shm are mounted noexec, so a program the code writes there does not run, and the code
+  cannot make a memfd at all: see below).
   Binding the system's library directory exposes only system libraries, world-readable on any machine
   and needed by ``hashlib``, ``decimal``, ``ctypes``, ``sqlite3``...;
 - **no writes outside its directory**: the jail's root is read-only, /tmp and /dev/shm are private, and the
@@ -24,19 +23,31 @@ supervisor per session: one :func:`run_tests` call, or one worker of :func:`run_
 - **no view of the host's processes**: the /proc of the new PID namespace; a cgroup namespace hides the
   host's cgroup paths;
 - **one budget for all of a check's processes** (:func:`cgroups_available`): cgroups per session (v2 where
-  its memory and pids controllers are enabled below this process's cgroup, else the v1 memory and pids
+  its memory and pids controllers are enabled below this process's cgroup, else the v1 memory, pids and cpu
   hierarchies), made and joined by the session's supervisor before its first judge, so every process of
   its checks is born in them (a fork costs nothing there, a move between cgroups an RCU grace period), and
   removed when the session ends. A session runs one check at a time: the budget, ``total_memory_mb``
   without swap and ``max_processes`` plus four processes, is that check's, beside the supervisor and the
   idle sandbox set up ahead. The judges and candidates are the OOM killer's first choice;
-- **limits**: rlimits on address space, CPU seconds, processes, file size and open files; a wall-clock
-  timeout kills the namespace's PID 1, and the kernel then kills every process left inside before the
-  call returns (nothing survives by ``setsid`` or double-forking); captured output is capped, and the
-  code's stdout is closed beyond the cap. The code's processes sit in a user namespace of their own
-  (uids 0 and nobody mapped to themselves), so RLIMIT_NPROC counts that check's processes only, even
-  with checks running side by side (where the kernel refuses user namespaces, all of nobody's processes
-  share the count: :func:`user_namespaces_available`);
+- **one share of the CPU per check** (:func:`cpu_bound_available`): the session's cpu cgroup has the default
+  weight, like every other session's, and at most ``cpus`` of CPU time per second, so a check that spins 30
+  processes takes one share of the machine, not 30, and the check beside it keeps its time (a check that
+  starved its neighbours, completions of the same prompt, would raise its own advantage);
+- **limits**: rlimits on address space, CPU seconds, processes, file size, open files, queued signals and
+  POSIX message queues (none); a wall-clock timeout kills the namespace's PID 1, and the kernel then kills
+  every process left inside before the call returns (nothing survives by ``setsid`` or double-forking);
+  captured output is capped, and the code's stdout is closed beyond the cap. Memory that no rlimit counts
+  is closed or bounded: ``memfd_create`` fails (a seccomp filter, which also refuses every system call of
+  another ABI), and the check's SysV shared memory is bounded by ``tmpfs_mb``, its message queues to 8. So
+  without a cgroup, a check holds at most ``memory_mb`` per process, ``max_processes`` of them, plus its
+  tmpfs mounts (``tmpfs_mb`` each) and its SysV shared memory (``tmpfs_mb``): pipe and socket buffers aside;
+- **nothing charged to the host's root**: the code's processes become nobody, then enter a user namespace of
+  their own (nobody mapped to itself, no capability kept), so RLIMIT_NPROC counts that check's processes
+  only, even with checks running side by side, and every per-user count of the kernel (inotify instances,
+  fanotify groups, namespaces, queued signals) is charged to nobody, never to host root, within limits
+  of the namespace's own (:data:`~verifiers.sandbox_runtime.USER_NAMESPACE_LIMITS`: no namespace, 8 inotify
+  instances). Where the kernel refuses user namespaces, all of nobody's processes share the count
+  (:func:`user_namespaces_available`);
 - **a verdict the completion cannot forge**: the tests run in a separate judge process that talks to the
   completion's process only in plain data (see the runtime module's docstring for the protocol).
 
@@ -57,9 +68,9 @@ Completion names that shadow a builtin are not visible to the tests, which alway
 a module the completion imported is visible to the tests (as the judge's own import) only when it is on
 ``sandbox_runtime.JUDGE_MODULES``.
 
-Checks run side by side (:func:`run_batch`) share the machine's cores and memory: one that burns CPU for
-its whole wall limit slows its neighbours, so keep ``workers`` at or below the cores and the wall limit
-generous. A batch is faster than a loop of :func:`run_tests` beyond its parallelism: each worker's supervisor
+Checks run side by side (:func:`run_batch`) share the machine's cores and memory: each has one share of the
+CPU (see above), so keep ``workers`` at or below the cores and the wall limit generous. A batch is faster
+than a loop of :func:`run_tests` beyond its parallelism: each worker's supervisor
 lives for the whole batch and sets up the next sandbox while the current check runs (a sandbox set up ahead
 never sees a payload before its own, and the supervisor never sees any: the caller feeds the sandbox's pipes).
 
@@ -70,7 +81,9 @@ namespaces can be created but the jail cannot (pivot_root refused, e.g. a root o
 with namespaces alone and a warning says so once: private tmpfs mounts then cover every world-writable
 directory (/tmp, /var/tmp, /dev/shm, /run/lock, /dev/mqueue), but the host's world-readable files and path
 sockets are reachable. Where no cgroup can be made (an unprivileged container), a warning says so once, and
-a check's memory is bounded only by ``memory_mb`` per process, ``memory_mb`` x ``max_processes`` in all.
+a check's memory is bounded only per process, ``memory_mb`` x ``max_processes`` in all plus its tmpfs and
+SysV shared memory (see above); where no cpu cgroup can be made, a warning says so once, and the checks
+share the CPU as their processes do.
 """
 
 from __future__ import annotations
@@ -151,9 +164,25 @@ def cgroups_available() -> bool:
     log.warning(
         "sandbox: no cgroup can be made here (needs write access to a cgroup v2 directory with memory and pids "
         "controllers, or to the v1 memory hierarchy): a check's memory is bounded only per process, memory_mb x "
-        "max_processes in all (%d MB x %d by default)",
+        "max_processes in all (%d MB x %d by default), plus its tmpfs mounts and SysV shared memory (tmpfs_mb "
+        "each)",
         limits.memory_mb,
         limits.max_processes,
+    )
+    return False
+
+
+@lru_cache(maxsize=1)
+def cpu_bound_available() -> bool:
+    """Whether each check's cgroups bound its CPU time too (``cpus``), so that a check's share of the machine does
+    not shrink with the processes of the check beside it. Where not, says so once."""
+    if not cgroups_available():
+        return False
+    if _probe("probe-cgroup-cpu"):
+        return True
+    log.warning(
+        "sandbox: no cpu cgroup can be made here (needs the cpu controller beside memory and pids): a check that "
+        "spins many processes takes CPU time from the checks beside it, which may then time out"
     )
     return False
 
@@ -409,6 +438,7 @@ class _Session:
             "userns": isolate and user_namespaces_available(),
             "jail": isolate and jail_available(),
             "cgroup": isolate and cgroups_available(),
+            "cpu_bound": isolate and cpu_bound_available(),
         }
         try:
             self.sock.send(json.dumps(cfg).encode())

@@ -8,8 +8,8 @@ Process tree (every arrow is a plain ``fork``, no ``exec``: the interpreter is a
            └─ judge = PID 1 of a new PID namespace, in the session's cgroups (unshares net/mount/IPC/cgroup,
               pivots into the jail: a tmpfs root with the standard library read-only, its own /tmp, /dev,
               /proc; then nobody, non-dumpable, signals blocked)
-                └─ candidate (own user namespace, then nobody, no_new_privs): loads the completion, then
-                   answers calls to its top-level names
+                └─ candidate (nobody, then its own user namespace without capabilities, no_new_privs): loads
+                   the completion, then answers calls to its top-level names
 
 A session (one :func:`~verifiers.sandbox.run_tests` call, or one worker of a batch) runs its checks one
 after another, each in a fresh :class:`Sandbox`, set up ahead while the previous check runs. The caller
@@ -78,6 +78,20 @@ _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "ppc
 JAIL_DEVICES = {"null": (1, 3), "zero": (1, 5), "random": (1, 8), "urandom": (1, 9)}  # <linux/major.h> MEM_MAJOR
 JAIL_STAGING = ("/tmp", "/mnt", "/srv", "/opt")  # an existing directory the jail's root is built on, then pivoted to
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NAME, PR_SET_NO_NEW_PRIVS = 1, 4, 15, 38
+# What a candidate's own user namespace may hold (/proc/sys/user, see limit_user_namespace): no namespace of any
+# kind, and of the kernel objects counted per uid, a few inotify instances for a program that watches its files.
+USER_NAMESPACE_LIMITS = {
+    **{f"max_{kind}_namespaces": 0 for kind in ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time")},
+    "max_inotify_instances": 8,
+    "max_inotify_watches": 1024,
+    "max_fanotify_groups": 0,
+    "max_fanotify_marks": 0,
+}
+SIGNALS_PENDING = 64  # RLIMIT_SIGPENDING: queued signals of one sandbox
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+# Per machine: the AUDIT_ARCH of its native ABI, memfd_create's number, and the bit that marks another syscall
+# table on the same arch (x32), or 0 (<linux/audit.h>, the kernel's syscall tables).
+SECCOMP_SYSCALLS = {"x86_64": (0xC000003E, 319, 0x40000000), "aarch64": (0xC00000B7, 279, 0)}
 
 # Modules the judge imports for itself when the completion imported them under a name a test uses (MBPP tests
 # often say ``math.isclose`` and rely on the code's ``import math``). An allowlist: importing a module runs
@@ -95,6 +109,7 @@ _jail_plan: dict | None = None  # what each sandbox's root holds: computed once 
 RUNTIME_FILE = os.path.abspath(__file__)
 _cgroup_plan: dict | None = None  # where each sandbox's cgroups are made (see cgroup_plan), inherited likewise
 CGROUP_PREFIX = "grpoflow-sandbox-"
+CPU_PERIOD_US = 100_000  # the period of a session's CPU quota (the kernel's default)
 
 
 # ----------------------------------------------------------------------------------------------- plain data
@@ -461,30 +476,40 @@ def _private_dirs(root: str, tmpfs_mb: int) -> None:
 
 
 def cgroup_plan() -> dict | None:
-    """Where each sandbox's cgroups are made: ``{"version": 2 or 1, "parents": {controller: directory}}``, children
-    of this process's own cgroups, or None where none can be made here (no write access, no controller).
+    """Where each sandbox's cgroups are made: ``{"version": 2 or 1, "parents": {controller: directory}, "cpu":
+    whether the CPU is bounded}``, children of this process's own cgroups, or None where none can be made here
+    (no write access, no controller).
 
     cgroup v2 where its ``memory`` and ``pids`` controllers are enabled for children of this process's cgroup,
-    else the v1 ``memory`` hierarchy (and ``pids``, where mounted). A child directory is made and removed here
-    to prove it; what a session's supervisor left behind when killed is removed too.
+    else the v1 ``memory`` hierarchy (and ``pids`` and ``cpu``, where mounted). The CPU bound is taken where the
+    ``cpu`` controller is there too, and left out (the memory bound kept) where it is not. A child directory is
+    made and removed here to prove it; what a session's supervisor left behind when killed is removed too.
     """
+    found = _cgroup_hierarchies()
+    if found is None:
+        return None
+    no_cpu = {**found, "parents": {c: d for c, d in found["parents"].items() if c != "cpu"}, "cpu": False}
+    for plan in [found, no_cpu] if found["cpu"] else [found]:
+        try:
+            probe_name = f"{CGROUP_PREFIX}{os.getpid()}-probe"
+            remove_cgroups(make_cgroups(plan, {"total_memory_mb": 64, "max_processes": 1, "cpus": 1.0}, probe_name))
+        except OSError:
+            continue
+        _remove_stale_cgroups(plan)
+        return plan
+    return None
+
+
+def _cgroup_hierarchies() -> dict | None:
+    """The plan :func:`cgroup_plan` tries first, from this process's mounts and cgroups, before any is made."""
     mounts = _cgroup_mounts()
     own = _own_cgroups()
     v2 = _cgroup_dir(mounts.get("cgroup2"), own.get(""))
-    if v2 and {"memory", "pids"} <= set(_read_text(os.path.join(v2, "cgroup.subtree_control")).split()):
-        plan: dict = {"version": 2, "parents": {"": v2}}
-    else:
-        parents = {c: d for c in ("memory", "pids") if (d := _cgroup_dir(mounts.get(c), own.get(c)))}
-        if "memory" not in parents:
-            return None
-        plan = {"version": 1, "parents": parents}
-    try:
-        probe_name = f"{CGROUP_PREFIX}{os.getpid()}-probe"
-        remove_cgroups(make_cgroups(plan, {"total_memory_mb": 64, "max_processes": 1}, probe_name))
-    except OSError:
-        return None
-    _remove_stale_cgroups(plan)
-    return plan
+    enabled = set(_read_text(os.path.join(v2, "cgroup.subtree_control")).split()) if v2 else set()
+    if v2 and {"memory", "pids"} <= enabled:
+        return {"version": 2, "parents": {"": v2}, "cpu": "cpu" in enabled}
+    parents = {c: d for c in ("memory", "pids", "cpu") if (d := _cgroup_dir(mounts.get(c), own.get(c)))}
+    return {"version": 1, "parents": parents, "cpu": "cpu" in parents} if "memory" in parents else None
 
 
 def _cgroup_mounts() -> dict[str, tuple[str, str]]:
@@ -544,15 +569,34 @@ def _write_text(path: str, value: str) -> None:
 
 
 def make_cgroups(plan: dict, cfg: dict, name: str) -> list[str]:
-    """A session's cgroups (a directory per hierarchy), limited to ``total_memory_mb`` without swap and to
+    """A session's cgroups (a directory per hierarchy), limited to ``total_memory_mb`` without swap, to
     ``max_processes`` plus four: the supervisor, the running check's judge, and the judge and candidate of the
-    sandbox set up ahead (the running candidate is among ``max_processes``, as it is for RLIMIT_NPROC)."""
+    sandbox set up ahead (the running candidate is among ``max_processes``, as it is for RLIMIT_NPROC), and to
+    ``cpus`` of CPU time per second of wall time.
+
+    The CPU bound and the cgroup's own weight (the default, equal for every session) make a check's share of the
+    machine the same whatever runs beside it: 30 spinning processes in one check get one share, not 30 of them.
+    """
     memory = str(int(cfg["total_memory_mb"]) * 1024 * 1024)
     pids = str(int(cfg["max_processes"]) + 4)
-    limits = {  # in order: v1 refuses a memsw limit below the memory limit
-        2: [("memory.max", memory), ("memory.swap.max", "0"), ("pids.max", pids)],
-        1: [("memory.limit_in_bytes", memory), ("memory.memsw.limit_in_bytes", memory), ("pids.max", pids)],
+    quota = str(max(1000, int(float(cfg["cpus"]) * CPU_PERIOD_US)))  # the kernel's smallest quota is 1 ms
+    limits = {  # in order: v1 refuses a memsw limit below the memory limit, and a quota set before its period
+        2: [
+            ("memory.max", memory),
+            ("memory.swap.max", "0"),
+            ("pids.max", pids),
+            ("cpu.max", f"{quota} {CPU_PERIOD_US}"),
+        ],
+        1: [
+            ("memory.limit_in_bytes", memory),
+            ("memory.memsw.limit_in_bytes", memory),
+            ("pids.max", pids),
+            ("cpu.cfs_period_us", str(CPU_PERIOD_US)),
+            ("cpu.cfs_quota_us", quota),
+        ],
     }[plan["version"]]
+    cpu = plan["cpu"] and cfg.get("cpu_bound", True)
+    limits = [(file, value) for file, value in limits if cpu or not file.startswith("cpu.")]
     made: list[str] = []
     try:
         for parent in plan["parents"].values():
@@ -664,13 +708,13 @@ def drop_privileges(cfg: dict, workdir: str) -> None:
         (resource.RLIMIT_FSIZE, cfg["max_file_mb"] * mb),
         (resource.RLIMIT_NOFILE, cfg["max_open_files"]),
         (resource.RLIMIT_CORE, 0),
+        # Counted per uid across the machine, like NPROC: bounded here so that no check uses up nobody's share.
+        (resource.RLIMIT_SIGPENDING, SIGNALS_PENDING),
+        (resource.RLIMIT_MSGQUEUE, 0),
     )
     for limit, value in limits:
         resource.setrlimit(limit, (value, value))
-    if os.getuid() == 0:
-        os.setgroups([])
-        os.setresgid(NOBODY, NOBODY, NOBODY)
-        os.setresuid(NOBODY, NOBODY, NOBODY)
+    become_nobody()
     os.chdir(workdir)
     # Exactly PATH and HOME. Not os.environ.clear(): it ends in a KeyError it catches, which in a fresh fork
     # costs a copy of every page the exception machinery touches (the server's environment is PATH alone).
@@ -678,6 +722,15 @@ def drop_privileges(cfg: dict, workdir: str) -> None:
         del os.environ[key]
     os.environ["PATH"] = "/usr/bin:/bin"
     os.environ["HOME"] = workdir
+
+
+def become_nobody() -> None:
+    """Switch every uid and gid to nobody, with no supplementary group, when still root (this clears every
+    capability); a process that is nobody already keeps what it is."""
+    if os.getuid() == 0:
+        os.setgroups([])
+        os.setresgid(NOBODY, NOBODY, NOBODY)
+        os.setresuid(NOBODY, NOBODY, NOBODY)
 
 
 # ----------------------------------------------------------------------------------------------- candidate
@@ -696,6 +749,7 @@ def candidate_main(fds: dict[str, int], cfg: dict, workdir: str) -> None:
     os.close(5)
     drop_privileges(cfg, workdir)
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid binary or file capability raises it again
+    refuse_memfds()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the uid change cleared it (prctl(2)); matters without a PID ns
     code = read_payload(4).decode("utf-8", "surrogatepass")
     os.close(4)
@@ -715,19 +769,86 @@ def candidate_main(fds: dict[str, int], cfg: dict, workdir: str) -> None:
         send_frame(3, answer(request, scope))
 
 
-def own_user_namespace(sync: int) -> None:
-    """Enter a user namespace of its own, mapped by the judge, so that RLIMIT_NPROC counts this sandbox only.
+def refuse_memfds() -> None:
+    """A seccomp filter (seccomp(2), SECCOMP_MODE_FILTER) that makes ``memfd_create`` fail with EPERM, and every
+    system call of another ABI (i386's ``int 0x80``, x32) too, so that no number escapes the filter.
 
-    The kernel counts a uid's processes per user namespace and charges the parent level to the namespace's
-    creator (root here, unlimited): without this, a fork bomb in one sandbox would make ``fork`` fail in
-    every sandbox running beside it (user_namespaces(7), kernel/ucount.c). Mapped uids: 0 and nobody, to
-    themselves, so files keep their owners and the switch to nobody clears every capability. Where the
-    kernel refuses (user namespaces disabled), the count stays shared by all of nobody's processes.
+    A memfd is memory that no rlimit counts: written or truncated up to ``max_file_mb``, mapped, touched and
+    unmapped, it stays held by a descriptor, ``max_open_files`` of them per process. Where no cgroup bounds the
+    check, two processes held 1 GB that way under a 512 MB address-space limit. Nothing in the standard library
+    needs one (shared memory goes through /dev/shm, a tmpfs of ``tmpfs_mb``). Needs no_new_privs; on a machine
+    whose numbers are not in :data:`SECCOMP_SYSCALLS` no filter is installed.
     """
+    known = SECCOMP_SYSCALLS.get(os.uname().machine)
+    if known is None:
+        return
+    audit_arch, memfd_create, other_abi = known
+    # struct sock_filter {u16 code; u8 jt; u8 jf; u32 k}; jumps count the instructions skipped.
+    ld_arch, ld_nr, ret_allow, ret_eperm = (
+        (0x20, 0, 0, 4),
+        (0x20, 0, 0, 0),
+        (0x06, 0, 0, 0x7FFF0000),
+        (0x06, 0, 0, 0x50001),
+    )
+    checks = [(0x35, 1, 0, other_abi)] if other_abi else []  # JGE: the x32 syscalls carry a high bit
+    checks.append((0x15, 1, 0, memfd_create))  # JEQ
+    program = [ld_arch, (0x15, 0, len(checks) + 2, audit_arch), ld_nr]  # a foreign arch jumps to the refusal
+    program += [(code, len(checks) - i, jf, k) for i, (code, _, jf, k) in enumerate(checks)]
+    program += [ret_allow, ret_eperm]
+    filters = (_SockFilter * len(program))(*(_SockFilter(*insn) for insn in program))
+    fprog = _SockFprog(len(program), ctypes.cast(filters, ctypes.c_void_p))
+    _check_call(_libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.c_void_p)]
+
+
+def own_user_namespace(sync: int) -> None:
+    """Become nobody, then enter a user namespace of its own, mapped by the judge, so that RLIMIT_NPROC counts
+    this sandbox only.
+
+    The kernel counts a uid's processes per user namespace and charges each count to the namespace's creator one
+    level up (user_namespaces(7), kernel/ucount.c). Without a namespace of its own, a fork bomb in one sandbox
+    would make ``fork`` fail in every sandbox beside it. Made by root, the namespace would charge host root
+    with every inotify instance, fanotify group, namespace, queued signal and message queue of the check: 128
+    inotify instances would leave every root process on the machine without one. Made by nobody, it charges
+    nobody, and the limits below bound what one check may take even of that. Only nobody is mapped, to itself,
+    so that no uid inside can act as host root on a file. The creator holds every capability in its new
+    namespace: they serve to write its limits, then are all dropped. Where the kernel refuses (user namespaces
+    disabled), the process count stays shared by all of nobody's processes.
+    """
+    become_nobody()
     entered = _libc().unshare(CLONE_NEWUSER) == 0
     os.write(sync, b"u" if entered else b"n")
     if os.read(sync, 1) != b"k":
         raise OSError("the judge did not map the candidate's user namespace")
+    if entered:
+        limit_user_namespace()
+        drop_capabilities()
+
+
+def limit_user_namespace() -> None:
+    """Lower this user namespace's own counts (/proc/sys/user, writable by whoever holds CAP_SYS_RESOURCE in it):
+    no namespace of any kind, a few inotify instances, no fanotify group. Best effort: a kernel without one
+    of these counts has nothing of it to bound, and nobody owns the namespace either way."""
+    for name, value in USER_NAMESPACE_LIMITS.items():
+        try:
+            _write_text(f"/proc/sys/user/{name}", str(value))
+        except OSError:
+            continue
+
+
+def drop_capabilities() -> None:
+    """Empty the effective, permitted and inheritable sets (capset(2), _LINUX_CAPABILITY_VERSION_3): the process
+    keeps nothing of what it held as its namespace's creator, and cannot take it back."""
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable} words, all zero
+    _check_call(_libc().capset(header, data), "capset")
 
 
 def map_user_namespace(pid: int, sync: int) -> None:
@@ -736,7 +857,7 @@ def map_user_namespace(pid: int, sync: int) -> None:
         for name in ("uid_map", "gid_map"):
             fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY)
             try:
-                os.write(fd, f"0 0 1\n{NOBODY} {NOBODY} 1\n".encode())
+                os.write(fd, f"{NOBODY} {NOBODY} 1\n".encode())
             finally:
                 os.close(fd)
     os.write(sync, b"k")
@@ -928,6 +1049,14 @@ def judge_main(fds: dict[str, int], cfg: dict, workdir: str, supervisor: int) ->
     run_judge(payload["tests"], Channel(5), verdicts=4, setup=payload.get("setup", ""))
 
 
+def limit_ipc(tmpfs_mb: int) -> None:
+    """Bound the SysV IPC of the check's own IPC namespace, which no rlimit counts and which lives on after its
+    creator detached: shared memory to ``tmpfs_mb`` in all (as /dev/shm), message queues to a few of 16 KiB."""
+    size = tmpfs_mb * 1024 * 1024
+    for name, value in (("shmmax", size), ("shmall", size // os.sysconf("SC_PAGE_SIZE")), ("msgmni", 8)):
+        _write_text(f"/proc/sys/kernel/{name}", str(value))
+
+
 def _start_judge(fds: dict[str, int], cfg: dict, workdir: str, supervisor: int) -> None:
     set_name(b"sandbox-judge")
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -941,10 +1070,12 @@ def _start_judge(fds: dict[str, int], cfg: dict, workdir: str, supervisor: int) 
         if _jail_plan is None:
             raise OSError("the sandbox server has no jail plan (see its probe)")
         enter_jail(_jail_plan, int(cfg["tmpfs_mb"]))
+        limit_ipc(int(cfg["tmpfs_mb"]))
         _report(fds["verdict_w"], f"T namespaces {time.monotonic()}")
     elif cfg["isolate"]:
         enter_namespaces(int(cfg["tmpfs_mb"]))
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this namespace's processes only
+        limit_ipc(int(cfg["tmpfs_mb"]))
         _report(fds["verdict_w"], f"T namespaces {time.monotonic()}")
     else:
         os.setpgid(0, 0)  # without a PID namespace, the supervisor kills this process group instead
@@ -1419,17 +1550,24 @@ def probe_cgroup() -> int:
     return 0 if plan is not None else 1
 
 
+def probe_cgroup_cpu() -> int:
+    """Exit status 0 when each sandbox's cgroups bound its CPU time too (:func:`cgroup_plan`)."""
+    try:
+        plan = cgroup_plan()
+    except (OSError, ValueError):
+        return 1
+    return 0 if plan is not None and plan["cpu"] else 1
+
+
 def probe_user_namespace() -> int:
-    """Exit status 0 when a child can enter a user namespace mapped by this process and become nobody in it."""
+    """Exit status 0 when a child can become nobody, enter a user namespace of its own mapped by this process,
+    bound it and drop its capabilities in it."""
     sync, child_sync = (end.detach() for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
     pid = os.fork()
     if pid == 0:
         try:
             own_user_namespace(child_sync)
-            os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)
-            os._exit(0)
+            os._exit(0 if os.getuid() == NOBODY and _owner_of_own_user_namespace() == NOBODY else 1)
         except BaseException:  # noqa: B036
             os._exit(1)
     try:
@@ -1439,8 +1577,19 @@ def probe_user_namespace() -> int:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
+def _owner_of_own_user_namespace() -> int:
+    """The uid that created this process's user namespace (ioctl_ns(2) NS_GET_OWNER_UID)."""
+    fd = os.open("/proc/self/ns/user", os.O_RDONLY)
+    try:
+        owner = array.array("I", [0])
+        fcntl.ioctl(fd, 0xB704, owner)
+        return owner[0]
+    finally:
+        os.close(fd)
+
+
 def main(argv: list[str]) -> int:
-    """``serve FD``, ``probe``, ``probe-userns``, ``probe-jail``, ``probe-cgroup`` or ``plan``."""
+    """``serve FD``, ``probe``, ``probe-userns``, ``probe-jail``, ``probe-cgroup``, ``probe-cgroup-cpu`` or ``plan``."""
     if argv[:1] == ["serve"] and len(argv) == 2:
         serve(int(argv[1]))
         return 0
@@ -1452,12 +1601,13 @@ def main(argv: list[str]) -> int:
         return probe_jail()
     if argv == ["probe-cgroup"]:
         return probe_cgroup()
+    if argv == ["probe-cgroup-cpu"]:
+        return probe_cgroup_cpu()
     if argv == ["plan"]:  # what a server on this interpreter would bind and where it would make cgroups
         print(json.dumps({"jail": jail_plan(), "cgroup": cgroup_plan()}, indent=1))
         return 0
-    print(
-        "usage: sandbox_runtime.py serve FD | probe | probe-userns | probe-jail | probe-cgroup | plan", file=sys.stderr
-    )
+    usage = "serve FD | probe | probe-userns | probe-jail | probe-cgroup | probe-cgroup-cpu | plan"
+    print(f"usage: sandbox_runtime.py {usage}", file=sys.stderr)
     return 2
 
 

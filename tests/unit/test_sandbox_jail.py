@@ -24,6 +24,7 @@ from verifiers.sandbox import run_batch, run_tests
 
 needs_jail = pytest.mark.skipif(not sandbox.jail_available(), reason="the jail cannot be built here (see its probe)")
 needs_cgroups = pytest.mark.skipif(not sandbox.cgroups_available(), reason="no cgroup can be made here")
+needs_cpu_bound = pytest.mark.skipif(not sandbox.cpu_bound_available(), reason="no cpu cgroup can be made here")
 CHECKOUT = Path(__file__).resolve().parents[2]
 STDLIB_MODULES = (
     "json math re decimal fractions collections itertools heapq hashlib datetime random statistics bisect "
@@ -315,6 +316,106 @@ def test_the_cgroups_are_removed_when_their_session_ends():
     ):
         time.sleep(0.1)
     assert left == []
+
+
+SPINNER = (
+    "import os\nfor _ in range(30):\n    if os.fork() == 0:\n        while True:\n            pass\n"
+    "while True:\n    pass"
+)
+HONEST = "def work():\n    return sum(i * i for i in range(5_000_000)) > 0"  # about 0.5 s of CPU time here
+
+
+@needs_cpu_bound
+def test_an_honest_check_beside_a_spinning_one_passes_every_time():
+    # 31 spinning processes used to take 31 shares of the CPU against the honest check's one, which then timed
+    # out (16x slower): a reward hack, as neighbours in a batch are usually completions of the same prompt. Each
+    # session's cgroup now has one share and at most `cpus` of CPU time, whatever it runs. The honest checks
+    # start once the spinner's processes are all there; any that end after it stopped only pass the easier.
+    spinner_limits = Limits(wall_seconds=8.0, cpu_seconds=10)
+    spinner = threading.Thread(target=run_tests, args=(SPINNER, ["assert True"], spinner_limits))
+    before = _nobody_processes()
+    spinner.start()
+    try:
+        deadline = time.monotonic() + 5
+        while _nobody_processes() < before + 31 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _nobody_processes() >= before + 31
+        for round_ in range(5):
+            honest = run_tests(HONEST, ["assert work()"], Limits(wall_seconds=3.0, cpu_seconds=10))
+            assert honest.passed == [True] and not honest.timed_out, (round_, honest.notes)
+    finally:
+        spinner.join()
+
+
+def _nobody_processes() -> int:
+    return sum(os.stat(f"/proc/{p}").st_uid == sandbox.NOBODY for p in os.listdir("/proc") if _is_process(p))
+
+
+def _is_process(entry: str) -> bool:
+    try:
+        return entry.isdigit() and os.path.isdir(f"/proc/{entry}")
+    except OSError:
+        return False
+
+
+@needs_cpu_bound
+def test_a_session_s_cgroup_gets_its_cpu_quota():
+    plan = sandbox_runtime.cgroup_plan()
+    cfg = {"total_memory_mb": 64, "max_processes": 1, "cpus": 0.5}
+    made = sandbox_runtime.make_cgroups(plan, cfg, f"{sandbox_runtime.CGROUP_PREFIX}{os.getpid()}-test")
+    try:
+        files = {2: ["cpu.max"], 1: ["cpu.cfs_quota_us", "cpu.cfs_period_us"]}[plan["version"]]
+        read = {f: Path(d, f).read_text().split() for d in made for f in files if Path(d, f).exists()}
+        assert read == (
+            {"cpu.max": ["50000", "100000"]}
+            if plan["version"] == 2
+            else {"cpu.cfs_quota_us": ["50000"], "cpu.cfs_period_us": ["100000"]}
+        )
+    finally:
+        assert sandbox_runtime.remove_cgroups(made) == []
+
+
+UNCOUNTED_MEMORY = """
+import ctypes, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+try:
+    os.memfd_create('hold')
+    memfd = 'made'
+except OSError as exc:
+    memfd = exc.errno
+x32 = None
+if platform.machine() == 'x86_64':  # memfd_create through the x32 table, which a filter might forget
+    x32 = ctypes.get_errno() if libc.syscall(0x40000000 + 319, b'hold', 0) < 0 else 'made'
+big_shm = libc.shmget(0, {big_mb} << 20, 0o1000 | 0o600)
+small_shm = libc.shmget(0, 1 << 20, 0o1000 | 0o600)
+"""
+
+
+@needs_jail
+@pytest.mark.parametrize("cgroups", [False, True])
+def test_memory_that_no_rlimit_counts_cannot_be_taken(monkeypatch, cgroups):
+    # Without a cgroup, memfds and SysV shared memory outlive their mappings, uncounted by RLIMIT_AS: two
+    # processes under a 512 MB limit held 1 GB. memfd_create is refused (by any syscall table), and SysV shared
+    # memory is bounded by tmpfs_mb, like /dev/shm.
+    if cgroups and not sandbox.cgroups_available():
+        pytest.skip("no cgroup can be made here")
+    monkeypatch.setattr(sandbox, "cgroups_available", lambda: cgroups)
+    limits = Limits(tmpfs_mb=64)
+    tests = [
+        "assert memfd == 1, memfd",
+        "assert x32 in (None, 1), x32",
+        "assert big_shm == -1, big_shm",
+        "assert small_shm >= 0, small_shm",
+    ]
+    result = run_tests(UNCOUNTED_MEMORY.format(big_mb=128), tests, limits)
+    assert result.passed == [True] * 4, (result.notes, result.stderr_tail)
+
+
+def test_a_machine_without_a_cpu_cgroup_says_so_once(monkeypatch, caplog):
+    monkeypatch.setattr(sandbox, "cgroups_available", lambda: True)
+    _ask_twice_on_a_machine_that_refuses(monkeypatch, caplog, "probe-cgroup-cpu", sandbox.cpu_bound_available)
+    messages = [r.getMessage() for r in caplog.records if "cpu cgroup" in r.getMessage()]
+    assert len(messages) == 1 and "time out" in messages[0]
 
 
 def test_a_machine_without_cgroups_says_so_once_and_names_the_remaining_bound(monkeypatch, caplog):

@@ -328,6 +328,45 @@ def test_a_fork_bomb_does_not_starve_the_checks_beside_it():
     assert nobody_processes_settle(before) <= before
 
 
+USER_NAMESPACE_PROBE = """
+import array, ctypes, fcntl, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open('/proc/self/ns/user', os.O_RDONLY)
+owner = array.array('I', [0])
+fcntl.ioctl(fd, 0xB704, owner)  # NS_GET_OWNER_UID: whom the kernel charges for what this namespace holds
+os.close(fd)
+owner = owner[0]
+opened = []
+for _ in range({tries}):
+    got = libc.inotify_init()
+    if got < 0:
+        break
+    opened.append(got)
+for got in opened:
+    os.close(got)
+nested = libc.unshare(0x10000000) == 0
+caps = [line.split()[1] for line in open('/proc/self/status') if line.startswith(('CapEff', 'CapPrm'))]
+uid_map = open('/proc/self/uid_map').read().split()
+"""
+
+
+@pytest.mark.skipif(not sandbox.user_namespaces_available(), reason="user namespaces cannot be created here")
+def test_what_a_check_holds_in_the_kernel_is_charged_to_nobody_and_bounded():
+    # A user namespace made by root charged host root with the check's inotify instances: 128 of them left every
+    # root process on the machine without one. The probe opens at most one more than the sandbox's own bound,
+    # so it uses up nothing on the host, whichever code it runs against.
+    allowed = sandbox_runtime.USER_NAMESPACE_LIMITS["max_inotify_instances"]
+    tests = [
+        f"assert owner == {sandbox.NOBODY}, owner",
+        f"assert len(opened) == {allowed}, len(opened)",
+        "assert not nested",
+        "assert caps == ['0000000000000000'] * 2, caps",
+        f"assert uid_map == ['{sandbox.NOBODY}', '{sandbox.NOBODY}', '1'], uid_map",
+    ]
+    result = run_tests(USER_NAMESPACE_PROBE.format(tries=allowed + 1), tests)
+    assert result.passed == [True] * len(tests), (result.notes, result.stderr_tail)
+
+
 @needs_isolation
 def test_a_write_end_held_elsewhere_does_not_stall_a_check(monkeypatch):
     # The caller is a multi-threaded training process: a child it forks while a check holds the tests and code
