@@ -60,9 +60,11 @@ ablation: setup
 
 # Each arm's own settings tuned with Optuna on the validation split, TRIALS trials of tune.steps
 # steps per arm (the same step budget each); resumable. The best go to params/tuned/<set>-<arm>.yaml,
-# which `make ablation` then applies. ARMS: as for ablation (default: grpo ppo).
+# which `make ablation` then applies, unless that overlay was tuned on a larger budget: then they go
+# beside it (WRITE_OVERLAY=1 replaces it anyway). ARMS: as for ablation (default: grpo ppo).
 tune: setup
-	$(PY) -m flows.tune --params $(PARAMS) $(if $(ARMS),--arms $(ARMS)) $(if $(TRIALS),--trials $(TRIALS))
+	$(PY) -m flows.tune --params $(PARAMS) $(if $(ARMS),--arms $(ARMS)) $(if $(TRIALS),--trials $(TRIALS)) \
+		$(if $(WRITE_OVERLAY),--write-overlay)
 
 # Scheduled runs on this machine: Prefect server on 127.0.0.1:4200, the work pool named in
 # $(PARAMS), the `gpu` concurrency limit, prefect.yaml's deployments and a worker (Ctrl-C stops all).

@@ -40,7 +40,7 @@ from flows.pipeline import (
 )
 from flows.stage_run import StageVerdict, verdict_state
 from grpoflow.config import ARMS, ConfigError, load_params
-from grpoflow.tuning.overlay import overlay_path, read_overlay, shown, tuned_arm_overrides
+from grpoflow.tuning.overlay import overlay_budget, overlay_path, read_overlay, shown, tuned_arm_overrides
 from tasks.cli import add_overrides, command_parser
 from tasks.stages import ABLATION_METRICS, ABLATION_OUT
 
@@ -67,7 +67,9 @@ def with_tuned(params_file: str, arms: list[str], every: dict[str, Any], tuned: 
         path = overlay_path(params_file, arm)
         if tuned and path.is_file():
             found[arm] = read_overlay(path)
-            lines.append(f"arm {arm}: tuned settings from {path}: {shown(found[arm])}")
+            budget = overlay_budget(path)
+            tuned_on = f"tuned on {budget} training steps" if budget is not None else "its tuning budget not stated"
+            lines.append(f"arm {arm}: tuned settings from {path} ({tuned_on}): {shown(found[arm])}")
         else:
             why = f"{path} ignored (--untuned)" if path.is_file() else f"no {path}"
             lines.append(f"arm {arm}: the set's own settings ({why})")

@@ -41,7 +41,7 @@ from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
 from grpoflow.config import ConfigError, Params, arm_params, load_params
 from grpoflow.io import atomic_write
 from grpoflow.tuning import report
-from grpoflow.tuning.overlay import overlay_path, overlay_text
+from grpoflow.tuning.overlay import beside_path, overlay_budget, overlay_path, overlay_text
 from grpoflow.tuning.space import space_problems
 from tasks.cli import add_overrides, command_parser
 
@@ -83,12 +83,23 @@ def _shared_stages(params: Params) -> None:
         print(f"{result.stage}: {'ran' if result.ran else 'cached'} in {result.seconds:.1f} s")
 
 
-def write_overlay(params_file: str, arm: ArmTuning) -> str | None:
-    """The arm's best settings as its overlay file (none without a complete trial); its path."""
+def write_overlay(params_file: str, arm: ArmTuning, replace: bool = False) -> tuple[str | None, str | None]:
+    """The arm's best settings as its overlay file (none without a complete trial): where they went, and a
+    line when that is beside the overlay. An overlay tuned on a larger budget (or on one it does not state)
+    is kept, unless ``replace``: a smoke-sized tune must not overwrite what a real one found."""
     best = arm.best
     if best is None:
-        return None
-    path = overlay_path(params_file, arm.arm)
+        return None, None
+    path, note = overlay_path(params_file, arm.arm), None
+    kept = overlay_budget(path) if path.is_file() and not replace else None
+    if path.is_file() and not replace and (kept is None or arm.budget.total < kept):
+        target = beside_path(params_file, arm.arm, arm.budget.total)
+        was = f"{kept} training steps" if kept is not None else "a budget it does not state"
+        note = (
+            f"{path} kept (tuned on {was}, this tune on {arm.budget.total}): the best settings are in {target}; "
+            "--write-overlay (make tune WRITE_OVERLAY=1) replaces the overlay"
+        )
+        path = target
     header = [
         f"Tuned settings of arm {arm.arm} for {params_file}: written by `make tune` (flows/tune.py); "
         "`make ablation` applies them.",
@@ -96,9 +107,17 @@ def write_overlay(params_file: str, arm: ArmTuning) -> str | None:
         f"{best.number}), val accuracy {best.value:.4f}; budget {arm.budget.trials} x {arm.budget.steps} = "
         f"{arm.budget.total} training steps.",
     ]
+    record = {
+        "study": arm.study,
+        "trials": len(arm.trials),
+        "best_trial": best.number,
+        "val_accuracy": round(float(best.value or 0.0), 4),
+        "trial_steps": arm.budget.steps,
+        "budget_steps": arm.budget.total,
+    }
     with atomic_write(path) as fh:
-        fh.write(overlay_text(best.settings, header))
-    return str(path)
+        fh.write(overlay_text(best.settings, header, record))
+    return str(path), note
 
 
 def _publish(params: Params, params_file: str, arms: list[ArmTuning], parents: dict[str, str]) -> str:
@@ -122,8 +141,11 @@ def tune(
     trials: int | None = None,
     overrides: dict[str, Any] | None = None,
     fresh: bool = False,
+    replace_overlay: bool = False,
 ) -> dict | State:
-    """Tune ``arms`` (default grpo and ppo) of one parameter set, ``trials`` each (default ``tune.trials``)."""
+    """Tune ``arms`` (default grpo and ppo) of one parameter set, ``trials`` each (default ``tune.trials``);
+    each arm's best settings replace its overlay when this tune's budget is at least the overlay's, or
+    ``replace_overlay``, and go beside it otherwise."""
     arms = arms or ["grpo", "ppo"]
     every = tune_overrides(trials, overrides)
     precheck(params_file, every)
@@ -138,7 +160,9 @@ def tune(
         for arm in arms:
             start = time.perf_counter()
             tuned, parents[arm] = tune_study.tune_arm(params, params_file, arm, view, fresh, str(flow_run.id or "none"))
-            overlay = write_overlay(params_file, tuned)
+            overlay, note = write_overlay(params_file, tuned, replace_overlay)
+            if note:
+                print(note)
             results.append(dataclasses.replace(tuned, overlay=overlay, seconds=time.perf_counter() - start))
         _publish(params, params_file, results, parents)
     return {
@@ -166,6 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", nargs="+", default=["grpo", "ppo"], metavar="ARM", help="the arms to tune")
     parser.add_argument("--trials", type=int, default=None, help="trials per arm (default: the set's tune.trials)")
     parser.add_argument("--fresh", action="store_true", help="delete the arms' studies and start them over")
+    parser.add_argument(
+        "--write-overlay",
+        dest="replace_overlay",
+        action="store_true",
+        help="replace each arm's overlay even when it was tuned on a larger budget (else the best settings go "
+        "beside it)",
+    )
     add_overrides(parser, "tune.steps=40")
     args = parser.parse_args(argv)
     try:
@@ -182,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                     trials=args.trials,
                     overrides=overrides or None,
                     fresh=args.fresh,
+                    replace_overlay=args.replace_overlay,
                 ),
             )
     except (ConfigError, StageVerdict, tune_study.TrialCrashed, KeyboardInterrupt) as exc:

@@ -123,10 +123,13 @@ def open_study(name: str, params: Params, print_: Callable[[str], None], fp: str
         if tune.pruner.enabled
         else optuna.pruners.NopPruner()
     )
-    sampler = optuna.samplers.TPESampler(seed=tune.sampler_seed, n_startup_trials=tune.startup_trials)
     study = optuna.create_study(
-        study_name=name, storage=storage, sampler=sampler, pruner=pruner, direction="maximize", load_if_exists=True
+        study_name=name, storage=storage, pruner=pruner, direction="maximize", load_if_exists=True
     )
+    # Seeded by what the study holds: a fresh study proposes the same trials as before, and a resumed one does
+    # not draw its random start-up trials again from the top (it repeated the first trials' settings).
+    seed = tune.sampler_seed + len(study.trials)
+    study.sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=tune.startup_trials)
     made = study.user_attrs.get("fingerprint")
     if made is None:
         study.set_user_attr("fingerprint", fp)

@@ -1,9 +1,12 @@
 """The tuned overlay of an arm, ``params/tuned/<set>-<arm>.yaml``: the best trial's settings as a
 partial params file (only the tuned keys, nested as in a set), with a header saying where they
-come from. The seeded comparison (flows/ablation.py) applies it as the arm's overrides."""
+come from and a ``tuned_with`` record of the tuning that found them (its budget, trials and best
+score). The seeded comparison (flows/ablation.py) applies the settings as the arm's overrides; a
+later tune replaces them only on a budget at least as large (flows/tune.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,8 @@ import yaml
 from grpoflow.config import ConfigError, Params, set_dotted
 
 TUNED_DIR = Path("params/tuned")
+PROVENANCE_KEY = "tuned_with"  # the overlay's record of the tuning that wrote it; not a params section
+_HEADER_BUDGET = re.compile(r"budget (\d+) x (\d+) = (\d+) training steps")  # overlays written before the record
 
 
 def overlay_path(params_file: str | Path, arm: str) -> Path:
@@ -38,21 +43,43 @@ def dotted(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def overlay_text(settings: dict[str, Any], header: list[str]) -> str:
-    """The overlay file: ``header`` as comment lines, then ``settings`` nested."""
+def overlay_text(settings: dict[str, Any], header: list[str], provenance: dict[str, Any] | None = None) -> str:
+    """The overlay file: ``header`` as comment lines, then ``settings`` nested, then the ``provenance``
+    record (budget_steps, trials, ...) under :data:`PROVENANCE_KEY`."""
     comments = "".join(f"# {line}\n" for line in header)
-    return comments + yaml.safe_dump(nested(settings), sort_keys=True)
+    record = yaml.safe_dump({PROVENANCE_KEY: provenance}, sort_keys=False) if provenance else ""
+    return comments + yaml.safe_dump(nested(settings), sort_keys=True) + record
 
 
-def read_overlay(path: str | Path) -> dict[str, Any]:
-    """An overlay's settings as dotted keys; :class:`ConfigError` naming the file when it is no mapping."""
+def _tree(path: str | Path) -> dict[str, Any]:
     try:
         tree = yaml.safe_load(Path(path).read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(tree, dict) or not tree:
+    if not isinstance(tree, dict) or not {k: v for k, v in tree.items() if k != PROVENANCE_KEY}:
         raise ConfigError(f"{path}: a tuned overlay is a mapping of params sections (e.g. rl: {{engine: {{lr: ...}}}})")
-    return dotted(tree)
+    return tree
+
+
+def read_overlay(path: str | Path) -> dict[str, Any]:
+    """An overlay's settings as dotted keys; :class:`ConfigError` naming the file when it is no mapping."""
+    return dotted({k: v for k, v in _tree(path).items() if k != PROVENANCE_KEY})
+
+
+def overlay_budget(path: str | Path) -> int | None:
+    """The training steps per arm of the tuning that wrote the overlay: its ``tuned_with`` record, else
+    its header's "budget T x S = N training steps"; None where neither says (a hand-written file)."""
+    record = _tree(path).get(PROVENANCE_KEY)
+    if isinstance(record, dict) and isinstance(record.get("budget_steps"), int):
+        return record["budget_steps"]
+    found = _HEADER_BUDGET.search(Path(path).read_text())
+    return int(found.group(3)) if found else None
+
+
+def beside_path(params_file: str | Path, arm: str, budget_steps: int) -> Path:
+    """Where a tune on a smaller budget than the overlay's writes its best settings instead: beside the
+    overlay, under a name the ablation never reads."""
+    return TUNED_DIR / f"{Path(params_file).stem}-{arm}.budget-{budget_steps}.yaml"
 
 
 def tuned_arm_overrides(params: Params, tuned: dict[str, dict[str, Any]]) -> dict[str, Any]:

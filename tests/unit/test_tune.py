@@ -15,7 +15,15 @@ import yaml
 from grpoflow import metric_names as M
 from grpoflow.config import ConfigError, Dim, TuneConfig, arm_params, load_params, validate_params, value_at
 from grpoflow.tuning.budget import Budget
-from grpoflow.tuning.overlay import dotted, nested, overlay_path, overlay_text, read_overlay, tuned_arm_overrides
+from grpoflow.tuning.overlay import (
+    dotted,
+    nested,
+    overlay_budget,
+    overlay_path,
+    overlay_text,
+    read_overlay,
+    tuned_arm_overrides,
+)
 from grpoflow.tuning.report import ArmTuning, TrialRow, markdown
 from grpoflow.tuning.space import describe, is_integer, space_problems, suggest, trial_set
 from tasks.stages import ablation_stages, arm_stage, stages_for
@@ -188,7 +196,7 @@ def test_the_ablation_says_which_arms_it_trains_tuned(tmp_path, monkeypatch):
     tuned, lines = with_tuned("params/default.yaml", ["grpo", "ppo"], every)
     assert lines == [
         "arm grpo: the set's own settings (no params/tuned/default-grpo.yaml)",
-        "arm ppo: tuned settings from params/tuned/default-ppo.yaml: ppo.kl_coef=0.01",
+        "arm ppo: tuned settings from params/tuned/default-ppo.yaml (its tuning budget not stated): ppo.kl_coef=0.01",
     ]
     assert arm_params(load_params("params/default.yaml", tuned), "ppo").ppo.kl_coef == 0.01
     untuned, lines = with_tuned("params/default.yaml", ["grpo", "ppo"], every, tuned=False)
@@ -196,6 +204,54 @@ def test_the_ablation_says_which_arms_it_trains_tuned(tmp_path, monkeypatch):
         untuned == every
         and lines[1] == "arm ppo: the set's own settings (params/tuned/default-ppo.yaml ignored (--untuned))"
     )
+
+
+def test_the_ablation_names_the_budget_its_overlays_were_tuned_on(tmp_path, monkeypatch):
+    from flows.ablation import ablation_overrides, with_tuned
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params" / "tuned").mkdir(parents=True)
+    (tmp_path / "params" / "default.yaml").write_text((REPO / "params" / "default.yaml").read_text())
+    for arm in ("grpo", "ppo"):  # the committed overlays, one of them rewritten with its record
+        (tmp_path / "params" / "tuned" / f"default-{arm}.yaml").write_text(
+            (REPO / f"params/tuned/default-{arm}.yaml").read_text()
+        )
+    _, lines = with_tuned("params/default.yaml", ["grpo", "ppo"], ablation_overrides(["grpo", "ppo"], [0], None))
+    assert all("(tuned on 900 training steps)" in line for line in lines), lines
+
+
+def _tuned(budget: Budget, value: float = 0.6) -> ArmTuning:
+    trials = [
+        TrialRow(i, "complete", budget.steps, value, {"rl.engine.lr": 1e-4 * (i + 1)}) for i in range(budget.trials)
+    ]
+    space = {"rl.engine.lr": Dim(low=1e-5, high=1e-3, log=True)}
+    return ArmTuning("grpo", "grpo", "default-grpo", space, budget, 1, trials)
+
+
+def test_a_tune_on_a_smaller_budget_writes_beside_the_overlay_and_says_so(tmp_path, monkeypatch):
+    from flows.tune import write_overlay
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params" / "tuned").mkdir(parents=True)
+    overlay = tmp_path / "params" / "tuned" / "default-grpo.yaml"
+    overlay.write_text((REPO / "params" / "tuned" / "default-grpo.yaml").read_text())
+    before = overlay.read_text()
+
+    path, note = write_overlay("params/default.yaml", _tuned(Budget(2, 2)))  # a smoke tune: 4 steps
+    assert path == "params/tuned/default-grpo.budget-4.yaml" and overlay.read_text() == before
+    assert note is not None and "kept (tuned on 900 training steps, this tune on 4)" in note
+    assert "--write-overlay" in note and read_overlay(path) == {"rl.engine.lr": 1e-4}
+    assert overlay_budget(path) == 4
+
+    path, note = write_overlay("params/default.yaml", _tuned(Budget(2, 2)), replace=True)
+    assert (path, note) == ("params/tuned/default-grpo.yaml", None) and overlay_budget(overlay) == 4
+
+    path, note = write_overlay("params/default.yaml", _tuned(Budget(3, 2)))  # 6 steps >= 4: replaces
+    assert (path, note) == ("params/tuned/default-grpo.yaml", None) and overlay_budget(overlay) == 6
+    overlay.write_text("rl:\n  engine:\n    lr: 0.001\n")  # hand-written: its budget unknown, so kept
+    path, note = write_overlay("params/default.yaml", _tuned(Budget(9, 9)))
+    assert path.endswith("budget-81.yaml") and "a budget it does not state" in str(note)
+    assert overlay_budget(overlay) is None and read_overlay(overlay) == {"rl.engine.lr": 0.001}
 
 
 def _arm(trials: list[TrialRow]) -> ArmTuning:
@@ -248,6 +304,33 @@ def test_a_resumed_study_keeps_finished_trials_and_redoes_an_interrupted_one(tmp
     fresh = tune_study.open_study("s-grpo", DEFAULT, said.append, "fp2", fresh=True)
     assert fresh.trials == [] and said[-1] == "s-grpo: deleted the study (--fresh)"
     assert (tmp_path / "optuna.db").is_file()
+
+
+def test_a_resumed_study_never_repeats_a_finished_trials_settings(tmp_path, monkeypatch):
+    # A seeded sampler made anew on resume drew its random start-up trials again from the top: after an
+    # interruption, the next trials repeated the settings of the first ones, and nothing new was searched.
+    from flows import tune_study
+
+    monkeypatch.chdir(tmp_path)
+    space = DEFAULT.tune.space("grpo")
+
+    def finish(study, n: int) -> None:
+        for _ in range(n):
+            trial = study.ask()
+            suggest(trial, space)
+            trial.set_user_attr(tune_study.STEPS_ATTR, 10)
+            study.tell(trial, 0.5)
+
+    assert DEFAULT.tune.startup_trials == 3  # the interruptions fall within the random start-up trials
+    study = tune_study.open_study("s-grpo", DEFAULT, print, "fp", fresh=False)
+    finish(study, 1)
+    for _ in range(2):  # interrupted twice, each time resumed with the redo and one more trial
+        suggest(study.ask(), space)  # stays RUNNING
+        study = tune_study.open_study("s-grpo", DEFAULT, print, "fp", fresh=False)
+        finish(study, 2)
+    finish(study, 2)
+    finished = [tuple(sorted(r.settings.items())) for r in tune_study.rows(study)]
+    assert len(finished) == 7 and len(set(finished)) == 7, finished
 
 
 STAND_IN = textwrap.dedent(
