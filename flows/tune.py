@@ -36,6 +36,7 @@ from flows import serve, tune_study
 from flows.ablation import SHARED_STAGES
 from flows.dag import run_order
 from flows.pipeline import INTERRUPTED, cli_exit, held_workspace, kept_outputs, parse_overrides, precheck
+from flows.rehearse import add_smoke, rehearse
 from flows.run_report import StageResult
 from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
 from grpoflow.config import ConfigError, Params, arm_params, load_params
@@ -66,11 +67,24 @@ def check_spaces(params: Params, arms: list[str]) -> None:
         algorithm = params.ablation.arm(arm).algorithm
         space = params.tune.space(algorithm)
         found = space_problems(arm_params(params, arm), algorithm, space, budget.steps, every)
-        problems += [f"  - arm {arm}: {p}" for p in found]
+        problems += [f"  - arm {arm}: {p}" for p in _grouped(found)]
     if problems:
         raise ConfigError(
             "the search space gives sets the schema refuses (tune.grpo / tune.ppo):\n" + "\n".join(problems)
         )
+
+
+def _grouped(problems: list[str]) -> list[str]:
+    """``key=value: reason`` lines that share their reason as one line naming every end that meets it (a set
+    whose own value is refused fails at every end of every range alike)."""
+    ends: dict[str, list[str]] = {}
+    for line in problems:
+        where, _, reason = line.partition(": ")
+        ends.setdefault(reason, []).append(where)
+    return [
+        f"{reason} (at {', '.join(where)})" if len(where) > 1 else f"{where[0]}: {reason}"
+        for reason, where in ends.items()
+    ]
 
 
 def _shared_stages(params: Params) -> None:
@@ -198,9 +212,13 @@ def main(argv: list[str] | None = None) -> int:
         "beside it)",
     )
     add_overrides(parser, "tune.steps=40")
+    add_smoke(parser, "the arms' overlays here")
     args = parser.parse_args(argv)
     try:
         overrides = parse_overrides(args.overrides)
+        if args.smoke:
+            flow = ("flows.tune", "--arms", *args.arms, *(["--trials", str(args.trials)] if args.trials else []))
+            return rehearse(args.params, overrides or None, None, flow=flow)
         every = tune_overrides(args.trials, overrides)
         precheck(args.params, every)
         check_spaces(load_params(args.params, every), args.arms)

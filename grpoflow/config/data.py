@@ -177,6 +177,11 @@ class LeakageConfig(_Section):
         le=1,
         description="Jaccard similarity of word-trigram sets that counts as a near duplicate (null: off).",
     )
+    numbers: Literal["values", "ignore"] = Field(
+        "values",
+        description="values: an n-gram or near match leaks only when the train text has every number of the "
+        "reference (templated siblings with other numbers are different problems); ignore: numbers play no part.",
+    )
     action: Literal["fail", "drop"] = Field(
         "fail", description="fail: stop the stage with a report; drop: quarantine leaking train rows."
     )

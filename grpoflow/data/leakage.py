@@ -11,12 +11,19 @@
   confirmed exactly, so the cost grows linearly with the corpus, not with train x reference.
 
 Texts shorter than n words contribute their whole word sequence as their one n-gram.
+
+Numbers are compared as values (``numbers="values"``): an n-gram or near match counts only where every
+number of the reference text is in the train text too (``1,050`` and ``1050.0`` are one value). Templated
+siblings, the same words around other numbers ("splits 50 coins among 2" against "splits 88 coins among
+2"), are different problems with different answers, not copies; a copy keeps the numbers, and so does a
+train text that embeds a reference text whole. ``numbers="ignore"`` counts siblings as leaks too.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -24,6 +31,8 @@ import numpy as np
 from grpoflow.data.text import match_key
 
 _PRIME = (1 << 61) - 1
+_NUMBER_WORD = re.compile(r"\d+(?:\.\d+)?")  # a number as match_key writes it: no sign, separators or trailing zeros
+Compatible = Callable[[int, int], bool]  # whether train text i may leak into reference text j
 _MASK64 = (1 << 64) - 1
 
 
@@ -61,7 +70,16 @@ def _exact(train_norm: list[str], ref_norm: list[str]) -> dict[int, Leak]:
     return {i: Leak(i, first[t], "exact", 1.0) for i, t in enumerate(train_norm) if t in first}
 
 
-def _ngram(train_words, ref_words, n: int, min_overlap: float, common: int = 64) -> dict[int, Leak]:
+def _numbers_fit(train_words: list[list[str]], ref_words: list[list[str]]) -> Compatible:
+    """The check of ``numbers="values"``: every number of reference text j (with its count) is in train text i."""
+    train_numbers = [Counter(w for w in words if _NUMBER_WORD.fullmatch(w)) for words in train_words]
+    ref_numbers = [Counter(w for w in words if _NUMBER_WORD.fullmatch(w)) for words in ref_words]
+    return lambda i, j: not (ref_numbers[j] - train_numbers[i])
+
+
+def _ngram(
+    train_words, ref_words, n: int, min_overlap: float, fits: Compatible | None = None, common: int = 64
+) -> dict[int, Leak]:
     """Best single-reference n-gram overlap of each train text.
 
     Candidates come from the train text's *rare* shared n-grams (in at most ``common`` reference
@@ -92,6 +110,9 @@ def _ngram(train_words, ref_words, n: int, min_overlap: float, common: int = 64)
             candidates = [j for j, h in hits.items() if h >= need] or [max(hits, key=lambda j: hits[j])]
         else:
             candidates = min(shared, key=len)[:common]
+        candidates = [j for j in candidates if fits is None or fits(i, j)]
+        if not candidates:
+            continue
         count, j = max((len(grams & ref_grams[j]), -j) for j in candidates)
         share = count / len(grams)
         if share >= min_overlap and share > 0:
@@ -131,7 +152,9 @@ def _band_keys(sigs: np.ndarray, bands: int) -> np.ndarray:
     return (sigs.reshape(len(sigs), bands, rows) * mix).sum(axis=2, dtype=np.uint64)
 
 
-def _near(train_words, ref_words, threshold: float, num_perm: int = 64, bands: int = 16) -> dict[int, Leak]:
+def _near(
+    train_words, ref_words, threshold: float, fits: Compatible | None = None, num_perm: int = 64, bands: int = 16
+) -> dict[int, Leak]:
     hasher = _MinHasher(num_perm)
     ref_sh = [_grams(w, 3) for w in ref_words]
     train_sh = [_grams(w, 3) for w in train_words]
@@ -147,6 +170,7 @@ def _near(train_words, ref_words, threshold: float, num_perm: int = 64, bands: i
         if not sh:
             continue
         candidates = {j for b in range(bands) for j in buckets[b].get(int(train_keys[i, b]), ())}
+        candidates = {j for j in candidates if fits is None or fits(i, j)}
         best = max(((len(sh & ref_sh[j]) / len(sh | ref_sh[j]), -j) for j in candidates), default=None)
         if best and best[0] >= threshold:
             leaks[i] = Leak(i, -best[1], "near", round(best[0], 4))
@@ -160,8 +184,10 @@ def leakage(
     ngram: int = 8,
     ngram_min_overlap: float = 0.0,
     near_threshold: float | None = 0.8,
+    numbers: str = "values",
 ) -> list[Leak]:
-    """Every train text that leaks into ``reference``, with its strongest kind (exact > ngram > near)."""
+    """Every train text that leaks into ``reference``, with its strongest kind (exact > ngram > near);
+    ``numbers``: "values" (templated siblings are no leak, see the module's docstring) or "ignore"."""
     if ngram < 1:
         raise ValueError(f"ngram must be >= 1, got {ngram}")
     train_norm = [match_key(t) for t in train]
@@ -169,8 +195,11 @@ def leakage(
     vocab: dict[str, int] = {}
     ref_words = _word_ids([t.split() for t in ref_norm], vocab)
     train_words = _word_ids([t.split() for t in train_norm], vocab)
-    found = _near(train_words, ref_words, near_threshold) if near_threshold is not None else {}
-    found.update(_ngram(train_words, ref_words, ngram, ngram_min_overlap))
+    if numbers not in ("values", "ignore"):
+        raise ValueError(f"numbers must be 'values' or 'ignore', got {numbers!r}")
+    fits = _numbers_fit([t.split() for t in train_norm], [t.split() for t in ref_norm]) if numbers == "values" else None
+    found = _near(train_words, ref_words, near_threshold, fits) if near_threshold is not None else {}
+    found.update(_ngram(train_words, ref_words, ngram, ngram_min_overlap, fits))
     found.update(_exact(train_norm, ref_norm))
     return [found[i] for i in sorted(found)]
 

@@ -7,6 +7,7 @@ The input forms are described in :mod:`grpoflow.data.ingest`.
 from __future__ import annotations
 
 import ast
+import decimal
 import keyword
 import re
 import warnings
@@ -116,6 +117,22 @@ def _text_field(raw: dict[str, Any], name: str, max_chars: int | None = None) ->
         raise RowError("prompt_too_long", detail)
     _check_characters(name, value)
     return value
+
+
+def _answer_text(raw: dict[str, Any], name: str) -> str:
+    """The answer field as text: a string as written, or a number (int, float or decimal, as a parquet or JSON
+    column of answers holds them) written out plainly, ``18.0`` as ``18``; a bool, NaN or infinity is refused."""
+    value = raw.get(name)
+    if isinstance(value, bool) or (value is not None and not isinstance(value, str | int | float | decimal.Decimal)):
+        raise RowError("wrong_type", f"{name} is {type(value).__name__}, expected a number or text")
+    if not isinstance(value, int | float | decimal.Decimal):
+        return _text_field(raw, name)
+    number = decimal.Decimal(value) if isinstance(value, int) else decimal.Decimal(str(value))
+    if not number.is_finite():
+        raise RowError("not_a_number", f"{name} is {value}, expected a finite number")
+    if number == number.to_integral_value():
+        return str(int(number))
+    return format(number.normalize(), "f")
 
 
 def _verbatim_field(raw: dict[str, Any], name: str) -> str:
@@ -270,7 +287,7 @@ def normalise_row(
         return _code_record(raw, row_id, source, license, max_prompt_chars)
     prompt_field, answer_field = fields or FIELDS[fmt]
     prompt = _text_field(raw, prompt_field, max_prompt_chars)
-    answer, solution = final_answer(_text_field(raw, answer_field), answer_field, boxed_first=fmt == "math")
+    answer, solution = final_answer(_answer_text(raw, answer_field), answer_field, boxed_first=fmt == "math")
     rid = _row_id(raw, row_id)
     return Record(id=rid, prompt=prompt, reference_answer=answer, solution=solution, source=source, license=license)
 

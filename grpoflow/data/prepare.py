@@ -281,6 +281,7 @@ def find_split_leaks(prepared: Prepared, cfg: DataConfig) -> list[FoundLeak]:
             ngram=lk.ngram,
             ngram_min_overlap=lk.ngram_min_overlap,
             near_threshold=lk.near_threshold,
+            numbers=lk.numbers,
         ):
             train_set, row = candidates[leak.train_index]
             found.append(FoundLeak(name, leak, row, refs[leak.reference_index], train_set))

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tasks.stages import STAGES
 from tests.e2e.conftest import run
@@ -25,3 +26,50 @@ def test_a_smoke_run_runs_every_stage_and_leaves_the_workspace_as_it_was(project
         assert not (project / output).exists(), output
     status = subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True, text=True, check=True)
     assert status.stdout == ""
+    # What the user opens afterwards stays, outside what git tracks, and the run says where.
+    kept = project / ".grpoflow" / "smoke" / "default"
+    assert f"smoke results kept in {kept}" in ran.stdout
+    assert (kept / "metrics" / "evaluate.json").is_file() and (kept / "data" / "prepared" / "report.md").is_file()
+
+
+def test_your_own_files_with_other_field_names_and_numeric_answers_pass_prepare_at_smoke_size(project, run_env):
+    # A 200-row CSV and a parquet file, each with its own field names and integer (or float) answers: the README
+    # says an answer may be a plain number, and templated rows with other numbers are no leak.
+    import pandas as pd
+
+    rows = [
+        (f"Tom splits {7 * i + 3} coins among {i % 5 + 2} friends. How many coins are left?", i % 5) for i in range(200)
+    ]
+    pd.DataFrame({"input": [q for q, _ in rows], "output": [a for _, a in rows]}).to_csv(
+        project / "data" / "raw" / "mine.csv", index=False
+    )
+    more = [
+        (f"A shop sells {i + 10} pens at {i % 7 + 1} dollars each. What is the total?", float((i + 10) * (i % 7 + 1)))
+        for i in range(150)
+    ]
+    pd.DataFrame({"problem_text": [q for q, _ in more], "result": [a for _, a in more]}).to_parquet(
+        project / "data" / "raw" / "shop.parquet"
+    )
+    sources = [
+        {
+            "kind": "file",
+            "path": "data/raw/mine.csv",
+            "license": "CC0-1.0",
+            "question_field": "input",
+            "answer_field": "output",
+        },
+        {
+            "kind": "file",
+            "path": "data/raw/shop.parquet",
+            "license": "CC0-1.0",
+            "question_field": "problem_text",
+            "answer_field": "result",
+        },
+    ]
+    (project / "params" / "mine.yaml").write_text(yaml.safe_dump({"data": {"sources": sources}}))
+    ran = run(
+        [PY, "-m", "flows.pipeline", "--params", "params/mine.yaml", "--smoke", "--stages", "prepare"], project, run_env
+    )
+    assert ran.returncode == 0, ran
+    report = (project / ".grpoflow" / "smoke" / "mine" / "data" / "prepared" / "report.md").read_text()
+    assert "quarantined: 0" in report and "0 leaking train rows" in report, report

@@ -82,6 +82,27 @@ def test_csv_and_parquet_line_numbers(tmp_path):
     assert csv.rejected[0].reason.startswith("missing_field") and pq.rejected[0].reason.startswith("empty_field")
 
 
+def test_answers_that_are_numbers_are_read_as_plain_numbers(tmp_path):
+    # A parquet or JSON column of answers is numeric: the README says an answer may be a plain number.
+    frame = pd.DataFrame({"question": ["a?", "b?", "c?"], "answer": [18, -3.5, 7.0]})
+    frame.to_parquet(tmp_path / "d.parquet")
+    got = ingest(read_raw(tmp_path / "d.parquet"), "gsm8k", source="p", source_file="d.parquet", license="MIT")
+    assert [r.reference_answer for r in got.records] == ["18", "-3.5", "7"] and got.rejected == []
+    assert [r.solution for r in got.records] == ["#### 18", "#### -3.5", "#### 7"]
+    rows = [{"question": "q", "answer": v} for v in (12, 0.25, True, float("nan"), [1])]
+    f = tmp_path / "d.jsonl"
+    f.write_text(
+        "\n".join(json.dumps(r) for r in rows[:3]) + '\n{"question": "q", "answer": NaN}\n' + json.dumps(rows[4])
+    )
+    got = ingest(read_raw(f), "gsm8k", source="d", source_file=str(f), license="MIT")
+    assert [r.reference_answer for r in got.records] == ["12", "0.25"]
+    assert [(q.line, q.reason) for q in got.rejected] == [
+        (3, "wrong_type: answer is bool, expected a number or text"),
+        (4, "not_a_number: NaN is not a JSON number (RFC 8259): write the value, or leave the row out"),
+        (5, "wrong_type: answer is list, expected a number or text"),
+    ]
+
+
 def test_missing_file_and_unknown_format_are_clear_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         list(read_raw(tmp_path / "nope.jsonl"))

@@ -74,3 +74,31 @@ def test_invisible_characters_and_look_alike_letters_do_not_dodge_the_gate():
     for text in DISGUISED:
         (leak,) = leakage([text, "Tom has 5 apples."], [QUESTION])
         assert (leak.train_index, leak.kind) == (0, "exact"), text
+
+
+def _sibling(coins: int, friends: int, extra: str = "") -> str:
+    return (
+        f"Tom splits {coins} coins among {friends} friends equally, and each friend then gives one coin back to "
+        f"Tom. How many coins does each friend keep in the end?{extra}"
+    )
+
+
+def test_templated_siblings_with_other_numbers_are_no_leak_but_copies_are():
+    reference = [_sibling(88, 2)]
+    train = [
+        _sibling(50, 2),  # a sibling: the same words around another number
+        _sibling(88, 2, " Show your work."),  # a copy with a sentence added
+        "Before that: " + _sibling(88, 2) + " Then 7 more coins arrive.",  # the reference embedded, more numbers
+        _sibling(88.0, 2).replace("88.0", "88.00"),  # the same values, written otherwise
+    ]
+    strict = dict(ngram_min_overlap=0.5, near_threshold=0.8)
+    assert [leak.train_index for leak in leakage(train, reference, **strict)] == [1, 2, 3]
+    assert [leak.train_index for leak in leakage(train, reference, numbers="ignore", **strict)] == [0, 1, 2, 3]
+    assert leakage([_sibling(2, 88)], reference, **strict) != []  # numbers compared as a multiset, not in order
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**6), st.integers(0, 10**6), st.integers(1, 99))
+def test_a_sibling_leaks_exactly_when_it_holds_every_number_of_the_reference(a, b, friends):
+    found = leakage([_sibling(a, friends)], [_sibling(b, friends)], ngram_min_overlap=0.5, near_threshold=0.8)
+    assert (found != []) == (a == b)

@@ -77,3 +77,32 @@ def test_help_lists_the_stages_every_set_runs_and_marks_the_opt_in_ones(capsys):
     assert "base_model" in always and "compare" in always and "reward_model" not in always
     assert opt_in.endswith(": reward_model")
     assert "--smoke" in text
+
+
+def test_the_smoke_bundle_sizes_tuning_and_the_critics_warm_up_consistently(monkeypatch):
+    # At smoke size the tune used to refuse with 13 near-identical lines: the critic's warm-up (the set's 14,
+    # the range up to 30) left none of a 2-step trial to the policy.
+    from flows.tune import check_spaces
+
+    monkeypatch.chdir(ROOT)
+    params = validate_params(smoke_params("params/default.yaml", None), source="smoke")
+    check_spaces(params, ["grpo", "ppo"])  # raises with every bad end otherwise
+    assert params.tune.trial_steps(params.rl.steps) == 2 and params.tune.ppo.critic_warmup_steps.high < 2
+    assert params.ppo.critic_warmup_steps < params.rl.steps
+
+
+def test_the_scratch_copys_overlays_lose_only_the_keys_the_smoke_bundle_sizes(tmp_path):
+    from flows.rehearse import shrink_overlays
+    from grpoflow.tuning.overlay import read_overlay
+
+    tuned = tmp_path / "params" / "tuned"
+    tuned.mkdir(parents=True)
+    (tuned / "default-ppo.yaml").write_text((ROOT / "params" / "tuned" / "default-ppo.yaml").read_text())
+    (tuned / "default-x.yaml").write_text("ppo:\n  critic_warmup_steps: 14\n")
+    shrink_overlays(tuned)
+    kept = read_overlay(tuned / "default-ppo.yaml")
+    assert (
+        "ppo.critic_warmup_steps" not in kept
+        and kept["ppo.kl_coef"] == read_overlay(ROOT / "params" / "tuned" / "default-ppo.yaml")["ppo.kl_coef"]
+    )
+    assert not (tuned / "default-x.yaml").exists()  # nothing left of it: the arm trains untuned

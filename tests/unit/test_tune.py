@@ -480,3 +480,17 @@ def test_a_trials_exit_decides_its_state_and_whether_it_spends_budget(tmp_path, 
     assert set(row.settings) == set(space)
     folder = tmp_path / ".grpoflow" / "tune" / "s-grpo" / "t0"
     assert yaml.safe_load((folder / "params.yaml").read_text())["rl"]["steps"] == 2  # the trial's own set
+
+
+def test_a_reason_every_end_of_the_space_meets_is_said_once():
+    from flows.tune import _grouped
+
+    lines = [
+        "rl.engine.lr=1e-05: ppo.critic_warmup_steps=14 leaves none of rl.steps=2",
+        "rl.engine.lr=0.001: ppo.critic_warmup_steps=14 leaves none of rl.steps=2",
+        "ppo.kl_coef: the range 0.5..0.6 holds no whole number",
+    ]
+    assert _grouped(lines) == [
+        "ppo.critic_warmup_steps=14 leaves none of rl.steps=2 (at rl.engine.lr=1e-05, rl.engine.lr=0.001)",
+        "ppo.kl_coef: the range 0.5..0.6 holds no whole number",
+    ]
