@@ -174,10 +174,10 @@ def rehearse(
     code = subprocess.run(cmd, cwd=project, env=env).returncode
     print(
         f"rehearsal of {params_file}: {'passed' if code == 0 else f'FAILED (exit {code})'}"
-        + (f"; its workspace is kept at {project}" if code or keep else ""),
+        + (f"; its workspace is kept at {project}" if keep else ""),
         flush=True,
     )
-    if code == 0 and not keep:
+    if not keep:
         print(kept_results_line(keep_results(project, Path(KEPT_DIR) / Path(params_file).stem)), flush=True)
         shutil.rmtree(scratch, ignore_errors=True)
     return code
@@ -213,8 +213,8 @@ def keep_results(project: Path, dest: Path) -> Path:
 
 def kept_results_line(dest: Path) -> str:
     """Where the smoke run's results are now, and what was not kept."""
-    page = dest / "reports" / "run.html"
-    where = f"its run page: {page}" if page.is_file() else f"its results: {dest}"
+    page, logs = dest / "reports" / "run.html", dest / "reports" / "logs"
+    where = f"its run page: {page}" if page.is_file() else f"its stage logs: {logs}" if logs.is_dir() else dest
     return (
         f"smoke results kept in {dest} ({where}; metrics in {dest / 'metrics'}); the MLflow run, models and DVC "
         "outputs were the scratch copy's and are gone"

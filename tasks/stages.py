@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -136,6 +136,18 @@ def _io(flag: str | None, path: str | tuple[str, ...], kind: Kind, help: str) ->
     return Io(flag, path, kind, help)
 
 
+RAW_DIR = "data/raw"  # where a set's own data files go; prepare depends on the files its set names (local_sources)
+
+
+def local_sources(params) -> list[str]:
+    """The data files a set's prepare reads from disk (sources, benchmarks and pairs of kind ``file``; a
+    ``package:`` file is the installed package's): its dependencies, so that a file another set reads, dropped
+    into data/raw/, does not stale this set's prepare."""
+    d = params.data
+    found = [str(src.path) for src in (*d.sources, *d.benchmarks, *d.pairs) if src.kind == "file" and src.path]
+    return sorted({path for path in found if not path.startswith("package:")})
+
+
 # A set's reward model (rewards: [{name: rm}]) as a dependency: dropped where the set runs no
 # reward_model stage (select() drops a list item that a stage left out would make).
 RM_DEP = ("rm=" + RM_DEFAULT_PATH,)
@@ -171,7 +183,7 @@ STAGES: list[Stage] = [
         "prepare",
         "tasks.prepare",
         (
-            _io(None, "data/raw", "dep", "local source files (DVC-tracked)"),
+            _io(None, RAW_DIR, "dep", "local source files: the set's own (local_sources), data/raw/ by default"),
             _io("out", "data/prepared", "out", "directory for the splits, quarantine and report"),
             _io("metrics", "metrics/prepare.json", "metric", "the stage's metrics JSON"),
         ),
@@ -436,6 +448,16 @@ def select(names: list[str] | None, extra: list[Stage] | None = None) -> list[St
     return chosen
 
 
+def with_sources(s: Stage, sources: Sequence[str] | None) -> Stage:
+    """``s`` with its data/raw/ dependency replaced by ``sources`` (none left when the set reads no file)."""
+    if sources is None or not any(i.path == RAW_DIR for i in s.io):
+        return s
+    io = [i for i in s.io if i.path != RAW_DIR]
+    if sources:
+        io.insert(0, Io(None, tuple(sources), "dep", "the set's own data files"))
+    return replace(s, io=tuple(io))
+
+
 def dvc_spec(
     params_file: str = "params/default.yaml",
     stages: list[str] | None = None,
@@ -443,10 +465,12 @@ def dvc_spec(
     seeds: list[int] | None = None,
     launch: dict[str, list[str]] | None = None,
     custom_arms: Collection[str] = (),
+    sources: Sequence[str] | None = None,
 ) -> dict:
     """dvc.yaml's content for the stages a set runs (and its ablation's arms and seeds), reading
-    parameters from ``params_file``; the stages in ``launch`` (:func:`launchers`) run under its launcher."""
-    chosen = select(stages, ablation_stages(arms or [], seeds or [], custom_arms))
+    parameters from ``params_file``; the stages in ``launch`` (:func:`launchers`) run under its launcher;
+    prepare depends on ``sources`` (:func:`local_sources`; None: all of data/raw/)."""
+    chosen = [with_sources(s, sources) for s in select(stages, ablation_stages(arms or [], seeds or [], custom_arms))]
     plots: list = [
         {s.plot["title"]: {"x": "step", "y": {s.paths("history")[0]: s.plot["y"]}}} for s in chosen if s.plot
     ]
@@ -476,17 +500,21 @@ def render(
     seeds: list[int] | None = None,
     launch: dict[str, list[str]] | None = None,
     custom_arms: Collection[str] = (),
+    sources: Sequence[str] | None = None,
 ) -> str:
     """dvc.yaml as text, for the set in ``params_file`` running ``stages`` (None: all) and the
-    ablation ``arms`` x ``seeds`` (none by default), the stages in ``launch`` under its launcher."""
-    spec = dvc_spec(params_file, stages, arms, seeds, launch, custom_arms)
+    ablation ``arms`` x ``seeds`` (none by default), the stages in ``launch`` under its launcher, prepare
+    reading ``sources``."""
+    spec = dvc_spec(params_file, stages, arms, seeds, launch, custom_arms, sources)
     return HEADER + yaml.safe_dump(spec, sort_keys=False, width=120)
 
 
 def for_params(params_file: str, params) -> str:
     """dvc.yaml for a validated set: its stages, its ablation's arms and seeds, and its launch."""
     a = params.ablation
-    return render(params_file, stage_names(params), a.arms, a.seeds, launchers(params), list(a.custom_arms))
+    return render(
+        params_file, stage_names(params), a.arms, a.seeds, launchers(params), list(a.custom_arms), local_sources(params)
+    )
 
 
 def stages_for(params) -> list[Stage]:

@@ -46,7 +46,7 @@ class KubernetesConfig(_Section):
     )
     namespace: str = Field("grpoflow", pattern=_K8S_NAME, description="Namespace of the Job and its Service.")
     image: str = Field(
-        "ghcr.io/grpoflow/grpoflow:cuda12",
+        "ghcr.io/grpoflow/grpoflow:cuda13",
         pattern=r"^\S+$",
         description="Image of every node: CUDA torch, DeepSpeed, vLLM (the code is read from the shared volume).",
     )

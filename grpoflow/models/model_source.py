@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import threading
+import urllib.parse
 from pathlib import Path
 
 
@@ -77,17 +80,40 @@ def model_unavailable(name_or_path: str | Path) -> str | None:
         return gguf_problem(name)
     if looks_local_path(name):
         return None if Path(name).is_dir() else f"model path {name!r} does not exist (or is not a directory)"
+    if _hub_file(name, "config.json") is not None:
+        return None
     if hub_offline():
-        from huggingface_hub import try_to_load_from_cache
-
-        home = os.environ.get("HF_HOME")
-        cache = os.environ.get("HF_HUB_CACHE") or (str(Path(home) / "hub") if home else None)
-        if not isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache), str):
-            return (
-                f"model {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
-                "download it where a hub is reachable, or point name_or_path at a local directory"
-            )
+        return (
+            f"model {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
+            "download it where a hub is reachable, or point name_or_path at a local directory"
+        )
+    if (endpoint := hub_unreachable()) is not None:
+        return (
+            f"model {name!r} is not in the local Hugging Face cache and the hub ({endpoint}) cannot be reached: "
+            "set model.name_or_path to a local directory (docs/operations.md, 'The model folder'), or download "
+            "it where the hub is reachable"
+        )
     return None
+
+
+def hub_unreachable(timeout_s: float = 3.0) -> str | None:
+    """The hub's host (``HF_ENDPOINT``, else huggingface.co) when no TCP connection to it opens within
+    ``timeout_s``, else None: transformers would otherwise retry it for over a minute before failing."""
+    endpoint = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    reached: list[bool] = []
+
+    def connect() -> None:  # in a thread: a name lookup that hangs is bounded by the join, not by its resolver
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            reached.append(True)
+        except OSError:
+            pass
+
+    probe = threading.Thread(target=connect, daemon=True)
+    probe.start()
+    probe.join(timeout_s)
+    return None if reached else host
 
 
 def _hub_file(name: str, file_name: str) -> str | None:

@@ -28,6 +28,32 @@ def test_gguf_sources_are_checked_without_loading_them(tmp_path):
     assert gguf_problem(str(tmp_path / "ok.gguf")) is None
 
 
+def test_a_hub_model_that_is_not_cached_fails_at_once_when_no_hub_answers(tmp_path, monkeypatch):
+    import socket
+    import threading
+    import time
+
+    from grpoflow.models import model_source
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    silent = socket.socket()  # a port that accepts nothing: a connection to it is refused at once
+    silent.bind(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    silent.close()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    start = time.monotonic()
+    problem = model_unavailable("Org/not-cached-model")
+    assert time.monotonic() - start < 5
+    assert problem is not None and "the hub (127.0.0.1) cannot be reached" in problem and "name_or_path" in problem
+    # A name lookup that hangs is bounded by the probe's own timeout.
+    monkeypatch.setattr(model_source.socket, "create_connection", lambda *a, **k: threading.Event().wait(30))
+    start = time.monotonic()
+    assert model_source.hub_unreachable(timeout_s=0.5) == "127.0.0.1" and time.monotonic() - start < 5
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "HF_HUB_OFFLINE is set" in model_unavailable("Org/not-cached-model")
+
+
 def test_package_files_are_found_through_metadata_and_missing_ones_named():
     assert resolve_file("package:hypothesis/py.typed").is_file()
     assert "not installed" in gguf_problem("package:no-such-dist/model.gguf")

@@ -25,8 +25,11 @@ def gsm8k_cfg(**extra):
     )
 
 
+STRICT = {"numbers": "ignore"}  # templated siblings (the same problem with other numbers) count as leaks
+
+
 def test_real_gsm8k_slice_leak_is_found_and_fails_the_gate():
-    result = prepare(0, gsm8k_cfg())
+    result = prepare(0, gsm8k_cfg(leakage=STRICT))
     pairs = {(f.train.prompt[:22], f.reference.prompt[:22], f.reference_set) for f in result.leaks}
     assert ("A train travels 270 mi", "A plane travels 1200 m", "gsm8k_test") in pairs
     assert result.failures and "leakage gate" in result.failures[0]
@@ -36,8 +39,16 @@ def test_real_gsm8k_slice_leak_is_found_and_fails_the_gate():
     assert "FAILED" in report and "A train travels 270 miles" in report and "A plane travels 1200" in report
 
 
+def test_the_slices_leaks_are_templated_siblings_that_numbers_compared_as_values_let_through():
+    # "A train travels 270 miles in 3 hours ... 180 miles" against the test's "A plane travels 1200 miles in
+    # 3 hours ... 2000 miles": the same template, other numbers and another answer.
+    strict = {f.train.id for f in prepare(0, gsm8k_cfg(leakage=STRICT)).leaks}
+    result = prepare(0, gsm8k_cfg())
+    assert strict and result.leaks == [] and result.failures == []
+
+
 def test_drop_mode_moves_leaking_rows_to_quarantine_with_reason():
-    result = prepare(0, gsm8k_cfg(leakage={"action": "drop"}))
+    result = prepare(0, gsm8k_cfg(leakage={"action": "drop", **STRICT}))
     assert result.failures == []
     dropped = [q for q in result.quarantine if q.reason.startswith("leak_")]
     assert dropped and all("gsm8k_test" in q.reason for q in dropped)
@@ -46,8 +57,8 @@ def test_drop_mode_moves_leaking_rows_to_quarantine_with_reason():
 
 
 def test_leak_tolerance_max_leaks():
-    n = len({f.train.id for f in prepare(0, gsm8k_cfg()).leaks})
-    assert prepare(0, gsm8k_cfg(leakage={"max_leaks": n})).failures == []
+    n = len({f.train.id for f in prepare(0, gsm8k_cfg(leakage=STRICT)).leaks})
+    assert n > 0 and prepare(0, gsm8k_cfg(leakage={"max_leaks": n, **STRICT})).failures == []
 
 
 def test_rejected_share_gate_names_the_source(tmp_path):

