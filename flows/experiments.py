@@ -83,6 +83,32 @@ def record(name: str, run_info: dict) -> str:
     return next((line.split()[0] for line in refs if line.endswith(f"/{name}")), "unknown")
 
 
+def overrides_note(overrides: dict | None, ran: list[str]) -> str | None:
+    """After a ``--set`` run, the line that says why ``dvc status`` now shows the stages that read a set key
+    as changed, and how to make it clean; None after a run without overrides."""
+    readers = [name for name in ran if any(_reads(_params_of(name), key) for key in overrides or {})]
+    if not overrides or not readers:
+        return None
+    shown = " ".join(f"{k}={v}" for k, v in overrides.items())
+    return (
+        f"dvc status now shows {', '.join(readers)} as changed: their outputs were made with --set {shown}, which "
+        "the params file does not hold. `dvc exp apply <the experiment above>` puts the run's params in place (dvc "
+        "status is then clean); a run without --set remakes the outputs from the set's own.\n"
+    )
+
+
+def _params_of(name: str) -> tuple[str, ...]:
+    try:
+        return declared(name).params
+    except KeyError:  # an ablation arm's stage: not among the pipeline's declarations
+        return ()
+
+
+def _reads(params: tuple[str, ...], key: str) -> bool:
+    """Whether a stage that declares ``params`` (sections or dotted keys) reads dotted ``key``."""
+    return any(key == p or key.startswith(p + ".") or p.startswith(key + ".") for p in params)
+
+
 def push(remote: str) -> str:
     """``dvc push`` the cached outputs (data, models) to ``remote``; DVC's summary line."""
     out = _dvc("push", "--remote", remote)

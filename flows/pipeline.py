@@ -588,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         return cli_exit(exc)
     for r in results:
         print(f"{r.stage:>20}: {'ran' if r.ran else 'cached'} in {r.seconds:.1f} s")
+    print(experiments.overrides_note(overrides, [r.stage for r in results if r.ran]) or "", end="")
     return 0
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -39,8 +39,10 @@ PARAMS_VAR = "${params_file}"
 K8S_SUBMIT = ["python", "-m", "flows.k8s", "--params"]  # a launched stage as a Job (launch.kubernetes.enabled)
 # The modules that build verifiers by name (verifiers.create). The registry imports a built-in
 # verifier's module only when it is asked for, which the import graph cannot see: a stage that
-# imports one of these depends on every built-in verifier (verifiers.catalog) as well.
+# imports one of these depends on the built-in verifiers it builds (Stage.builds) as well: for a set,
+# those its params name (grpoflow.config.judges.built_verifiers); with no set, every one.
 BUILDS_VERIFIERS = ("grpoflow/rl/rewards.py", "tasks/validate_verifiers.py")
+Builds = Literal["judges", "rewards"]  # the judges of correctness only, or the reward's verifiers with them
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class Stage:
     plot: dict = field(default_factory=dict)  # for a history: the curves (column names) to plot
     args: tuple[str, ...] = ()  # fixed arguments after the paths (an arm's name and seed)
     opt_in: bool = False  # left out of a set that does not ask for it (see :func:`stage_names`)
+    builds: Builds = "rewards"  # which of the set's verifiers it builds, where it builds any (BUILDS_VERIFIERS)
 
     def option(self, flag: str) -> Io:
         """The :class:`Io` of command-line option ``--<flag>``."""
@@ -108,11 +111,13 @@ class Stage:
                 words += [f"--{i.flag}", *([i.path] if isinstance(i.path, str) else i.path)]
         return " ".join(shlex.quote(word) for word in [*words, *self.args])
 
-    def code(self) -> list[str]:
-        """The project source the stage's module imports, a package directory where all of it is."""
+    def code(self, built: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+        """The project source the stage's module imports, a package directory where all of it is; with the
+        verifiers it builds (``built[self.builds]``, their names; None: every built-in one)."""
         files = module_files(self.module, root=ROOT)
         if any(f in files for f in BUILDS_VERIFIERS):
-            files = sorted({*files, *module_files(*BUILTIN.values(), root=ROOT)})
+            names = built[self.builds] if built is not None else list(BUILTIN)
+            files = sorted({*files, *module_files(*(BUILTIN[n] for n in names if n in BUILTIN), root=ROOT)})
         return collapse(files, root=ROOT)
 
 
@@ -222,6 +227,7 @@ STAGES: list[Stage] = [
             "rl.rollout_engine",
             "rl.sampling.max_completion_length",
         ),
+        builds="judges",  # its val accuracy
     ),
     Stage(
         "reward_model",
@@ -289,6 +295,7 @@ STAGES: list[Stage] = [
             "rl.rollout_engine",
             "rl.sampling.max_completion_length",
         ),
+        builds="judges",
     ),
     Stage(
         "compare",
@@ -390,8 +397,8 @@ def launchers(params) -> dict[str, list[str]]:
     return {name: torchrun for name in launch.stages}
 
 
-def _dvc_stage(s: Stage, launcher: list[str] | None = None) -> dict:
-    deps = s.paths("dep") + s.code()
+def _dvc_stage(s: Stage, launcher: list[str] | None = None, built: Mapping[str, Sequence[str]] | None = None) -> dict:
+    deps = s.paths("dep") + s.code(built)
     entry: dict = {"cmd": s.command(launcher), "deps": list(dict.fromkeys(deps))}
     if s.params:
         entry["params"] = [{PARAMS_VAR: list(s.params)}]
@@ -466,17 +473,19 @@ def dvc_spec(
     launch: dict[str, list[str]] | None = None,
     custom_arms: Collection[str] = (),
     sources: Sequence[str] | None = None,
+    built: Mapping[str, Sequence[str]] | None = None,
 ) -> dict:
     """dvc.yaml's content for the stages a set runs (and its ablation's arms and seeds), reading
     parameters from ``params_file``; the stages in ``launch`` (:func:`launchers`) run under its launcher;
-    prepare depends on ``sources`` (:func:`local_sources`; None: all of data/raw/)."""
+    prepare depends on ``sources`` (:func:`local_sources`; None: all of data/raw/), and a stage that builds
+    verifiers on the code of those in ``built`` (:func:`Stage.code`; None: every built-in one)."""
     chosen = [with_sources(s, sources) for s in select(stages, ablation_stages(arms or [], seeds or [], custom_arms))]
     plots: list = [
         {s.plot["title"]: {"x": "step", "y": {s.paths("history")[0]: s.plot["y"]}}} for s in chosen if s.plot
     ]
     return {
         "vars": [{"params_file": params_file}],
-        "stages": {s.name: _dvc_stage(s, (launch or {}).get(s.name)) for s in chosen},
+        "stages": {s.name: _dvc_stage(s, (launch or {}).get(s.name), built) for s in chosen},
         "metrics": [RUN_RECORD],
         "plots": plots + (REPORT_PLOTS if "compare" in {s.name for s in chosen} else []),
     }
@@ -501,20 +510,22 @@ def render(
     launch: dict[str, list[str]] | None = None,
     custom_arms: Collection[str] = (),
     sources: Sequence[str] | None = None,
+    built: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
     """dvc.yaml as text, for the set in ``params_file`` running ``stages`` (None: all) and the
     ablation ``arms`` x ``seeds`` (none by default), the stages in ``launch`` under its launcher, prepare
-    reading ``sources``."""
-    spec = dvc_spec(params_file, stages, arms, seeds, launch, custom_arms, sources)
+    reading ``sources``, the verifiers ``built``."""
+    spec = dvc_spec(params_file, stages, arms, seeds, launch, custom_arms, sources, built)
     return HEADER + yaml.safe_dump(spec, sort_keys=False, width=120)
 
 
 def for_params(params_file: str, params) -> str:
     """dvc.yaml for a validated set: its stages, its ablation's arms and seeds, and its launch."""
+    from grpoflow.config.judges import built_verifiers
+
     a = params.ablation
-    return render(
-        params_file, stage_names(params), a.arms, a.seeds, launchers(params), list(a.custom_arms), local_sources(params)
-    )
+    arms = (a.arms, a.seeds, launchers(params), list(a.custom_arms))
+    return render(params_file, stage_names(params), *arms, local_sources(params), built_verifiers(params))
 
 
 def stages_for(params) -> list[Stage]:

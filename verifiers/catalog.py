@@ -11,6 +11,15 @@ BUILTIN: dict[str, str] = {
 }
 
 
+# The row tasks each built-in verifier judges (its class's ``tasks``, checked when it registers): which
+# verifier judges a row, and so which a stage builds, is known without importing any.
+BUILTIN_TASKS: dict[str, frozenset[str]] = {
+    "code": frozenset({"code"}),
+    "format": frozenset({"math"}),
+    "math": frozenset({"math"}),
+}
+
+
 def builtin_names() -> list[str]:
     """The names of the built-in verifiers, sorted."""
     return sorted(BUILTIN)

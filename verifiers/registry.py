@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from verifiers.catalog import BUILTIN
+from verifiers.catalog import BUILTIN, BUILTIN_TASKS
 from verifiers.limits import Limits
 
 if TYPE_CHECKING:
@@ -87,6 +87,9 @@ def register(cls: type[Verifier]) -> type[Verifier]:
     tasks = getattr(cls, "tasks", None)
     if not isinstance(tasks, frozenset) or not tasks or not all(isinstance(t, str) for t in tasks):
         raise TypeError(f"verifier {cls.name!r} must set tasks to a non-empty frozenset of task names")
+    if cls.name in BUILTIN_TASKS and BUILTIN_TASKS[cls.name] != tasks:
+        said = sorted(BUILTIN_TASKS[cls.name])
+        raise TypeError(f"verifier {cls.name!r} judges {sorted(tasks)}, but verifiers/catalog.py says {said}")
     if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
         raise ValueError(f"verifier {cls.name!r} is already registered")
     _REGISTRY[cls.name] = cls
@@ -113,7 +116,10 @@ def options_model(name: str) -> type[BaseModel]:
 
 
 def tasks_of(name: str) -> frozenset[str]:
-    """The row tasks verifier ``name`` judges (its class's ``tasks``), without building it."""
+    """The row tasks verifier ``name`` judges (its class's ``tasks``), without building it; a built-in one's
+    from the catalog, without importing it."""
+    if name not in _REGISTRY and name in BUILTIN_TASKS:
+        return BUILTIN_TASKS[name]
     return _class(name).tasks
 
 

@@ -11,6 +11,7 @@ import torch
 
 import verifiers
 from grpoflow.config import RM_REWARD, Params, RewardConfig
+from grpoflow.config.judges import judge_name
 
 Rows = Sequence[Mapping[str, Any]]
 BatchScorer = Callable[[Sequence[str], Rows], list[float]]  # (completions, their task rows) -> scores
@@ -134,28 +135,6 @@ def build_reward(params: Params, *, models: bool = True) -> WeightedReward:
     if not chosen:
         raise ValueError("rewards has no verifier: a reward model alone cannot rank the samples it learns from")
     return WeightedReward([_component(params, r) for r in chosen])
-
-
-def judge_name(params: Params, task: str) -> str:
-    """The verifier that says whether an answer to a ``task`` row is right, routed by the row tasks
-    each verifier class declares (its ``tasks``): ``evaluate.verifier`` when it judges the task,
-    else the first verifier of rewards that does, else the task's own registered verifier
-    (:func:`task_verifier`). So code rows go to the code verifier by their tests, whatever
-    ``evaluate.verifier`` says of math rows."""
-    chosen = [params.evaluate.verifier] if params.evaluate.verifier else []
-    chosen += [r.name for r in params.rewards if r.name != RM_REWARD]
-    return next((n for n in chosen if task in verifiers.tasks_of(n)), None) or task_verifier(task)
-
-
-def task_verifier(task: str) -> str:
-    """The registered verifier a ``task`` row falls back to: the one named after the task (``math``,
-    ``code``), else the only one that judges it."""
-    judges = [n for n in verifiers.names() if task in verifiers.tasks_of(n)]
-    if task in judges:
-        return task
-    if len(judges) == 1:
-        return judges[0]
-    raise ValueError(f"no single verifier judges {task!r} rows: {judges or 'none'} declare it")
 
 
 def correctness_scorer(params: Params) -> BatchScorer:

@@ -488,3 +488,15 @@ def test_a_deployment_run_with_a_hostile_params_file_fails_before_anything_runs(
     with pytest.raises(ConfigError, match=refused):
         ablation.fn(params_file=name, arms=["grpo"], seeds=[0])
     assert not (project / ".grpoflow").exists()  # no lock taken, no edit made
+
+
+def test_a_set_run_says_which_stages_dvc_status_will_show_and_how_to_make_it_clean():
+    from flows.experiments import overrides_note
+
+    note = overrides_note({"rl.steps": 3}, ["prepare", "sft", "grpo", "ppo", "evaluate"])
+    assert note is not None and note.startswith("dvc status now shows grpo, ppo as changed")
+    assert "--set rl.steps=3" in note and "dvc exp apply" in note and note.count("\n") == 1
+    assert overrides_note({"evaluate.max_examples": 8}, ["grpo", "evaluate", "arm_grpo_s0"]).startswith(
+        "dvc status now shows evaluate as changed"
+    )
+    assert overrides_note(None, ["grpo"]) is None and overrides_note({"rl.steps": 3}, ["prepare"]) is None

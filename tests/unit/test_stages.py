@@ -200,6 +200,40 @@ def test_only_the_stages_that_score_depend_on_the_verifiers_and_the_advantage_ma
     assert building == sorted(BUILDS_VERIFIERS)
 
 
+def test_a_verifiers_code_is_a_dependency_only_of_the_stages_that_build_it_for_the_set():
+    # A comment in verifiers/format.py staled sft and evaluate, which judge correctness with math alone, and
+    # verifiers/code.py the RL stages of a set without code rows.
+    from grpoflow.config import load_params, validate_params
+    from grpoflow.config.judges import built_verifiers
+
+    def users(params, module: str) -> set[str]:
+        spec = dvc_spec("params/x.yaml", built=built_verifiers(params))
+        deps = {name: entry["deps"] for name, entry in spec["stages"].items()}
+        return {name for name, listed in deps.items() if module in listed or "verifiers" in listed}
+
+    default = load_params(REPO / "params" / "default.yaml")
+    assert built_verifiers(default) == {"judges": ["math"], "rewards": ["format", "math"]}
+    assert users(default, "verifiers/format.py") == {"validate_verifiers", "grpo", "ppo"}
+    assert users(default, "verifiers/math.py") == {"validate_verifiers", "sft", "grpo", "ppo", "evaluate"}
+    assert users(default, "verifiers/code.py") == {"validate_verifiers"}  # its mutants, imported as such
+    code_rows = {"kind": "synthetic_code"}
+    coding = validate_params({"data": {"sources": [code_rows]}, "rewards": [{"name": "code"}]})
+    assert built_verifiers(coding) == {"judges": ["code"], "rewards": ["code"]}
+    assert {"sft", "grpo", "evaluate"} <= users(coding, "verifiers/code.py")
+
+
+def test_the_catalog_knows_each_built_in_verifiers_tasks_without_importing_it():
+    import importlib
+
+    import verifiers
+    from verifiers.catalog import BUILTIN, BUILTIN_TASKS
+
+    assert BUILTIN_TASKS.keys() == BUILTIN.keys()
+    for name, module in BUILTIN.items():
+        importlib.import_module(module)  # its @register checks the catalog's tasks against the class's
+        assert verifiers.tasks_of(name) == BUILTIN_TASKS[name]
+
+
 def test_every_shipped_set_spells_out_each_params_key_its_stages_read():
     """DVC reads a stage's params keys from the file, not the schema, and fails on one the file lacks
     (`dvc repro` with dvc.yaml wired for the set; a flow run writes it only for its length)."""
