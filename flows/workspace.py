@@ -36,10 +36,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from grpoflow.io import atomic_write
+from grpoflow.provenance import RUN_EDITS_JOURNAL
 
 STATE_DIR = Path(".grpoflow")
 LOCK_FILE = STATE_DIR / "run.lock"
-JOURNAL = STATE_DIR / "restore.json"
+JOURNAL = RUN_EDITS_JOURNAL  # .grpoflow/restore.json: git_commit reads it too (a run's rewrites are not edits)
 JOURNAL_VERSION = 2
 EDITED_SUFFIX = ".edited-during-run"
 _EDITABLE_SUFFIXES = (".yaml", ".yml")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import shutil
 import subprocess
 from functools import cache
@@ -11,20 +12,44 @@ from pathlib import Path
 from grpoflow.io import sha256_paths
 
 
+# Where a flow run journals the files it rewrites for its length (dvc.yaml for another set, a params file with
+# overrides): flows/workspace.py writes it, and git_commit reads it to tell those rewrites from the user's edits.
+RUN_EDITS_JOURNAL = Path(".grpoflow/restore.json")
+
+
 def git_commit(cwd: str | Path = ".") -> tuple[str, bool]:
-    """``(commit sha, dirty)`` of the checkout at ``cwd``; ``("unknown", True)`` outside git."""
+    """``(commit sha, dirty)`` of the checkout at ``cwd``; ``("unknown", True)`` outside git. Dirty means a
+    tracked file differs from the commit, the running flow's own temporary rewrites aside: a file in its
+    journal counts as what it was before the run rewrote it (the overrides are recorded on their own)."""
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True)
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        sha = _git(cwd, "rev-parse", "HEAD").strip()
+        status = _git(cwd, "status", "--porcelain", "--untracked-files=no", "-z")
     except (OSError, subprocess.CalledProcessError):
         return "unknown", True
-    return sha.stdout.strip(), bool(status.stdout.strip())
+    changed = [entry[3:] for entry in status.split("\0") if entry[3:]]
+    rewritten = _run_rewrites(Path(cwd))
+    return sha, any(path not in rewritten or rewritten[path] != _committed(cwd, path) for path in changed)
+
+
+def _git(cwd: str | Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
+def _run_rewrites(root: Path) -> dict[str, str | None]:
+    """Each file the running flow rewrote, with its text before (None: it did not exist), from its journal."""
+    try:
+        entries = json.loads((root / RUN_EDITS_JOURNAL).read_text())["files"]
+        return {path: entry["original"] for path, entry in entries.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def _committed(cwd: str | Path, path: str) -> str | None:
+    """``path``'s text at HEAD (None: not in the commit)."""
+    try:
+        return _git(cwd, "show", f"HEAD:{path}")
+    except subprocess.CalledProcessError:
+        return None
 
 
 def code_hash(*paths: str | Path, root: str | Path = ".") -> str:
