@@ -132,8 +132,11 @@ gpu-bundle: setup
 # The MLflow UI on 127.0.0.1:$(UI_PORT); one Ctrl-C stops it (flows/ui.py says how). `exec`: make's
 # shell leaves the chain, so the signal goes straight to the wrapper.
 UI_PORT ?= 5000
+export UI_PORT
+# --params only when the command line or the environment names a set: else `make ui` opens on the set that ran last.
+PARAMS_GIVEN = $(if $(filter command line environment,$(origin PARAMS)),--params '$(PARAMS)')
 ui: setup
-	exec $(PY) -m flows.ui --port $(UI_PORT) --store $(CURDIR)/mlflow.db --params '$(PARAMS)'
+	exec $(PY) -m flows.ui --port $(UI_PORT) --store $(CURDIR)/mlflow.db $(PARAMS_GIVEN)
 
 clean:
 	rm -rf data/prepared data/verifier_validation data/evaluation models checkpoints reports metrics/*.json metrics/*.csv \

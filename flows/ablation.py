@@ -29,7 +29,7 @@ from typing import Any, cast
 from prefect import State, flow
 from prefect.artifacts import create_table_artifact
 
-from flows import serve
+from flows import serve, summary
 from flows.pipeline import (
     checked_params_file,
     cli_exit,
@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         if forgetting and forgetting["verdict"] in ("better", "worse"):
             line += f"; forgets {'less' if forgetting['verdict'] == 'better' else 'more'} than {result['baseline']}"
         print(line)
+    print(summary.where_text(args.params), end="")
     return 0
 
 

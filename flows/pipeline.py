@@ -15,6 +15,7 @@ import contextlib
 import copy
 import filecmp
 import json
+import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -28,7 +29,7 @@ from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
 from prefect.states import State
 
-from flows import experiments, run_report, serve, workspace
+from flows import experiments, run_report, serve, summary, workspace
 from flows.dag import pipeline_params_file, run_order
 from flows.run_report import StageResult
 from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
@@ -310,7 +311,8 @@ def _mlflow_ui() -> tuple[str, str]:
     uri = tracking.shown_tracking_uri()
     if uri.startswith(("http://", "https://")):
         return uri.rstrip("/"), f"the MLflow tracking server at {uri}"
-    return "http://127.0.0.1:5000", "the MLflow UI, once `make ui` serves this project's store (mlflow.db) there"
+    base = f"http://127.0.0.1:{os.environ.get('UI_PORT', '5000')}"
+    return base, "the MLflow UI, once `make ui` serves this project's store (mlflow.db) there"
 
 
 # MLflow 3's UI opens on its GenAI view unless a link asks for the model-training one.
@@ -345,6 +347,7 @@ def _publish_run_report(
     import mlflow
 
     links = run_links(experiment_id, parent_id, flow_run_id)
+    summary.record_last_run(params_file, experiment_id, parent_id, links["MLflow parent run"])
     head = run_report.write(results, title, params_file=params_file, links=links)
     text = run_report.log_headline(head)
     mlflow.log_artifact(str(run_report.REPORT))
@@ -434,6 +437,7 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None, overr
     ) as parent:
         parent_id = parent.info.run_id
         experiment_id = parent.info.experiment_id
+        print(f"MLflow run: {_mlflow_link(experiment_id, parent_id)} (served by `{summary.ui_command(params_file)}`)")
         create_link_artifact(
             _mlflow_link(experiment_id, parent_id),
             link_text="MLflow parent run",
@@ -586,8 +590,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     except (ConfigError, StageVerdict, KeyboardInterrupt) as exc:  # a verdict's report is in the log above
         return cli_exit(exc)
-    for r in results:
-        print(f"{r.stage:>20}: {'ran' if r.ran else 'cached'} in {r.seconds:.1f} s")
+    print(summary.run_summary(results, load_params(args.params, overrides), args.params), end="")
     print(experiments.overrides_note(overrides, [r.stage for r in results if r.ran]) or "", end="")
     return 0
 

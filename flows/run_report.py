@@ -241,19 +241,23 @@ def _health(trains: dict[str, dict]) -> str:
     return verdict + f'<p class="muted">No symptom seen ({H.esc(ran)}).</p>'
 
 
-def _health_verdict(trains: dict[str, dict]) -> str:
+def health_verdict(trains: dict[str, dict]) -> str:
     """Each training stage's final verdict, as its MLflow run's ``health`` tag and description
-    have it: "grpo: health ok (cleared: reward_flat)"."""
+    have it: "grpo: health ok (cleared: reward_flat)"; empty without a training stage."""
     from tasks.notes import health_text
 
-    lines = [
+    return "; ".join(
         f"{name}: {health_text(list(m.get(M.HEALTH_SYMPTOMS) or []), list(m.get(M.HEALTH) or []))}"
         for name, m in trains.items()
-    ]
-    if not lines:
+    )
+
+
+def _health_verdict(trains: dict[str, dict]) -> str:
+    verdict = health_verdict(trains)
+    if not verdict:
         return ""
     bad = any(m.get(M.HEALTH_SYMPTOMS) for m in trains.values())
-    return f'<p class="{"bad" if bad else "good"}" id="health-verdict">Verdict: {H.esc("; ".join(lines))}.</p>'
+    return f'<p class="{"bad" if bad else "good"}" id="health-verdict">Verdict: {H.esc(verdict)}.</p>'
 
 
 def _reward_model(here: set[str]) -> str:

@@ -32,7 +32,7 @@ from prefect import State, flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-from flows import serve, tune_study
+from flows import serve, summary, tune_study
 from flows.ablation import SHARED_STAGES
 from flows.dag import run_order
 from flows.pipeline import INTERRUPTED, cli_exit, held_workspace, kept_outputs, parse_overrides, precheck
@@ -245,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             + (f"; overlay {r['overlay']}" if r["overlay"] else "")
         )
     print(study_fingerprint_note())
+    print(summary.where_text(args.params, REPORT).replace("Run page", "Report"), end="")
     return 0
 
 

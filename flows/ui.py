@@ -69,7 +69,11 @@ def landing_links(store: Path, experiment: str, base: str) -> list[str]:
 
 
 def _experiment_name(params_file: str | None) -> str | None:
-    if not params_file:
+    """The experiment of ``params_file``; without one, of the set that ran last here (flows/summary.py)."""
+    from flows.summary import last_run
+
+    params_file = params_file or (last_run() or {}).get("params_file")
+    if not params_file or not Path(params_file).is_file():
         return None
     from grpoflow.config import load_params
 
@@ -84,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=5000)
     parser.add_argument("--store", type=Path, default=Path("mlflow.db"), help="the SQLite tracking store")
     parser.add_argument(
-        "--params", default=None, help="the parameter set whose experiment to link (make ui: $(PARAMS))"
+        "--params",
+        default=None,
+        help="the parameter set whose experiment to link (default: the set that ran last here; make ui: PARAMS=)",
     )
     args = parser.parse_args(argv)
     name = _experiment_name(args.params)

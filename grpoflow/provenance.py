@@ -11,7 +11,6 @@ from pathlib import Path
 
 from grpoflow.io import sha256_paths
 
-
 # Where a flow run journals the files it rewrites for its length (dvc.yaml for another set, a params file with
 # overrides): flows/workspace.py writes it, and git_commit reads it to tell those rewrites from the user's edits.
 RUN_EDITS_JOURNAL = Path(".grpoflow/restore.json")

