@@ -15,7 +15,6 @@ import contextlib
 import copy
 import filecmp
 import json
-import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ from prefect.states import State
 
 from flows import experiments, run_report, serve, summary, workspace
 from flows.dag import pipeline_params_file, run_order
+from flows.links import MLFLOW_VIEW, _mlflow_link, _mlflow_ui, run_links  # noqa: F401 - MLFLOW_VIEW: API
 from flows.run_report import StageResult
 from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
 from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_dotted, validate_params
@@ -303,40 +303,6 @@ def _metrics_markdown(results: list[StageResult]) -> str:
         state = "ran" if r.ran else "cached by DVC"
         parts.append(f"## {r.stage} ({state}, {r.seconds:.1f} s)\n\n| metric | value |\n|---|---|\n{rows}\n")
     return "\n".join(parts)
-
-
-def _mlflow_ui() -> tuple[str, str]:
-    """The MLflow UI's address, and how to reach it: a tracking server serves its own; the local
-    SQLite store is served by `make ui`. Shown in Prefect: without the URI's credentials."""
-    uri = tracking.shown_tracking_uri()
-    if uri.startswith(("http://", "https://")):
-        return uri.rstrip("/"), f"the MLflow tracking server at {uri}"
-    base = f"http://127.0.0.1:{os.environ.get('UI_PORT', '5000')}"
-    return base, "the MLflow UI, once `make ui` serves this project's store (mlflow.db) there"
-
-
-# MLflow 3's UI opens on its GenAI view unless a link asks for the model-training one.
-MLFLOW_VIEW = "workflowType=machine_learning"
-
-
-def _mlflow_link(experiment_id: str, run_id: str) -> str:
-    """The run in the MLflow UI, in its model-training view."""
-    return f"{_mlflow_ui()[0]}/#/experiments/{experiment_id}/runs/{run_id}?{MLFLOW_VIEW}"
-
-
-def _prefect_link(flow_run_id: str) -> str:
-    """The flow run in Prefect's UI; empty on the temporary server, which serves no UI."""
-    from prefect.settings import PREFECT_UI_URL
-
-    base = PREFECT_UI_URL.value()
-    return f"{base.rstrip('/')}/runs/flow-run/{flow_run_id}" if base and not serve.on_temporary_server() else ""
-
-
-def run_links(experiment_id: str, parent_id: str, flow_run_id: str) -> dict[str, str]:
-    """The run page's way back, by name: the MLflow parent run and the Prefect flow run (none
-    without a flow run id)."""
-    prefect = _prefect_link(flow_run_id) if flow_run_id else ""
-    return {"MLflow parent run": _mlflow_link(experiment_id, parent_id), "Prefect flow run": prefect}
 
 
 def _publish_run_report(
