@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from grpoflow.config import ConfigError, Params, load_params
 from grpoflow.guard import InputError, check_params_file
+from grpoflow.numerics import pin_cpu_kernels
 from tasks import events
 
 # Exit codes the flow reads: neither is worth a retry, the same inputs give the same answer.
@@ -114,6 +115,7 @@ def run_stage_cli(parser: argparse.ArgumentParser, body: Callable[[argparse.Name
     except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT) from None
+    pin_cpu_kernels(params.experiment.cpu_kernels)  # before the stage imports torch (grpoflow/numerics.py)
     stage = parser.prog.rsplit(".", 1)[-1]
     events.emit(events.START, stage)
     code: int | str | None = 1

@@ -182,7 +182,7 @@ STAGES: list[Stage] = [
             _io("out", "models/base", "out", "the starting model: converted from GGUF, or its source record"),
             _io("metrics", "metrics/base_model.json", "metric", "the stage's metrics JSON"),
         ),
-        params=("model", "prompt"),
+        params=("experiment.cpu_kernels", "model", "prompt"),
     ),
     Stage(
         "prepare",
@@ -219,6 +219,7 @@ STAGES: list[Stage] = [
         ),
         params=(
             "experiment.seed",
+            "experiment.cpu_kernels",
             "model",
             "prompt",
             "rewards",
@@ -243,6 +244,7 @@ STAGES: list[Stage] = [
         ),
         params=(
             "experiment.seed",
+            "experiment.cpu_kernels",
             "model",
             "prompt",
             "rewards",
@@ -257,7 +259,7 @@ STAGES: list[Stage] = [
             algo,
             f"tasks.{algo}",
             _training_io(algo, algo),
-            params=("experiment.seed", "model", "prompt", "rewards", "sandbox", "rl", algo),
+            params=("experiment.seed", "experiment.cpu_kernels", "model", "prompt", "rewards", "sandbox", "rl", algo),
             plot=curves,
         )
         for algo, curves in (
@@ -287,6 +289,7 @@ STAGES: list[Stage] = [
         ),
         params=(
             "experiment.seed",
+            "experiment.cpu_kernels",
             "model.max_length",
             "evaluate",
             "prompt",
@@ -327,6 +330,7 @@ def arm_stage(arm: str, seed: int, custom: bool = False) -> Stage:
         _training_io("the arm", f"arms/{arm}-s{seed}"),
         params=(
             "experiment.seed",
+            "experiment.cpu_kernels",
             "model",
             "prompt",
             "rewards",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from grpoflow import metric_names as M
 from grpoflow.config import Params
 from grpoflow.guard import redact_uri
 from grpoflow.io import sha256_paths
+from grpoflow.numerics import fingerprint
 from grpoflow.provenance import code_hash, git_commit
 
 PARENT_ENV = "GRPOFLOW_PARENT_RUN_ID"
@@ -155,6 +157,7 @@ def provenance_tags(params: Params, params_file: str) -> dict[str, str]:
         "verifier_hash": code_hash(*VERIFIER_CODE),
         "data_hash": data_hash(),
         "prefect_flow_run_id": os.environ.get(FLOW_RUN_ENV, "none"),
+        **({f"numerics.{k}": v for k, v in fingerprint().items()} if "torch" in sys.modules else {}),
     }
 
 

@@ -22,6 +22,11 @@ class ExperimentConfig(_Section):
         description="The pipeline stages this set runs (tasks/stages.py names; null: all). A stage left out drops "
         "out of its consumers' inputs where it can (evaluate evaluates fewer models).",
     )
+    cpu_kernels: Literal["native", "avx2"] = Field(
+        "avx2",
+        description="CPU arithmetic: native (the widest kernels this CPU has; the digits differ between CPU types) "
+        "or avx2 (torch's, MKL's and oneDNN's AVX2 paths: the same digits on any x86-64 CPU with AVX2).",
+    )
 
 
 class TrackingConfig(_Section):
