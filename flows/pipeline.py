@@ -314,6 +314,9 @@ def _publish_run_report(
 
     links = run_links(experiment_id, parent_id, flow_run_id)
     summary.record_last_run(params_file, experiment_id, parent_id, links["MLflow parent run"])
+    sft = stage_declaration("sft")
+    parameters = json.loads(Path(sft.file("metrics")).read_text()) if Path(sft.file("metrics")).is_file() else {}
+    mlflow.log_params(tracking.resolved_model(sft.file("out"), parameters.get("parameters")))
     head = run_report.write(results, title, params_file=params_file, links=links)
     text = run_report.log_headline(head)
     mlflow.log_artifact(str(run_report.REPORT))

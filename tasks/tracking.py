@@ -12,12 +12,13 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import mlflow
+import yaml
 
 from grpoflow import metric_names as M
 from grpoflow.config import Params
@@ -161,16 +162,52 @@ def provenance_tags(params: Params, params_file: str) -> dict[str, str]:
     }
 
 
+# The tiny model's own fields: nothing of a set that starts from a pretrained model (model.name_or_path).
+TINY_MODEL_FIELDS = ("arch", "vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size")
+RESOLVED_PARAMS = "params.resolved.yaml"  # every key of the set as it ran, an artifact of each run
+
+
+def run_params(params: Params, keys: Iterable[str] | None) -> dict[str, Any]:
+    """The params a run logs: the sections and keys in ``keys`` (what its stages read; None: all), without
+    the tiny model's fields where the set starts from a pretrained model."""
+    dumped = params.model_dump(mode="json")
+    if params.model.name_or_path:
+        dumped["model"] = {k: v for k, v in dumped["model"].items() if k not in TINY_MODEL_FIELDS}
+    if keys is None:
+        return flatten(dumped)
+    chosen: dict[str, Any] = {}
+    for key in keys:
+        node: Any = dumped
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        chosen.update(flatten(node, f"{key}.") if isinstance(node, dict) else {key: node})
+    return chosen
+
+
+def stage_keys(stage: str) -> tuple[str, ...] | None:
+    """The params keys stage ``stage`` reads (tasks/stages.py), or None for a run that is no declared stage."""
+    from tasks.stages import BY_NAME
+
+    return BY_NAME[stage].params if stage in BY_NAME else None
+
+
 @contextmanager
 def _run(
-    stage: str, params: Params, params_file: str, parent: str | None, run_name: str | None = None, **tags: str
+    stage: str,
+    params: Params,
+    params_file: str,
+    parent: str | None,
+    run_name: str | None = None,
+    keys: Iterable[str] | None = None,
+    **tags: str,
 ) -> Iterator[mlflow.ActiveRun]:
     use_experiment(params)
     all_tags = {**provenance_tags(params, params_file), "grpoflow.stage": stage, **tags}
     with mlflow.start_run(
         run_name=run_name or stage, parent_run_id=parent, nested=parent is not None, tags=all_tags
     ) as run:
-        mlflow.log_params(flatten(params.model_dump(mode="json")))
+        mlflow.log_params(run_params(params, keys))
+        mlflow.log_text(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False), RESOLVED_PARAMS)
         yield run
 
 
@@ -179,14 +216,19 @@ def stage_run(stage: str, params: Params, params_file: str, run_name: str | None
     """An MLflow run for one stage (named ``run_name``, default the stage), nested under the
     pipeline's parent run when there is one."""
     start = time.perf_counter()
-    with _run(stage, params, params_file, os.environ.get(PARENT_ENV) or None, run_name=run_name) as run:
+    parent = os.environ.get(PARENT_ENV) or None
+    with _run(stage, params, params_file, parent, run_name=run_name, keys=stage_keys(stage)) as run:
         yield run
         mlflow.log_metric(f"{M.SUMMARY}stage_seconds", time.perf_counter() - start)
 
 
 def pipeline_run(params: Params, params_file: str, run_name: str, flow_run_id: str):
-    """The parent run of one pipeline run; children attach to it through ``PARENT_ENV``."""
-    return _run("pipeline", params, params_file, None, run_name=run_name, prefect_flow_run_id=flow_run_id)
+    """The parent run of one pipeline run; children attach to it through ``PARENT_ENV``. It logs the params
+    of the stages that run, and every key as the resolved params file."""
+    from tasks.stages import stages_for
+
+    keys = dict.fromkeys(["experiment", *(k for s in stages_for(params) for k in s.params)])
+    return _run("pipeline", params, params_file, None, run_name=run_name, keys=keys, prefect_flow_run_id=flow_run_id)
 
 
 def tuning_run(params: Params, params_file: str, run_name: str, flow_run_id: str):
@@ -209,7 +251,7 @@ def log_cached_stage(
     Keeps every pipeline run's tree complete in the UI, marked ``dvc_cached=true``.
     """
     tags = {"dvc_cached": "true", "prefect_flow_run_id": flow_run_id}
-    with _run(stage, params, params_file, parent_run_id, **tags) as run:
+    with _run(stage, params, params_file, parent_run_id, keys=stage_keys(stage), **tags) as run:
         log_summary(metrics)
         if "algorithm" in metrics:  # a training stage's: a param, as on the run that trained
             mlflow.log_param("algorithm", metrics["algorithm"])
@@ -217,3 +259,20 @@ def log_cached_stage(
             if Path(path).is_file():
                 mlflow.log_artifact(path)
         return run.info.run_id
+
+
+def resolved_model(folder: str | Path, parameters: int | None) -> dict[str, Any]:
+    """What the model that ran is, from its saved config (``folder``: the sft stage's output, the model every
+    later stage starts from) and its parameter count: ``resolved_model.*`` params of the parent run."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        return {}
+    cfg = json.loads(path.read_text())
+    found = {
+        "arch": (cfg.get("architectures") or [cfg.get("model_type")])[0],
+        "vocab_size": cfg.get("vocab_size"),
+        "hidden_size": cfg.get("hidden_size"),
+        "num_layers": cfg.get("num_hidden_layers"),
+        "parameters": parameters,
+    }
+    return {f"resolved_model.{k}": v for k, v in found.items() if v is not None}

