@@ -18,6 +18,7 @@ from typing import Any
 
 from grpoflow import metric_names as M
 from grpoflow.io import write_json
+from tasks.notes import clock
 
 LAST_RUN = Path(".grpoflow/last_run.json")
 DISPLAY = {"grpo": "GRPO", "ppo": "PPO"}
@@ -34,16 +35,6 @@ def starting_model(params: Any) -> str:
     stem = Path(str(name).removeprefix("package:")).name
     stem = re.sub(r"\.gguf$", "", stem, flags=re.IGNORECASE)
     return re.sub(r"\.(Q\d\w*|IQ\d\w*|F16|BF16|F32)$", "", stem, flags=re.IGNORECASE)
-
-
-def clock(seconds: float) -> str:
-    """``83.4`` as ``1 min 23 s``; under a minute ``42 s``; from an hour ``1 h 02 min``."""
-    whole = int(round(seconds))
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min {whole % 60} s"
-    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
 
 
 def headline_rows(evaluation: dict | None, start: str) -> list[str]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import random
+import threading
+import time
 from pathlib import Path
 
 from grpoflow import metric_names as M
@@ -92,7 +94,37 @@ def heldout_rows(data: Path, limit: int = 256) -> list[dict]:
     return [r for r in read_jsonl(data / "val.jsonl")[:limit] if r.get("solution")]
 
 
-def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: list, out: Path) -> dict:
+class Heartbeat:
+    """Says every ``every_s`` seconds how far the stage is (prompts scored of all models' and sets', what it is
+    on, the time in), from a thread of its own: one generation call may take minutes."""
+
+    def __init__(self, total_prompts: int, every_s: float = 30.0) -> None:
+        self.total, self.every_s, self.done, self.now = total_prompts, every_s, 0, "loading"
+        self.start, self.stop = time.monotonic(), threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def line(self) -> str:
+        from tasks.notes import clock
+
+        spent = clock(time.monotonic() - self.start)
+        return f"evaluate: {self.done}/{self.total} prompts scored (models x sets), now {self.now}; {spent} in"
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            print(self.line(), flush=True)
+
+    def __enter__(self) -> Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def evaluate_model(
+    name: str, path: str, params: Params, sets: dict, heldout: list, out: Path, beat: Heartbeat | None = None
+) -> dict:
     """One policy's scores on every set, its held-out loss, and its per-example outputs."""
     from grpoflow.evaluation.accuracy import greedy_accuracy, heldout_loss, sampled_metrics
     from grpoflow.models.modeling import load_pretrained
@@ -117,6 +149,8 @@ def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: li
     result: dict = {"heldout_loss": heldout_loss(model, prompter, heldout)}
     sampling = Sampling(cfg.temperature, 1.0, max_new)
     for set_name, rows in sets.items():
+        if beat is not None:
+            beat.now = f"{name} on {set_name} ({len(rows)} prompts x {cfg.n_samples} samples)"
         sampled = sampled_metrics(
             engine, rows, score, canonical, prompter, n=cfg.n_samples, k=cfg.k, sampling=sampling, seed=seed
         )
@@ -126,6 +160,8 @@ def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: li
         result[set_name] = set_scores(sampled, greedy, cfg.k) | {"examples": len(rows)}
         outputs = example_outputs(greedy.outputs, sampled.outputs) if greedy else sampled.outputs
         write_jsonl(out / f"{name}_{set_name}.jsonl", outputs)
+        if beat is not None:
+            beat.done += len(rows)
     return result
 
 
@@ -145,9 +181,10 @@ def main(args: argparse.Namespace, params: Params) -> None:
     sets = eval_sets(data, params.evaluate.max_examples, params.experiment.seed)
     heldout = heldout_rows(data)
     results: dict[str, dict] = {}
-    with tracking.stage_run("evaluate", params, args.params) as parent:
+    total = len(models) * sum(len(rows) for rows in sets.values())
+    with tracking.stage_run("evaluate", params, args.params) as parent, Heartbeat(total) as beat:
         for name, path in models.items():
-            results[name] = evaluate_model(name, path, params, sets, heldout, out)
+            results[name] = evaluate_model(name, path, params, sets, heldout, out, beat)
             with mlflow.start_run(
                 run_name=f"evaluate/{name}",
                 nested=True,

@@ -118,3 +118,13 @@ def health_text(standing: list[str], verdict: list[dict]) -> str:
     stand at the end of the run ("health kl_rising_fast")."""
     cleared = [v["name"] for v in verdict if v["name"] not in standing]
     return f"health {', '.join(standing) or 'ok'}" + (f" (cleared: {', '.join(cleared)})" if cleared else "")
+
+
+def clock(seconds: float) -> str:
+    """``83.4`` as ``1 min 23 s``; under a minute ``42 s``; from an hour ``1 h 02 min``."""
+    whole = int(round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"

@@ -133,12 +133,54 @@ def run_note(start: float | None, end: float | None, standing: list[str], verdic
     return f"{val}; {health_text(standing, verdict)}"
 
 
-def _console_line(name: str, step: int, total: int, m: dict) -> str:
+def _console_line(name: str, step: int, total: int, m: dict, clock: str = "") -> str:
+    """One step's line: its number as MLflow, the history and the health lines have it (0-based), how many of
+    ``total`` are done, ``clock`` (elapsed and left), then its metrics."""
     val = f" val_acc {m[M.VAL_ACCURACY]:.3f}" if M.VAL_ACCURACY in m else ""
     return (
-        f"{name} step {step + 1}/{total}: reward {m[M.REWARD_MEAN]:.3f} kl {m[M.KL]:.4f} entropy {m[M.ENTROPY]:.3f} "
-        f"len {m[M.COMPLETION_LENGTH_MEAN]:.1f} {m[M.STEP_SECONDS]:.2f}s{val}"
+        f"{name} step {step} ({step + 1}/{total} done{clock}): reward {m[M.REWARD_MEAN]:.3f} kl {m[M.KL]:.4f} "
+        f"entropy {m[M.ENTROPY]:.3f} len {m[M.COMPLETION_LENGTH_MEAN]:.1f} {m[M.STEP_SECONDS]:.2f}s{val}"
     )
+
+
+class Progress:
+    """Elapsed time and an estimate of the time left, from the steps this process has run (a resumed run's
+    earlier steps are not in its pace)."""
+
+    def __init__(self, total: int, done: int) -> None:
+        self.total, self.first, self.start = total, done, time.monotonic()
+
+    def clock(self, step: int) -> str:
+        """``, 1 min 2 s elapsed, ~4 min 10 s left`` after step ``step`` (0-based)."""
+        from tasks.notes import clock
+
+        elapsed, ran = time.monotonic() - self.start, step + 1 - self.first
+        left = elapsed / ran * (self.total - step - 1) if ran > 0 else 0.0
+        return f", {clock(elapsed)} elapsed, ~{clock(left)} left"
+
+
+class Clearing:
+    """Symptoms that stopped holding, each said once: cleared for ``window`` steps in a row (the health
+    monitor's own window), so that one that comes and goes is not called cleared each time it goes."""
+
+    def __init__(self, verdict: Callable[[list[dict]], list[dict]], window: int) -> None:
+        self.verdict, self.window = verdict, window
+        self.said: set[str] = set()
+
+    def cleared(self, rows: list[dict]) -> list[dict]:
+        """The symptoms newly cleared at the last of ``rows`` (the history so far)."""
+        if not rows:
+            return []
+        last = int(rows[-1]["step"])
+        found = [
+            v
+            for v in self.verdict(rows)
+            if v.get("cleared_by") is not None
+            and last - int(v["cleared_by"]) + 1 >= self.window
+            and v["name"] not in self.said
+        ]
+        self.said.update(v["name"] for v in found)
+        return found
 
 
 def _preflight(rl_run, name: str, out: Path) -> None:
@@ -330,6 +372,9 @@ def _train(s: Stage, val_start: float | None, steps_log) -> None:
 def _on_step(s: Stage, recorder: StepRecorder | None, console: StepConsole | None) -> Callable[[int, dict], None]:
     """The loop's per-step hook: health events, the history and MLflow, the console, progress."""
     name, total = s.name, s.rl_run.params.rl.steps
+    trainer = s.rl_run.trainer
+    progress = Progress(total, trainer.state.step)
+    clearing = Clearing(trainer.health.verdict, trainer.health.window)
 
     def on_step(step: int, m: dict) -> None:
         check_interrupted()  # a Ctrl-C a finalizer swallowed stops the stage here, at a step's end
@@ -342,8 +387,10 @@ def _on_step(s: Stage, recorder: StepRecorder | None, console: StepConsole | Non
             )
             events.emit(events.HEALTH, name, **symptom)
         recorder.step(step, m)
+        for cleared in clearing.cleared(recorder.history.rows):
+            console.say(f"{name}: HEALTH step {step}: {cleared['name']} cleared (since step {cleared['cleared_by']})")
         shown = {k: m[k] for k in (M.REWARD_MEAN, M.KL, M.VAL_ACCURACY) if k in m}
-        console.step(_console_line(name, step, total, m), shown)
+        console.step(_console_line(name, step, total, m, progress.clock(step)), shown)
         events.emit(events.PROGRESS, name, step=step + 1, total=total)
 
     return on_step

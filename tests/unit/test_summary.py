@@ -7,6 +7,7 @@ from pathlib import Path
 
 from flows import summary, ui
 from grpoflow.config import load_params, validate_params
+from tasks.notes import clock
 
 REPO = Path(__file__).resolve().parents[2]
 EVALUATION = {
@@ -26,7 +27,7 @@ def test_the_starting_model_is_named_by_what_it_is():
 
 
 def test_times_read_as_minutes_and_seconds():
-    assert [summary.clock(s) for s in (7.4, 59.6, 83.4, 1379, 3725)] == [
+    assert [clock(s) for s in (7.4, 59.6, 83.4, 1379, 3725)] == [
         "7 s",
         "1 min 0 s",
         "1 min 23 s",

@@ -1,0 +1,18 @@
+
+
+def test_evaluate_says_how_far_it_is_at_least_every_interval(capsys):
+    # A 6-minute evaluate said nothing until it ended.
+    import time
+
+    from tasks.evaluate import Heartbeat
+
+    with Heartbeat(total_prompts=600, every_s=0.05) as beat:
+        beat.now, beat.done = "sft on test (300 prompts x 8 samples)", 300
+        deadline, printed = time.monotonic() + 10, ""
+        while "300/600" not in printed and time.monotonic() < deadline:
+            time.sleep(0.02)
+            printed += capsys.readouterr().out
+        said = beat.line()
+    assert "evaluate: 300/600 prompts scored" in printed  # printed by its thread, unasked
+    assert said.startswith("evaluate: 300/600 prompts scored (models x sets), now sft on test (300 prompts x 8")
+    assert not beat.thread.is_alive()  # stopped with the stage
