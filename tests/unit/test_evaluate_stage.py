@@ -1,3 +1,4 @@
+"""The evaluate stage's own code around the scoring: its progress while it runs."""
 
 
 def test_evaluate_says_how_far_it_is_at_least_every_interval(capsys):
