@@ -103,6 +103,20 @@ class DvcAdvice:
         return self.inside
 
 
+ENGINE_CONFIG_KEYS = ("model", "dtype", "max_seq_len", "device_config", "enforce_eager", "tensor_parallel_size", "seed")
+
+
+def engine_config_line(line: str) -> str:
+    """vLLM's engine start prints its whole config on one line (2-3 KB); the stage log keeps what matters of it
+    (:data:`ENGINE_CONFIG_KEYS`), other lines as they are."""
+    head, found, config = line.partition(" with config: ")
+    if not found or len(line) < 500:
+        return line
+    values = dict(re.findall(r"(?:^|, )(\w+)=('[^']*'|[^,]*)", config))
+    kept = ", ".join(f"{k}={values[k]}" for k in ENGINE_CONFIG_KEYS if k in values)
+    return f"{head} with config: {kept} (the rest of its {len(config)} characters left out)"
+
+
 class EngineNoise:
     """The engines' start-up chatter: vLLM's and DeepSpeed's INFO/WARNING log lines (a vLLM engine
     start prints its whole config on one line of about 3,000 characters, and the same thread
@@ -229,9 +243,10 @@ def _stream(
         with full as fh:
             for line in proc.stdout:  # type: ignore[union-attr]
                 line = redact_text(line.rstrip())  # MLflow prints its server's URI, credentials and all ("View run at")
-                if fh is not None:
-                    fh.write(line + "\n")
-                if not line or advice.hides(line):
+                advised = bool(line) and advice.hides(line)  # once in the README, not after every stage
+                if fh is not None and not advised:
+                    fh.write(engine_config_line(line) + "\n")
+                if not line or advised:
                     continue
                 if noise.hides(line):
                     hidden += 1

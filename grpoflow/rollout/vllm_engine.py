@@ -14,12 +14,41 @@ here as the cost of a 2-3 s engine start instead of about 20 s.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
 import torch
 
 from grpoflow.rollout import Rollouts, Sampling
+
+
+ROTARY_WARNING = "RotaryEmbedding: Failed to load weights"
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+
+
+class RotaryCacheKept(logging.Filter):
+    """vLLM's rotary-embedding cache is computed from the model's config, not trained: a weight sync has no
+    tensor for it, and at each sync vLLM says ``RotaryEmbedding: Failed to load weights`` (28 times in a
+    SmolLM2 run) and keeps its own cache, which is the right one. Said once, in words, instead: the log-probs
+    after a sync match the trainer's (tests/e2e/test_vllm_rollout.py)."""
+
+    said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != ROTARY_WARNING:
+            return True
+        if not RotaryCacheKept.said:
+            RotaryCacheKept.said = True
+            print("vLLM keeps its own rotary-embedding cache at each weight sync (it is computed, not trained)")
+        return False
+
+
+def _quiet_rotary_warning() -> None:
+    """Install :class:`RotaryCacheKept` once on vLLM's reload logger."""
+    reload_logger = logging.getLogger(RELOAD_LOGGER)
+    if not any(isinstance(f, RotaryCacheKept) for f in reload_logger.filters):
+        reload_logger.addFilter(RotaryCacheKept())
 
 
 def _reload(worker, state: dict[str, torch.Tensor]) -> bool:
@@ -52,6 +81,7 @@ class VLLMRolloutEngine:
         prefix_caching: bool = True,
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # colocated: same process
+        _quiet_rotary_warning()
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU
         from vllm import LLM
 

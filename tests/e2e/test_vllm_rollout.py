@@ -46,7 +46,19 @@ def test_vllm_samples_from_the_trainers_weights_before_and_after_sync(setup):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    engine.sync_weights(model)
+    import logging
+
+    from grpoflow.rollout.vllm_engine import RELOAD_LOGGER, ROTARY_WARNING
+
+    heard: list[str] = []
+    listener = logging.Handler()
+    listener.emit = lambda record: heard.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger(RELOAD_LOGGER).addHandler(listener)
+    try:
+        engine.sync_weights(model)
+    finally:
+        logging.getLogger(RELOAD_LOGGER).removeHandler(listener)
+    assert ROTARY_WARNING not in heard  # said once in words instead, and the sync stays exact:
     after = engine.generate(PROMPTS, 3, sampling, seed=1)
     mask = after.completion_mask.bool()
     assert torch.allclose(after.sampler_logprobs[mask], trainer_logprobs(model, after)[mask], atol=1e-4)

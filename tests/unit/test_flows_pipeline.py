@@ -389,6 +389,34 @@ def test_engine_chatter_goes_to_the_log_file_and_errors_stay_on_the_console():
     ]
 
 
+def test_a_stage_log_file_keeps_what_matters_of_vllms_config_and_none_of_dvcs_advice(tmp_path, monkeypatch):
+    # grpo.log had a 2 KB vLLM config line, and DVC's commit advice ended every stage's log.
+    import logging
+
+    from flows import stage_run
+
+    config = "model='/m', tokenizer='/m', dtype=torch.bfloat16, max_seq_len=256, " + "opt=1, " * 300 + "seed=0"
+    printed = [
+        "Running stage 'grpo':",
+        f"INFO 12-03 04:32:15 [core.py:93] Initializing a V1 LLM engine (v0.32.0) with config: {config}",
+        "To track the changes with git, run:",
+        "\tgit add dvc.lock",
+        "Use `dvc push` to send your updates to remote storage.",
+        "grpo step 0 (1/2 done): reward 0.5",
+    ]
+    script = tmp_path / "say.py"
+    script.write_text("import sys\nfor line in sys.argv[1:]:\n    print(line)\n")
+    monkeypatch.setattr(stage_run, "get_run_logger", lambda: logging.getLogger("test-stage-log"))
+    log_file = tmp_path / "grpo.log"
+    stage_run._stream([sys.executable, str(script), *printed], {}, log_file=log_file)
+    kept = log_file.read_text().splitlines()
+    assert kept[0] == "Running stage 'grpo':" and kept[-1] == "grpo step 0 (1/2 done): reward 0.5" and len(kept) == 3
+    assert kept[1].endswith(
+        "with config: model='/m', dtype=torch.bfloat16, max_seq_len=256, seed=0 (the rest of its "
+        f"{len(config)} characters left out)"
+    )
+
+
 def test_the_run_page_links_each_stages_full_log(tmp_path, monkeypatch):
     from flows import run_report
     from flows.run_report import StageResult
