@@ -22,7 +22,6 @@ import torch
 
 from grpoflow.rollout import Rollouts, Sampling
 
-
 ROTARY_WARNING = "RotaryEmbedding: Failed to load weights"
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
 
