@@ -24,7 +24,7 @@ from tasks.tracking import mlflow_name
 
 REPORT = Path("reports/run.html")
 # The one stage time a person reads: the flow's clock around the stage, DVC's checks included.
-WALL = "wall seconds (DVC included)"
+WALL = "wall time (DVC included)"
 STAGE_LOGS = REPORT.parent / "logs"  # each stage's whole output, engine logs included (flows/stage_run.py)
 
 
@@ -120,8 +120,13 @@ def trainings(read_metrics: Callable[[str], dict | None], only: set[str] | None 
 
 
 def _stage_table(rows: list[StageResult]) -> str:
-    """Each stage's status and time, and links to the full logs of those that wrote one."""
-    table = H.table([{"stage": r.stage, "status": "ran" if r.ran else "cached by DVC", WALL: r.seconds} for r in rows])
+    """Each stage's status and time (minutes and seconds, as the console's summary says it), and links to the
+    full logs of those that wrote one."""
+    from tasks.notes import clock
+
+    table = H.table(
+        [{"stage": r.stage, "status": "ran" if r.ran else "cached by DVC", WALL: clock(r.seconds)} for r in rows]
+    )
     logs = [r.stage for r in rows if (STAGE_LOGS / f"{r.stage}.log").is_file()]
     links = ", ".join(f'<a href="{STAGE_LOGS.name}/{H.esc(s)}.log">{H.esc(s)}</a>' for s in logs)
     return table + (f'<p class="muted">Full logs, engine output included: {links}</p>' if logs else "")
@@ -302,7 +307,12 @@ def provenance_line(params_file: str | None, when: datetime | None = None) -> st
 
 def links_line(links: dict[str, str] | None) -> str:
     """The way back: each named link (the MLflow parent run, the Prefect flow run) as an anchor."""
-    anchors = [f'<a href="{H.esc(url)}">{H.esc(name)}</a>' for name, url in (links or {}).items() if url]
+    # A new tab: inside MLflow's artifact viewer the page is framed, and a link that stays in the frame fails.
+    anchors = [
+        f'<a href="{H.esc(url)}" target="_blank" rel="noopener">{H.esc(name)}</a>'
+        for name, url in (links or {}).items()
+        if url
+    ]
     return f"<p>{' · '.join(anchors)}</p>" if anchors else ""
 
 
@@ -325,36 +335,32 @@ def build(
     compare = _json(stage("compare").file("metrics")) if "compare" in here else None
     head = headline(evaluation, compare, trains)
     table_path = Path(stage("compare").file("out")) / "table.json"
-    versus = (
-        H.table(json.loads(table_path.read_text()), ["metric", "grpo", "ppo"])
+    # A section per stage that ran; one of a stage this run does not have is left out, not left empty.
+    optional = {
+        "Reward model": _reward_model(here) if "reward_model" in here else "",
+        "GRPO vs PPO": H.table(json.loads(table_path.read_text()), ["metric", "grpo", "ppo"])
         if compare and table_path.is_file()
-        else ('<p class="muted">No GRPO-vs-PPO comparison in this run.</p>')
-    )
-    ablation = _ablation() if ABLATION_REPORT in here else '<p class="muted">No ablation in this run.</p>'
+        else "",
+        "Ablation": _ablation() if ABLATION_REPORT in here else "",
+    }
+    sections = [
+        ("Stages", _stage_table(rows)),
+        ("Gates", _gates(rows)),
+        ("Learning curves", _curves(histories, trains)),
+        ("Health", _health(trains)),
+        ("Where the step time goes", _phases(trains)),
+        ("Reward model", optional["Reward model"]),
+        ("Evaluation", _evaluation(evaluation)),
+        ("GRPO vs PPO", optional["GRPO vs PPO"]),
+        ("Ablation", optional["Ablation"]),
+    ]
     html = H.page(
         title,
         [
             f'<p class="muted">{H.esc(provenance_line(params_file))}</p>',
             links_line(links),
             f'<p class="headline">{H.esc(headline_text(head))}</p>',
-            "<h2>Stages</h2>",
-            _stage_table(rows),
-            "<h2>Gates</h2>",
-            _gates(rows),
-            "<h2>Learning curves</h2>",
-            _curves(histories, trains),
-            "<h2>Health</h2>",
-            _health(trains),
-            "<h2>Where the step time goes</h2>",
-            _phases(trains),
-            "<h2>Reward model</h2>",
-            _reward_model(here),
-            "<h2>Evaluation</h2>",
-            _evaluation(evaluation),
-            "<h2>GRPO vs PPO</h2>",
-            versus,
-            "<h2>Ablation</h2>",
-            ablation,
+            *(part for name, body in sections if body for part in (f"<h2>{H.esc(name)}</h2>", body)),
         ],
     )
     return html, head

@@ -426,7 +426,7 @@ def test_the_run_page_links_each_stages_full_log(tmp_path, monkeypatch):
     (tmp_path / "reports" / "logs" / "grpo.log").write_text("all of it\n")
     page, _ = run_report.build([StageResult("prepare", True, 1.0), StageResult("grpo", True, 2.0)], "t")
     assert '<a href="logs/grpo.log">grpo</a>' in page and "logs/prepare.log" not in page
-    assert "<th>wall seconds (DVC included)</th>" in page
+    assert "<th>wall time (DVC included)</th>" in page
 
 
 # ---------------------------------------------------------------- hostile inputs (issue 23, items 6, 8 and 11)

@@ -74,13 +74,14 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     assert head["test_pass@1"] == {"sft": 0.3125, "grpo": 0.5} and head["winner"] is None
     assert "cached by DVC" in page and "FAILED" in page and "math.val: recall 0.9 &lt; 0.99" in page
     assert page.count('src="data:image/png;base64,') == 1  # the curves, inline
-    assert "No GRPO-vs-PPO comparison in this run." in page and "<script" not in page
+    assert "<h2>GRPO vs PPO</h2>" not in page and "<script" not in page  # no compare stage: no empty section
     # A benchmark gets its own row (a code set: no maj@k); no reward model ran.
     assert "<td>humaneval</td>" in page and '<td class="num">6.2%</td>' in page  # shares in %
     assert "<th>maj@4</th>" in page and "pass@4 and maj@4 from 4 samples" in page
     assert '<td class="num">75.0% ± 5.0</td>' in page  # with the standard error over prompts, in points
     assert '<td class="num">164</td>' in page  # the set's prompts beside its scores
-    assert "No reward model in this run." in page
+    assert "<h2>Reward model</h2>" not in page and "<h2>Ablation</h2>" not in page
+    assert "<td>grpo</td><td>ran</td><td>20 s</td>" in page  # times in minutes and seconds
     # Health: a symptom that cleared says from which step, not as the run's verdict
     assert "<h2>Health</h2>" in page and "<td>reward_flat</td>" in page and "cleared by step 80" in page
     # Where the step time goes: per training stage, each phase's mean seconds and share.
@@ -139,7 +140,10 @@ def test_the_page_says_which_set_commit_and_time_it_is_of():
 
 def test_the_page_links_back_to_mlflow_and_prefect():
     line = run_report.links_line({"MLflow run": "http://127.0.0.1:5000/#/x?a=1&b=2", "Prefect flow run": ""})
-    assert line == '<p><a href="http://127.0.0.1:5000/#/x?a=1&amp;b=2">MLflow run</a></p>'  # escaped; none when empty
+    # Escaped, in a new tab (MLflow's artifact viewer frames the page), none when empty.
+    assert (
+        line == '<p><a href="http://127.0.0.1:5000/#/x?a=1&amp;b=2" target="_blank" rel="noopener">MLflow run</a></p>'
+    )
     assert run_report.links_line(None) == ""
 
 
