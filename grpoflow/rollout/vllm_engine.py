@@ -35,6 +35,7 @@ class RotaryCacheKept(logging.Filter):
     said = False
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Let every record through but the rotary warning, which is said once in words instead."""
         if record.getMessage() != ROTARY_WARNING:
             return True
         if not RotaryCacheKept.said:

@@ -29,6 +29,9 @@ NOT_RUN = {
     "git": "commits to the checkout",
     ".venv/bin/prefect": "needs the Prefect server of `make serve` (tests/e2e/test_operations.py runs them)",
     "pytest": "the test suite itself",
+    "docker": "needs a Docker daemon and a registry (tests/unit/test_deploy_image.py lints the Dockerfile)",
+    "kubectl": "needs a Kubernetes cluster",
+    "hf": "downloads from the model hub, which this machine cannot reach",
     **dict.fromkeys(("cat", "head", "tail", "echo", "ls", "mkdir", "cp"), "a shell utility: nothing of the project's"),
 }
 # Parameter sets a section asks the reader to write first (their commands are still checked otherwise).
