@@ -116,11 +116,15 @@ class StepLogger:
         self._drawn: dict[str, int] = {}  # moved schedule values: the last step charted
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        """Log ``metrics`` of step ``step``."""
+        """Log ``metrics`` of step ``step``: a phase only where it took time, and the step's wall (its phases'
+        sum, evaluation and checkpoint included) as its one ``step_seconds``."""
         batch = {}
-        for key, value in numeric_metrics(metrics).items():
+        numbers = numeric_metrics(metrics)
+        if M.PHASE_WALL in numbers:
+            numbers[M.STEP_SECONDS] = numbers.pop(M.PHASE_WALL)
+        for key, value in numbers.items():
             name = M.tracked(key)
-            if name is None:
+            if name is None or (key.startswith(M.PHASE_PREFIX) and value == 0):
                 continue
             if M.is_schedule(name):
                 previous = self._last.get(name)
@@ -199,12 +203,17 @@ def _run(
     parent: str | None,
     run_name: str | None = None,
     keys: Iterable[str] | None = None,
+    system_metrics: bool = False,
     **tags: str,
 ) -> Iterator[mlflow.ActiveRun]:
     use_experiment(params)
     all_tags = {**provenance_tags(params, params_file), "grpoflow.stage": stage, **tags}
     with mlflow.start_run(
-        run_name=run_name or stage, parent_run_id=parent, nested=parent is not None, tags=all_tags
+        run_name=run_name or stage,
+        parent_run_id=parent,
+        nested=parent is not None,
+        tags=all_tags,
+        log_system_metrics=system_metrics,  # CPU, memory, and GPU where pynvml is there: MLflow's own sampler
     ) as run:
         mlflow.log_params(run_params(params, keys))
         mlflow.log_text(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False), RESOLVED_PARAMS)
@@ -217,7 +226,8 @@ def stage_run(stage: str, params: Params, params_file: str, run_name: str | None
     pipeline's parent run when there is one."""
     start = time.perf_counter()
     parent = os.environ.get(PARENT_ENV) or None
-    with _run(stage, params, params_file, parent, run_name=run_name, keys=stage_keys(stage)) as run:
+    keys = stage_keys(stage)
+    with _run(stage, params, params_file, parent, run_name=run_name, keys=keys, system_metrics=True) as run:
         yield run
         mlflow.log_metric(f"{M.SUMMARY}stage_seconds", time.perf_counter() - start)
 

@@ -123,7 +123,7 @@ def test_the_step_split_is_charted_under_perf_and_its_summary_flattened(client):
     from grpoflow import metric_names as M
 
     split = {M.PHASE_ROLLOUT: 0.5, M.PHASE_UPDATE: 1.0, M.PHASE_CHECKPOINT: 0.25, M.PHASE_OTHER: 0.25}
-    split[M.PHASE_WALL] = 2.0
+    split |= {M.PHASE_WALL: 2.0, M.STEP_SECONDS: 1.75, M.PHASE_OLD_LOGPROBS: 0.0}
     with mlflow.start_run() as run:
         steps = tracking.StepLogger()
         steps.log(0, split)
@@ -132,7 +132,10 @@ def test_the_step_split_is_charted_under_perf_and_its_summary_flattened(client):
     rid = run.info.run_id
     assert _history(client, rid, "perf/phase/rollout_s") == [(0, 0.5)]
     assert _history(client, rid, "perf/phase/checkpoint_s") == [(0, 0.25)]
-    assert _history(client, rid, "perf/phase/wall_s") == [(0, 2.0)]
+    # One number for the step's time: the wall its phases add up to (perf/phase/wall_s said it apart, 18.80
+    # against step_seconds' 14.51); a phase that took no time is not charted (old_logprobs_s was always 0).
+    assert _history(client, rid, "perf/step_seconds") == [(0, 2.0)]
+    assert _history(client, rid, "perf/phase/wall_s") == [] and _history(client, rid, "perf/phase/old_logprobs_s") == []
     assert _history(client, rid, "summary/phases.update.share") == [(0, 0.5)]
 
 
@@ -232,3 +235,17 @@ def test_the_resolved_model_is_read_from_the_model_that_ran(tmp_path):
         "resolved_model.parameters": 134515008,
     }
     assert tracking.resolved_model(tmp_path / "none", None) == {}
+
+
+def test_a_stage_run_samples_the_machine_through_mlflows_system_metrics(client, tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_LOGGING", "1")
+    with tracking.stage_run("sft", validate_params({}), "params/x.yaml") as run:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not client.get_run(run.info.run_id).data.metrics:
+            time.sleep(0.2)
+    logged = client.get_run(run.info.run_id).data.metrics
+    assert any(name.startswith("system/cpu_utilization") for name in logged), sorted(logged)
