@@ -204,10 +204,10 @@ def _run(
     run_name: str | None = None,
     keys: Iterable[str] | None = None,
     system_metrics: bool = False,
-    **tags: str,
+    tags: dict[str, str] | None = None,
 ) -> Iterator[mlflow.ActiveRun]:
     use_experiment(params)
-    all_tags = {**provenance_tags(params, params_file), "grpoflow.stage": stage, **tags}
+    all_tags = {**provenance_tags(params, params_file), "grpoflow.stage": stage, **(tags or {})}
     with mlflow.start_run(
         run_name=run_name or stage,
         parent_run_id=parent,
@@ -238,12 +238,13 @@ def pipeline_run(params: Params, params_file: str, run_name: str, flow_run_id: s
     from tasks.stages import stages_for
 
     keys = dict.fromkeys(["experiment", *(k for s in stages_for(params) for k in s.params)])
-    return _run("pipeline", params, params_file, None, run_name=run_name, keys=keys, prefect_flow_run_id=flow_run_id)
+    flow = {"prefect_flow_run_id": flow_run_id}
+    return _run("pipeline", params, params_file, None, run_name=run_name, keys=keys, tags=flow)
 
 
 def tuning_run(params: Params, params_file: str, run_name: str, flow_run_id: str):
     """The parent run of one arm's tuning; its trials attach to it through ``PARENT_ENV``."""
-    return _run("tune", params, params_file, None, run_name=run_name, prefect_flow_run_id=flow_run_id)
+    return _run("tune", params, params_file, None, run_name=run_name, tags={"prefect_flow_run_id": flow_run_id})
 
 
 def log_cached_stage(
@@ -261,7 +262,7 @@ def log_cached_stage(
     Keeps every pipeline run's tree complete in the UI, marked ``dvc_cached=true``.
     """
     tags = {"dvc_cached": "true", "prefect_flow_run_id": flow_run_id}
-    with _run(stage, params, params_file, parent_run_id, keys=stage_keys(stage), **tags) as run:
+    with _run(stage, params, params_file, parent_run_id, keys=stage_keys(stage), tags=tags) as run:
         log_summary(metrics)
         if "algorithm" in metrics:  # a training stage's: a param, as on the run that trained
             mlflow.log_param("algorithm", metrics["algorithm"])
