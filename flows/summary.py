@@ -43,9 +43,9 @@ def summary(
     stages: Sequence[tuple[str, bool, float]], evaluation: dict | None, health: str, start: str, where: dict[str, str]
 ) -> str:
     """The end of a run: ``stages`` as (name, ran, seconds); ``where`` the page, the MLflow link and the UI command."""
-    lines = ["", "Result (test pass@1 ± standard error):", *(headline_rows(evaluation, start) or ["  not evaluated"])]
-    timed = " · ".join(f"{name} {clock(s)}" + ("" if ran else " (cached)") for name, ran, s in stages)
-    lines.append(f"Stages: {timed} ({clock(sum(s for _, _, s in stages))} in all)")
+    lines = [f"{name:>20}: {'ran' if ran else 'cached'} in {clock(s)}" for name, ran, s in stages]
+    lines.append(f"{'in all':>20}: {clock(sum(s for _, _, s in stages))}")
+    lines += ["", "Result (test pass@1 ± standard error):", *(headline_rows(evaluation, start) or ["  not evaluated"])]
     if health:
         lines.append(f"Health: {health}")
     lines += [f"{label}: {value}" for label, value in where.items() if value]

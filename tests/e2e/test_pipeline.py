@@ -25,7 +25,8 @@ def test_leakage_gate_fails_the_flow_with_a_report(project, run_env):
         "  benchmarks: []\n",
         f"  benchmarks:\n    - {{kind: file, path: {fixtures}/test.jsonl, license: MIT, name: gsm8k_test}}\n",
     )
-    params = params.replace("ngram_min_overlap: 0.8", "ngram_min_overlap: 0.5")
+    # Against a public benchmark, templated siblings count too (the fixture's leak is one: other numbers).
+    params = params.replace("ngram_min_overlap: 0.8", "ngram_min_overlap: 0.5\n    numbers: ignore")
     (project / "params" / "gsm8k.yaml").write_text(params)
     dvc_yaml = project / "dvc.yaml"
     dvc_yaml.write_text(

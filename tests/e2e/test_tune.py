@@ -12,7 +12,7 @@ import optuna
 import pytest
 import yaml
 
-from grpoflow.tuning.overlay import dotted
+from grpoflow.tuning.overlay import overlay_budget, read_overlay
 from tests.e2e.conftest import run
 
 pytestmark = pytest.mark.e2e
@@ -61,7 +61,9 @@ def test_two_trials_per_arm_give_studies_child_runs_and_overlays_and_a_rerun_res
         assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
         assert all(t.user_attrs["steps"] == 2 and sorted(t.intermediate_values) == [1, 2] for t in trials)
         finished[arm] = [(t.number, t.datetime_complete) for t in trials]
-        overlay = dotted(yaml.safe_load((project / "params" / "tuned" / f"smoke-{arm}.yaml").read_text()))
+        path = project / "params" / "tuned" / f"smoke-{arm}.yaml"
+        overlay = read_overlay(path)  # the settings; tuned_with records the tuning that found them
+        assert overlay_budget(path) == 4
         best = max(trials, key=lambda t: t.value)
         assert overlay == best.params and set(overlay) == set(trials[0].params)  # only the tuned keys
         for key, (low, high) in space[arm].items():

@@ -35,7 +35,11 @@ def test_one_process_is_todays_python_command_byte_for_byte():
     generated = _commands(for_params("params/default.yaml", params))
     assert generated["grpo"] == GRPO_TODAY
     assert all(cmd.startswith("python -m tasks.") for cmd in generated.values())
-    assert yaml.safe_load(for_params("params/default.yaml", params)) == dvc_spec("params/default.yaml")
+    from grpoflow.config.judges import built_verifiers
+    from tasks.stages import local_sources
+
+    grain = {"sources": local_sources(params), "built": built_verifiers(params)}  # the set's own deps
+    assert yaml.safe_load(for_params("params/default.yaml", params)) == dvc_spec("params/default.yaml", **grain)
 
 
 def test_two_nodes_of_two_processes_run_the_training_stages_under_torchrun():
