@@ -39,16 +39,20 @@ def stage_deps(stage: str, dvc_yaml: str | Path = "dvc.yaml") -> list[str]:
 
 
 def fingerprint(paths: list[str]) -> Fingerprint:
-    """Every file under ``paths`` (a file, or a directory walked whole) with its size and mtime."""
+    """Every file under ``paths`` (a file, or a directory walked whole) with its size and mtime; Python's
+    bytecode caches left out (a stage's first import writes them into the code it depends on, and DVC
+    hashes no ``__pycache__`` either: git ignores it)."""
     found: Fingerprint = {}
     for path in paths:
         if os.path.isfile(path):
             found[path] = _stat(path)
             continue
-        for folder, _, files in os.walk(path):
+        for folder, dirs, files in os.walk(path):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
             for name in files:
-                file = os.path.join(folder, name)
-                found[file] = _stat(file)
+                if not name.endswith(".pyc"):
+                    file = os.path.join(folder, name)
+                    found[file] = _stat(file)
     return found
 
 
