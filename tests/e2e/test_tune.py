@@ -10,7 +10,6 @@ import sys
 
 import optuna
 import pytest
-import yaml
 
 from grpoflow.tuning.overlay import overlay_budget, read_overlay
 from tests.e2e.conftest import run
