@@ -86,7 +86,9 @@ def record(name: str, run_info: dict) -> str:
 def overrides_note(overrides: dict | None, ran: list[str]) -> str | None:
     """After a ``--set`` run, the line that says why ``dvc status`` now shows the stages that read a set key
     as changed, and how to make it clean; None after a run without overrides."""
-    readers = [name for name in ran if any(_reads(_params_of(name), key) for key in overrides or {})]
+    from tasks.tracking import stage_keys
+
+    readers = [name for name in ran if any(_reads(stage_keys(name) or (), key) for key in overrides or {})]
     if not overrides or not readers:
         return None
     shown = " ".join(f"{k}={v}" for k, v in overrides.items())
@@ -95,13 +97,6 @@ def overrides_note(overrides: dict | None, ran: list[str]) -> str | None:
         "the params file does not hold. `dvc exp apply <the experiment above>` puts the run's params in place (dvc "
         "status is then clean); a run without --set remakes the outputs from the set's own.\n"
     )
-
-
-def _params_of(name: str) -> tuple[str, ...]:
-    try:
-        return declared(name).params
-    except KeyError:  # an ablation arm's stage: not among the pipeline's declarations
-        return ()
 
 
 def _reads(params: tuple[str, ...], key: str) -> bool:

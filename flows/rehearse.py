@@ -190,8 +190,9 @@ def shrink_overlays(tuned: Path) -> None:
 
     for path in sorted(tuned.glob("*.yaml")) if tuned.is_dir() else []:
         settings = {k: v for k, v in read_overlay(path).items() if k not in SMOKE}
-        path.write_text(yaml.safe_dump(nested(settings), sort_keys=True) if settings else "")
-        if not settings:
+        if settings:
+            path.write_text(yaml.safe_dump(nested(settings), sort_keys=True))
+        else:
             path.unlink()
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from grpoflow import metric_names as M
 from tasks import html_report as H
+from tasks.notes import model_name, starting_model
 from tasks.stages import ABLATION_OUT, ABLATION_REPORT, TRAINING, stage
 from tasks.tracking import mlflow_name
 
@@ -63,11 +64,6 @@ def headline(
     }
 
 
-def model_name(model: str, head: dict[str, Any]) -> str:
-    """A model as the page and the console name it: the starting model by what it is, GRPO, PPO."""
-    return head.get("start", "SFT") if model == "sft" else {"grpo": "GRPO", "ppo": "PPO"}.get(model, model)
-
-
 def headline_text(head: dict[str, Any]) -> str:
     """The headline as one sentence: each model by name, with its gain over the starting model."""
     se, scored = head.get("test_pass@1_se", {}), head["test_pass@1"]
@@ -77,7 +73,9 @@ def headline_text(head: dict[str, Any]) -> str:
         return f" ({100 * (v - base):+.1f})" if m != "sft" and base is not None else ""
 
     scores = ", ".join(
-        f"{model_name(m, head)} {H.percent(v, se.get(m))}{gain(m, v)}" for m, v in scored.items() if v is not None
+        f"{model_name(m, head['start'])} {H.percent(v, se.get(m))}{gain(m, v)}"
+        for m, v in scored.items()
+        if v is not None
     )
     speed = ", ".join(f"{a} {v:.2f} s/step" for a, v in head["seconds_per_step"].items() if v is not None)
     parts = [
@@ -337,7 +335,6 @@ def _start_name(params_file: str | None) -> str:
     if not params_file or not Path(params_file).is_file():
         return "SFT"
     from grpoflow.config import load_params
-    from tasks.notes import starting_model
 
     return starting_model(load_params(params_file))
 

@@ -17,10 +17,9 @@ from typing import Any
 
 from grpoflow import metric_names as M
 from grpoflow.io import write_json
-from tasks.notes import clock, starting_model  # noqa: F401 - starting_model: this module's API too
+from tasks.notes import clock, model_name, starting_model
 
 LAST_RUN = Path(".grpoflow/last_run.json")
-DISPLAY = {"grpo": "GRPO", "ppo": "PPO"}
 
 
 def headline_rows(evaluation: dict | None, start: str) -> list[str]:
@@ -35,7 +34,7 @@ def headline_rows(evaluation: dict | None, start: str) -> list[str]:
             continue
         shown = f"{100 * value:.1f}%" + (f" ± {100 * se:.1f}" if se is not None else "")
         gain = "" if name == "sft" or base is None else f"{100 * (value - base):+.1f} points over {start}"
-        rows.append(f"  {start if name == 'sft' else DISPLAY.get(name, name):<24} {shown:<14} {gain}".rstrip())
+        rows.append(f"  {model_name(name, start):<24} {shown:<14} {gain}".rstrip())
     return rows
 
 

@@ -18,6 +18,7 @@ from grpoflow.config import Params
 from grpoflow.io import read_jsonl, write_json, write_jsonl
 from grpoflow.metric_names import stderr_of
 from tasks.cli import run_stage_cli, stage_parser
+from tasks.notes import clock
 from verifiers.math import canonical_answer as canonical  # maj@k's vote key (tasks.arm imports it from here)
 
 
@@ -104,8 +105,6 @@ class Heartbeat:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def line(self) -> str:
-        from tasks.notes import clock
-
         spent = clock(time.monotonic() - self.start)
         return f"evaluate: {self.done}/{self.total} prompts scored (models x sets), now {self.now}; {spent} in"
 
@@ -185,9 +184,8 @@ def main(args: argparse.Namespace, params: Params) -> None:
     with tracking.stage_run("evaluate", params, args.params) as parent, Heartbeat(total) as beat:
         for name, path in models.items():
             results[name] = evaluate_model(name, path, params, sets, heldout, out, beat)
-            shown = notes.starting_model(params) if name == "sft" else name.upper() if name in ("grpo", "ppo") else name
             with mlflow.start_run(
-                run_name=f"evaluate/{shown}",
+                run_name=f"evaluate/{notes.model_name(name, notes.starting_model(params))}",
                 nested=True,
                 parent_run_id=parent.info.run_id,
                 tags={"grpoflow.stage": "evaluate", "algorithm": name, "model_path": path},

@@ -143,3 +143,9 @@ def starting_model(params: Any) -> str:
     stem = Path(str(name).removeprefix("package:")).name
     stem = re.sub(r"\.gguf$", "", stem, flags=re.IGNORECASE)
     return re.sub(r"\.(Q\d\w*|IQ\d\w*|F16|BF16|F32)$", "", stem, flags=re.IGNORECASE)
+
+
+def model_name(model: str, start: str) -> str:
+    """A model as the console, the run page and MLflow's run names call it: the starting model (``sft``) by
+    what it is (``start``, :func:`starting_model`), GRPO, PPO, anything else by its own name."""
+    return start if model == "sft" else {"grpo": "GRPO", "ppo": "PPO"}.get(model, model)

@@ -24,8 +24,10 @@ from grpoflow.rl.algorithm import Algorithm
 from tasks import events
 from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT, check_interrupted, run_stage_cli, stage_parser
 from tasks.console import StepConsole
+from tasks.notes import clock
 
 if TYPE_CHECKING:
+    from grpoflow.rl.health import HealthMonitor
     from grpoflow.rl.run import RLRun
     from grpoflow.rl.trainer import LoopState
 
@@ -152,19 +154,18 @@ class Progress:
 
     def clock(self, step: int) -> str:
         """``, 1 min 2 s elapsed, ~4 min 10 s left`` after step ``step`` (0-based)."""
-        from tasks.notes import clock
-
         elapsed, ran = time.monotonic() - self.start, step + 1 - self.first
         left = elapsed / ran * (self.total - step - 1) if ran > 0 else 0.0
         return f", {clock(elapsed)} elapsed, ~{clock(left)} left"
 
 
 class Clearing:
-    """Symptoms that stopped holding, each said once: cleared for ``window`` steps in a row (the health
-    monitor's own window), so that one that comes and goes is not called cleared each time it goes."""
+    """Symptoms that stopped holding, each said once: absent for ``window`` steps in a row (the health
+    monitor's own window), so that one that comes and goes is not called cleared each time it goes. Read from
+    the live monitor's ``last_held``, not by replaying the history: it runs at every step."""
 
-    def __init__(self, verdict: Callable[[list[dict]], list[dict]], window: int) -> None:
-        self.verdict, self.window = verdict, window
+    def __init__(self, monitor: HealthMonitor, window: int) -> None:
+        self.monitor, self.window = monitor, window
         self.said: set[str] = set()
 
     def cleared(self, rows: list[dict]) -> list[dict]:
@@ -172,15 +173,9 @@ class Clearing:
         if not rows:
             return []
         last = int(rows[-1]["step"])
-        found = [
-            v
-            for v in self.verdict(rows)
-            if v.get("cleared_by") is not None
-            and last - int(v["cleared_by"]) + 1 >= self.window
-            and v["name"] not in self.said
-        ]
-        self.said.update(v["name"] for v in found)
-        return found
+        names = [n for n, held in self.monitor.last_held.items() if last - held >= self.window and n not in self.said]
+        self.said.update(names)
+        return [{"name": n, "cleared_by": self.monitor.last_held[n] + 1} for n in names]
 
 
 def _preflight(rl_run, name: str, out: Path) -> None:
@@ -374,7 +369,7 @@ def _on_step(s: Stage, recorder: StepRecorder | None, console: StepConsole | Non
     name, total = s.name, s.rl_run.params.rl.steps
     trainer = s.rl_run.trainer
     progress = Progress(total, trainer.state.step)
-    clearing = Clearing(trainer.health.verdict, trainer.health.window)
+    clearing = Clearing(trainer.health, trainer.health.window)
 
     def on_step(step: int, m: dict) -> None:
         check_interrupted()  # a Ctrl-C a finalizer swallowed stops the stage here, at a step's end

@@ -171,10 +171,10 @@ TINY_MODEL_FIELDS = ("arch", "vocab_size", "hidden_size", "num_layers", "num_hea
 RESOLVED_PARAMS = "params.resolved.yaml"  # every key of the set as it ran, an artifact of each run
 
 
-def run_params(params: Params, keys: Iterable[str] | None) -> dict[str, Any]:
+def run_params(params: Params, keys: Iterable[str] | None, dumped: dict[str, Any] | None = None) -> dict[str, Any]:
     """The params a run logs: the sections and keys in ``keys`` (what its stages read; None: all), without
-    the tiny model's fields where the set starts from a pretrained model."""
-    dumped = params.model_dump(mode="json")
+    the tiny model's fields where the set starts from a pretrained model (``dumped``: the set, dumped already)."""
+    dumped = dict(dumped or params.model_dump(mode="json"))
     if params.model.name_or_path:
         dumped["model"] = {k: v for k, v in dumped["model"].items() if k not in TINY_MODEL_FIELDS}
     if keys is None:
@@ -215,8 +215,9 @@ def _run(
         tags=all_tags,
         log_system_metrics=system_metrics,  # CPU, memory, and GPU where pynvml is there: MLflow's own sampler
     ) as run:
-        mlflow.log_params(run_params(params, keys))
-        mlflow.log_text(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False), RESOLVED_PARAMS)
+        dumped = params.model_dump(mode="json")
+        mlflow.log_params(run_params(params, keys, dumped))
+        mlflow.log_text(yaml.safe_dump(dumped, sort_keys=False), RESOLVED_PARAMS)
         yield run
 
 

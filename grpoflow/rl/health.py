@@ -77,6 +77,7 @@ class HealthMonitor:
     history: list[dict] = field(default_factory=list)
     symptoms: dict[str, Symptom] = field(default_factory=dict)
     pending: list[Symptom] = field(default_factory=list)
+    last_held: dict[str, int] = field(default_factory=dict)  # each rule's symptom: the last step it held at
 
     def record(self, symptom: Symptom) -> None:
         """An event seen outside the metrics (an out-of-memory back-off, a corrupt checkpoint):
@@ -95,7 +96,9 @@ class HealthMonitor:
                     "verifiers; the last checkpoint is intact."
                 )
         self.history.append({"step": step, **metrics})
-        new = [s for s in self._rules(step) if s.name not in self.symptoms]
+        held = self._rules(step)
+        self.last_held.update((s.name, step) for s in held)
+        new = [s for s in held if s.name not in self.symptoms]
         for s in new:
             self.symptoms[s.name] = s
         new, self.pending = self.pending + new, []

@@ -44,12 +44,12 @@ def test_a_step_line_numbers_steps_as_mlflow_does_and_says_time_left(monkeypatch
 
 
 def test_a_symptom_that_cleared_is_said_once_when_it_stayed_away_a_window():
+    from grpoflow.rl.health import HealthMonitor
     from tasks.rl_stage import Clearing
 
-    def verdict(rows):  # as HealthMonitor.verdict: length_cap held until step 2, gone from step 3
-        return [{"name": "length_cap", "status": "cleared", "cleared_by": 3}, {"name": "kl_rising_fast"}]
-
-    clearing = Clearing(verdict, window=3)
+    # length_cap held until step 2 (gone from step 3); kl_rising_fast still holds at the last step.
+    monitor = HealthMonitor(last_held={"length_cap": 2, "kl_rising_fast": 6})
+    clearing = Clearing(monitor, window=3)
     said = [[v["name"] for v in clearing.cleared([{"step": s}])] for s in range(7)]
     assert said == [[], [], [], [], [], ["length_cap"], []]  # steps 3, 4, 5 clear: said at 5, then never again
     assert clearing.cleared([]) == []
