@@ -18,7 +18,8 @@ from grpoflow.config import EngineConfig, ModelConfig
 from grpoflow.models import checkpoint
 from grpoflow.models.engine import build_engine
 from grpoflow.models.modeling import build_tiny_model, train_tokenizer
-from grpoflow.rl.trainer import LoopState
+from grpoflow.rl import loop_state
+from grpoflow.rl.loop_state import LoopState
 
 
 def run(hidden: int = 512, layers: int = 8) -> dict:
@@ -42,7 +43,7 @@ def run(hidden: int = 512, layers: int = 8) -> dict:
             t_ours = min(
                 t_ours,
                 best_of(
-                    lambda: checkpoint.save(engine, ours, LoopState(step=next(steps)), "fp", keep=2),
+                    lambda: loop_state.save(engine, ours, LoopState(step=next(steps)), "fp", keep=2),
                     repeats=1,
                     warmup=0,
                 ),

@@ -55,7 +55,7 @@ def _scored(work: Path, params, rows: list[dict], seed: int) -> list:
     """The PPO policy's rollouts of ``rows`` (G each, at the set's sampling), scored by the set's reward."""
     from grpoflow.models.modeling import load_pretrained
     from grpoflow.models.prompting import prompter_for
-    from grpoflow.rl.critic_ceiling import Scored
+    from grpoflow.rl.critic_ceiling import RewardedBatch
     from grpoflow.rl.rewards import build_reward
     from grpoflow.rollout import Sampling
     from grpoflow.rollout.hf import HFRolloutEngine
@@ -71,7 +71,7 @@ def _scored(work: Path, params, rows: list[dict], seed: int) -> list:
         chunk = rows[lo : lo + 32]
         ro = engine.generate([prompter.prompt(r["prompt"]) for r in chunk], g, sampling, seed + lo)
         total, _ = reward(ro.texts, [r for r in chunk for _ in range(g)])
-        batches.append(Scored(ro, total, g))
+        batches.append(RewardedBatch(ro, total, g))
     return batches
 
 

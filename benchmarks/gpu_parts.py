@@ -9,7 +9,8 @@ time): the parts import the project themselves.
 - ``step_timing``: ours against TRL 1.16 at SmolLM2-135M's shape (random weights from the bundle's
   config, bf16, HF rollouts on both sides, 16 prompts x G 8 x 256 tokens), alternating, each side in
   its own process (:mod:`benchmarks.grpo_step_timing`), with our phase split, the update's achieved
-  FLOP/s as a share of the matmul peak, and the step's FLOP floor at that peak.
+  FLOP/s as a share of the matmul peak, and the step's FLOP floor at that peak; and which kernels
+  our passes run there (the attention's SDPA backend, the log-probs': :mod:`grpoflow.rl.kernels`).
 
 ``--dry`` (DRY=1 bash benchmarks/gpu/check.sh) runs every part on the CPU at tiny sizes, with the
 packages that neither the image nor the bundle has made unimportable (:data:`ABSENT`).
@@ -245,11 +246,33 @@ def _side(results: list[dict]) -> dict[str, Any]:
     return side
 
 
+KERNELS_TIMEOUT = 60  # the kernel probe: a process that loads the model and runs one small pass
+
+
+def run_kernels(plan_: Plan, model: Path) -> dict:
+    """Which attention and log-prob kernels our training passes run for ``model`` in bf16 on the
+    device: what PyTorch picks and what ran in one packed pass (``python -m grpoflow.rl.kernels``).
+    A probe that fails says why, and the part goes on."""
+    cmd = [sys.executable, "-m", "grpoflow.rl.kernels", str(model), "--bf16"]
+    part, output = run_part("step_timing", cmd, plan_, timeout=KERNELS_TIMEOUT)
+    found = tagged(output, "KERNELS ")
+    return found or {"error": part.get("error") or "no KERNELS line", "tail": output[-400:]}
+
+
+def kernel_line(kernels: dict) -> str:
+    """The table's line for :func:`run_kernels`' answer."""
+    if "line" not in kernels:
+        return f"    kernels: not reported ({kernels.get('error', '?')})"
+    ran = ", ".join(kernels.get("ran") or []) or "none"
+    return f"    kernels (ours, bf16 on {kernels.get('device', '?')}): {kernels['line']}; a packed pass ran sdpa {ran}"
+
+
 def run_step_timing(plan_: Plan) -> dict:
     """Ours against TRL at SmolLM2's shape, alternating, within the part's time (a side that would
     not fit in what is left is skipped, and says so)."""
     start, shape = time.perf_counter(), plan_.shape
     model = _random_smollm(plan_)
+    kernels = run_kernels(plan_, model)
     sizes = f"{shape.prompts},{shape.g},{shape.tokens}"
     args = ["--model", "smollm", "--model-dir", str(model), "--sizes", sizes, "--bf16"]
     args += ["--steps", str(shape.steps), "--warmup", str(shape.warmup)]
@@ -269,6 +292,7 @@ def run_step_timing(plan_: Plan) -> dict:
         runs.append({"impl": impl, **{k: v for k, v in part.items() if k != "tail"}})
     sides = {impl: _side(r) for impl, r in results.items() if r}
     record: dict[str, Any] = {"ok": set(sides) == {"ours", "trl"}, "sizes": sizes, "runs": runs, "sides": sides}
+    record["kernels"] = kernels
     if record["ok"]:
         ours, trl = sides["ours"], sides["trl"]
         record["ours_over_trl"] = {"s_per_step": round(ours["s_per_step"] / trl["s_per_step"], 3)}
@@ -322,8 +346,14 @@ def detail_lines(name: str, part: dict) -> list[str]:
         stages = ", ".join(f"{k} {v:.1f} s" for k, v in part["stage_seconds"].items())
         scores = ", ".join(f"{k} {v:.3f}" for k, v in part["test_pass_at_1"].items())
         return [f"    on {part['device']}: {stages}; test pass@1 {scores}"]
-    if name != "step_timing" or not part.get("sides"):
+    if name != "step_timing":
         return []
+    lines = _side_lines(part) if part.get("sides") else []
+    return lines + ([kernel_line(part["kernels"])] if part.get("kernels") else [])
+
+
+def _side_lines(part: dict) -> list[str]:
+    """The step-timing part's table: each side, their ratio, our phases and the FLOP floor."""
     lines = [f"    {'side':<6}{'s/step':>9}{'tokens/step':>13}{'peak alloc MB':>15}   (sizes {part['sizes']})"]
     for side, d in part["sides"].items():
         peak = d["cuda_peak_allocated_mb"]

@@ -40,6 +40,7 @@ from flows.pipeline import (
 )
 from flows.rehearse import add_smoke, rehearse
 from flows.stage_run import StageVerdict, verdict_state
+from grpoflow import catalog
 from grpoflow.config import ARMS, ConfigError, load_params
 from grpoflow.tuning.overlay import overlay_budget, overlay_path, read_overlay, shown, tuned_arm_overrides
 from tasks.cli import add_overrides, command_parser
@@ -87,7 +88,7 @@ def ablation(
 ) -> dict | State:
     """Arms ``arms`` (the first the baseline) at ``seeds`` on one parameter set, with validated
     ``overrides``; each tuned arm with its overlay unless ``tuned`` is false."""
-    arms = arms or ["grpo", "ppo"]
+    arms = arms or catalog.names()
     every, lines = with_tuned(params_file, arms, ablation_overrides(arms, seeds or [0], overrides), tuned)
     for line in lines:
         print(line)
@@ -114,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--arms",
         nargs="+",
-        default=["grpo", "ppo"],
+        default=catalog.names(),
         metavar="ARM",
         help=f"the arms, the first the baseline (known: {' '.join(ARMS)}; or the set's custom_arms)",
     )

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import filecmp
 import json
-import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +28,7 @@ from prefect.states import State
 
 from flows import experiments, run_report, serve, summary, workspace
 from flows.dag import pipeline_params_file, run_order
+from flows.kept_outputs import kept_outputs
 from flows.links import MLFLOW_VIEW, _mlflow_link, _mlflow_ui, run_links  # noqa: F401 - MLFLOW_VIEW: API
 from flows.run_report import StageResult
 from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
@@ -39,7 +38,7 @@ from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short
 from grpoflow.models.model_source import has_chat_template, model_unavailable
 from tasks import tracking
 from tasks.cli import add_overrides, command_parser
-from tasks.stages import REPORT_PLOTS, Stage, stages_for
+from tasks.stages import REPORT_PLOTS, stages_for
 from tasks.stages import STAGES as declared_stages
 from tasks.stages import for_params as dvc_yaml_for
 from tasks.stages import select as select_stages
@@ -61,10 +60,6 @@ def cli_exit(exc: BaseException, interrupted: str = INTERRUPTED) -> int:
         return EXIT_INTERRUPTED
     print(f"error: {exc}", file=sys.stderr)
     return 2 if isinstance(exc, ConfigError) else 1
-
-
-LAST_GOOD = workspace.STATE_DIR / "last-good"
-FAILED = workspace.STATE_DIR / "failed"
 
 
 def _check_params_file(
@@ -236,63 +231,6 @@ def _dotted_value(tree: dict[str, Any], dotted: str) -> Any:
     for part in dotted.split("."):
         node = node[part]
     return node
-
-
-def _uncached_outputs(stage: Stage) -> list[Path]:
-    """The stage's outputs that DVC deletes before running it but does not cache (metrics, plots,
-    reports), as they are now."""
-    uncached = set(experiments.untracked_outputs(DVC_YAML))
-    return [Path(p) for p in stage.outs if p in uncached]  # outs holds the metrics too
-
-
-def _move(src: Path, dst: Path) -> None:
-    if dst.is_dir():
-        shutil.rmtree(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(src), str(dst))
-
-
-def _same(a: Path, b: Path) -> bool:
-    return a.is_file() and b.is_file() and filecmp.cmp(a, b, shallow=False)
-
-
-def _put_back(paths: list[Path], backup: Path, failed: Path) -> tuple[list[str], list[str]]:
-    """Restore ``paths`` from ``backup``; what is there now goes to ``failed``. (restored, set aside)"""
-    restored, aside = [], []
-    for path in paths:
-        if _same(path, backup / path):
-            continue
-        if path.exists():
-            _move(path, failed / path)
-            aside.append(str(path))
-        _move(backup / path, path)
-        restored.append(str(path))
-    return restored, aside
-
-
-@contextlib.contextmanager
-def kept_outputs(stage: Stage) -> Iterator[None]:
-    """If ``stage`` fails, put back the outputs of its last successful run that DVC deleted and does
-    not cache (``metrics/*.json``: nothing else holds them); what the failed attempt wrote there
-    instead (e.g. a gate's verdict) is kept under ``.grpoflow/failed/<stage>/``."""
-    paths = [p for p in _uncached_outputs(stage) if p.exists()]
-    backup = LAST_GOOD / stage.name
-    shutil.rmtree(backup, ignore_errors=True)
-    for path in paths:
-        (backup / path).parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if path.is_dir() else shutil.copy2)(path, backup / path)
-    try:
-        yield
-    except BaseException:
-        restored, aside = _put_back(paths, backup, FAILED / stage.name)
-        if restored:
-            print(
-                f"{stage.name} did not finish: put back {', '.join(restored)} of its last successful run"
-                + (f" (this attempt's {', '.join(aside)}: under {FAILED / stage.name})" if aside else "")
-            )
-        raise
-    finally:
-        shutil.rmtree(backup, ignore_errors=True)
 
 
 def _metrics_markdown(results: list[StageResult]) -> str:

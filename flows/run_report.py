@@ -17,8 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from grpoflow import catalog
 from grpoflow import metric_names as M
 from tasks import html_report as H
+from tasks.compare import title as compare_title
 from tasks.notes import model_name, starting_model
 from tasks.stages import ABLATION_OUT, ABLATION_REPORT, TRAINING, stage
 from tasks.tracking import mlflow_name
@@ -361,7 +363,7 @@ def build(
     # A section per stage that ran; one of a stage this run does not have is left out, not left empty.
     optional = {
         "Reward model": _reward_model(here) if "reward_model" in here else "",
-        "GRPO vs PPO": H.table(json.loads(table_path.read_text()), ["metric", "grpo", "ppo"])
+        "compare": H.table(json.loads(table_path.read_text()), ["metric", *catalog.names()])
         if compare and table_path.is_file()
         else "",
         "Ablation": _ablation() if ABLATION_REPORT in here else "",
@@ -374,7 +376,7 @@ def build(
         ("Where the step time goes", _phases(trains)),
         ("Reward model", optional["Reward model"]),
         ("Evaluation", _evaluation(evaluation)),
-        ("GRPO vs PPO", optional["GRPO vs PPO"]),
+        (compare_title(catalog.names()), optional["compare"]),
         ("Ablation", optional["Ablation"]),
     ]
     html = H.page(

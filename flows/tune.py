@@ -35,10 +35,12 @@ from prefect.runtime import flow_run
 from flows import serve, summary, tune_study
 from flows.ablation import SHARED_STAGES
 from flows.dag import run_order
-from flows.pipeline import INTERRUPTED, cli_exit, held_workspace, kept_outputs, parse_overrides, precheck
+from flows.kept_outputs import kept_outputs
+from flows.pipeline import INTERRUPTED, cli_exit, held_workspace, parse_overrides, precheck
 from flows.rehearse import add_smoke, rehearse
 from flows.run_report import StageResult
 from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
+from grpoflow import catalog
 from grpoflow.config import ConfigError, Params, arm_params, load_params
 from grpoflow.io import atomic_write
 from grpoflow.tuning import report
@@ -157,10 +159,11 @@ def tune(
     fresh: bool = False,
     replace_overlay: bool = False,
 ) -> dict | State:
-    """Tune ``arms`` (default grpo and ppo) of one parameter set, ``trials`` each (default ``tune.trials``);
+    """Tune ``arms`` (default: every algorithm of grpoflow.catalog) of one parameter set, ``trials``
+    each (default ``tune.trials``);
     each arm's best settings replace its overlay when this tune's budget is at least the overlay's, or
     ``replace_overlay``, and go beside it otherwise."""
-    arms = arms or ["grpo", "ppo"]
+    arms = arms or catalog.names()
     every = tune_overrides(trials, overrides)
     precheck(params_file, every)
     check_spaces(load_params(params_file, every), arms)
@@ -201,7 +204,7 @@ def study_fingerprint_note() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("flows.tune", __doc__)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
-    parser.add_argument("--arms", nargs="+", default=["grpo", "ppo"], metavar="ARM", help="the arms to tune")
+    parser.add_argument("--arms", nargs="+", default=catalog.names(), metavar="ARM", help="the arms to tune")
     parser.add_argument("--trials", type=int, default=None, help="trials per arm (default: the set's tune.trials)")
     parser.add_argument("--fresh", action="store_true", help="delete the arms' studies and start them over")
     parser.add_argument(

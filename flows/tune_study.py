@@ -21,6 +21,7 @@ from prefect.cache_policies import NONE
 
 from flows import trial as trial_process
 from flows import workspace
+from grpoflow import catalog
 from grpoflow.config import ARMS, ConfigError, Params, arm_params, unknown_name
 from grpoflow.tuning.budget import Budget
 from grpoflow.tuning.report import ArmTuning, TrialRow
@@ -93,11 +94,11 @@ def fingerprint(params: Params, arm: str) -> str:
     tuning settings but the number of trials (more trials extend a study), the data and the reference."""
     algorithm = params.ablation.arm(arm).algorithm
     budget, eval_every = trial_budget(params)
-    sections = {"data", "model", "prompt", "rewards", "sandbox", "sft", "rl", "grpo", "ppo"}
+    sections = {"data", "model", "prompt", "rewards", "sandbox", "sft", "rl", *catalog.sections()}
     payload = {
         "set": arm_params(params, arm).model_dump(mode="json", include=sections),
         "seed": params.experiment.seed,
-        "tune": params.tune.model_dump(mode="json", exclude={"trials", "grpo", "ppo", "steps", "eval_every"}),
+        "tune": params.tune.model_dump(mode="json", exclude={"trials", *catalog.names(), "steps", "eval_every"}),
         "trial": [budget.steps, eval_every],  # as resolved: null and rl.steps spelled out are the same
         "space": {k: d.model_dump(mode="json") for k, d in params.tune.space(algorithm).items()},
         "data": tracking.data_hash(),

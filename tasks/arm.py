@@ -16,13 +16,6 @@ from tasks.cli import run_stage_cli, stage_parser
 from tasks.stages import arm_stage
 
 
-def _algorithm(name: str):
-    """The arm's algorithm, through its stage's own loader (after argument parsing: --help needs no torch)."""
-    from tasks import grpo, ppo
-
-    return {"grpo": grpo.algorithm, "ppo": ppo.algorithm}[name]()
-
-
 def test_scores(params: Params, data: Path, reference: Path):
     """What an arm adds to its metrics once trained: pass@1 on (up to evaluate.max_examples of) the
     test split, from evaluate.n_samples samples at evaluate.temperature with the verifier evaluate
@@ -67,6 +60,7 @@ def test_scores(params: Params, data: Path, reference: Path):
 
 def main(args: argparse.Namespace, params: Params) -> None:
     from grpoflow.config import arm_params
+    from grpoflow.rl.algorithm import ALGORITHMS
     from tasks import rl_stage
 
     arm = params.ablation.arm(args.arm)
@@ -77,7 +71,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
         params={"arm": args.arm, "arm_overrides": str(arm.overrides) or "{}"},
         scores=test_scores(arm_set, Path(args.data), Path(args.reference)),
     )
-    rl_stage.run(args, arm_set, _algorithm(arm.algorithm), arm=hooks)
+    rl_stage.run(args, arm_set, ALGORITHMS[arm.algorithm], arm=hooks)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Stage ``compare``: the GRPO-vs-PPO ablation report, plots for DVC and MLflow.
+"""Stage ``compare``: the algorithms side by side (GRPO against the PPO baseline, and any other of
+grpoflow.catalog): the report, plots for DVC and MLflow.
 
 python -m tasks.compare --params params/default.yaml --out reports/compare --metrics metrics/compare.json
 """
@@ -9,6 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
+from grpoflow import catalog
 from grpoflow import metric_names as M
 from grpoflow.config import Params
 from grpoflow.evaluation.compare import memory_breakdown, summarize, winner
@@ -17,12 +19,22 @@ from tasks import html_report
 from tasks.cli import run_stage_cli, stage_parser
 from tasks.stages import stage
 
-ALGORITHMS = ("grpo", "ppo")
+
+def critic_pair() -> tuple[str, str] | None:
+    """The pair whose peak memory the report explains: the default algorithm against the first
+    one with a critic (none: no breakdown)."""
+    critic = next((e.name for e in catalog.ALGORITHMS.values() if e.critic), None)
+    return (catalog.default(), critic) if critic else None
 
 
 def _memory_sentence(memory: dict) -> str:
+    pair = critic_pair()
+    if not memory or pair is None:
+        return "No algorithm trains a critic: there is no memory to attribute to one."
+    a, b = pair
+    ta, tb = catalog.title(a), catalog.title(b)
     return (
-        f"GRPO / PPO = {memory['grpo_over_ppo']:.3f}; PPO needs {memory['difference_mb']:.1f} MiB more, of "
+        f"{ta} / {tb} = {memory[f'{a}_over_{b}']:.3f}; {tb} needs {memory['difference_mb']:.1f} MiB more, of "
         f"which the critic's model state (weights {memory['critic_weights_mb']:.1f} "
         f"+ gradients {memory['critic_gradients_mb']:.1f} + AdamW moments {memory['critic_optimizer_mb']:.1f} MiB) "
         f"explains {memory['critic_model_state_mb']:.1f}; the rest "
@@ -33,7 +45,13 @@ def _memory_sentence(memory: dict) -> str:
 
 def table_rows(summaries: dict) -> list[dict]:
     """The comparison as rows: metric, then each algorithm's value."""
-    return [{"metric": k, **{a: summaries[a][k] for a in ALGORITHMS}} for k in summaries["grpo"] if k != "algorithm"]
+    first = next(iter(summaries.values()))
+    return [{"metric": k, **{a: s[k] for a, s in summaries.items()}} for k in first if k != "algorithm"]
+
+
+def title(names: list[str]) -> str:
+    """The report's title: the algorithms, ``GRPO vs PPO``."""
+    return " vs ".join(catalog.title(a) for a in names)
 
 
 def winner_line(verdict: str) -> str:
@@ -42,16 +60,17 @@ def winner_line(verdict: str) -> str:
 
 def report(summaries: dict, memory: dict, verdict: str) -> str:
     """The comparison in Markdown (Prefect's artifact, DVC's reports/); the plots are beside it."""
+    names = list(summaries)
     lines = [
-        "# GRPO vs PPO",
+        f"# {title(names)}",
         "",
         winner_line(verdict).replace(verdict, f"**{verdict}**", 1),
         "",
-        "| metric | GRPO | PPO |",
-        "|---|---|---|",
+        "| metric | " + " | ".join(catalog.title(a) for a in names) + " |",
+        "|---" * (len(names) + 1) + "|",
     ]
     lines += [
-        f"| {r['metric']} | {html_report.fmt(r['grpo'])} | {html_report.fmt(r['ppo'])} |" for r in table_rows(summaries)
+        f"| {r['metric']} | " + " | ".join(html_report.fmt(r[a]) for a in names) + " |" for r in table_rows(summaries)
     ]
     lines += [
         "",
@@ -67,10 +86,10 @@ def report(summaries: dict, memory: dict, verdict: str) -> str:
 def report_html(summaries: dict, memory: dict, verdict: str, curves: Path, cost: Path) -> str:
     """The comparison as one self-contained page, plots inline (MLflow's viewer shows it)."""
     return html_report.page(
-        "GRPO vs PPO",
+        title(list(summaries)),
         [
             f'<p class="headline">{html_report.esc(winner_line(verdict))}</p>',
-            html_report.table(table_rows(summaries), ["metric", *ALGORITHMS]),
+            html_report.table(table_rows(summaries), ["metric", *summaries]),
             "<h2>Training curves</h2>",
             html_report.image(curves, "reward, KL and validation accuracy per step"),
             "<h2>Cost</h2>",
@@ -78,6 +97,12 @@ def report_html(summaries: dict, memory: dict, verdict: str, curves: Path, cost:
             f"<h2>Peak memory</h2><p>{html_report.esc(_memory_sentence(memory))}</p>",
         ],
     )
+
+
+def _memory(summaries: dict, critic_parameters: int) -> dict:
+    """The memory breakdown of :func:`critic_pair` (empty without a critic)."""
+    pair = critic_pair()
+    return memory_breakdown(summaries[pair[0]], summaries[pair[1]], critic_parameters, pair) if pair else {}
 
 
 def main(args: argparse.Namespace, params: Params) -> None:
@@ -91,14 +116,14 @@ def main(args: argparse.Namespace, params: Params) -> None:
     evaluation = json.loads(Path(args.evaluation).read_text())
     k = evaluation["k"]
     # Where each algorithm's stage writes (tasks/stages.py), read, like dvc.yaml, from the declaration.
-    histories = {a: read_history(Path(stage(a).file("history"))) for a in ALGORITHMS}
-    trains = {a: json.loads(Path(stage(a).file("metrics")).read_text()) for a in ALGORITHMS}
-    summaries = {a: summarize(a, trains[a], histories[a], evaluation["models"].get(a, {}), k) for a in ALGORITHMS}
-    critic_params = json.loads(Path(args.sft_metrics).read_text())["parameters"]
-    memory = memory_breakdown(summaries["grpo"], summaries["ppo"], critic_params)
-    verdict = winner(summaries["grpo"], summaries["ppo"])
+    names = catalog.names()
+    histories = {a: read_history(Path(stage(a).file("history"))) for a in names}
+    trains = {a: json.loads(Path(stage(a).file("metrics")).read_text()) for a in names}
+    summaries = {a: summarize(a, trains[a], histories[a], evaluation["models"].get(a, {}), k) for a in names}
+    memory = _memory(summaries, json.loads(Path(args.sft_metrics).read_text())["parameters"])
+    verdict = winner(summaries)
     with tracking.stage_run("compare", params, args.params):
-        starts = {a: trains[a].get(M.VAL_ACCURACY_START) for a in ALGORITHMS}  # the one reference's score
+        starts = {a: trains[a].get(M.VAL_ACCURACY_START) for a in names}  # the one reference's score
         curves, cost = plot_curves(histories, out, starts), plot_bars(summaries, out)
         text = report(summaries, memory, verdict)
         with atomic_write(out / "report.md") as fh:

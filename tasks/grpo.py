@@ -6,13 +6,5 @@ torchrun --nproc_per_node=2 -m tasks.grpo --params ...        # several (CPU: gl
 
 from tasks.rl_stage import cli
 
-
-def algorithm():
-    """The algorithm, loaded once the arguments are parsed: --help needs no torch."""
-    from grpoflow.rl.grpo import ALGORITHM
-
-    return ALGORITHM
-
-
 if __name__ == "__main__":
-    cli("grpo", algorithm, __doc__)
+    cli("grpo", __doc__)

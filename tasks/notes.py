@@ -147,5 +147,8 @@ def starting_model(params: Any) -> str:
 
 def model_name(model: str, start: str) -> str:
     """A model as the console, the run page and MLflow's run names call it: the starting model (``sft``) by
-    what it is (``start``, :func:`starting_model`), GRPO, PPO, anything else by its own name."""
-    return start if model == "sft" else {"grpo": "GRPO", "ppo": "PPO"}.get(model, model)
+    what it is (``start``, :func:`starting_model`), an algorithm's by its title (GRPO, PPO), anything else
+    by its own name."""
+    from grpoflow import catalog
+
+    return start if model == "sft" else catalog.title(model)

@@ -5,13 +5,5 @@ python -m tasks.ppo --params params/default.yaml
 
 from tasks.rl_stage import cli
 
-
-def algorithm():
-    """The algorithm, loaded once the arguments are parsed: --help needs no torch."""
-    from grpoflow.rl.ppo import ALGORITHM
-
-    return ALGORITHM
-
-
 if __name__ == "__main__":
-    cli("ppo", algorithm, __doc__)
+    cli("ppo", __doc__)

@@ -26,9 +26,9 @@ from tasks.cli import EXIT_BAD_INPUT, check_interrupted, run_stage_cli, stage_pa
 
 def file_pairs(data: Path) -> list:
     """The prepared ``data.pairs`` rows as pairs (none when the set names no pairs source)."""
+    from grpoflow.data.pairs import Pair
     from grpoflow.data.prepare import PAIRS_FILE
     from grpoflow.io import read_jsonl
-    from grpoflow.trainers.reward_model import Pair
 
     path = data / PAIRS_FILE
     rows = read_jsonl(path) if path.is_file() else []
@@ -38,11 +38,11 @@ def file_pairs(data: Path) -> list:
 def self_built_pairs(params: Params, policy_dir: Path, train: list[dict]) -> list:
     """Pairs from the SFT policy's samples of ``reward_model.prompts`` train prompts, ranked by the
     verifiers of ``rewards`` (never by a reward model: it is what is being trained)."""
+    from grpoflow.data.pairs import pairs_from_samples
     from grpoflow.models.modeling import load_pretrained
     from grpoflow.models.prompting import prompter_for
     from grpoflow.rl.rewards import build_reward
     from grpoflow.rollout import Sampling, build_rollout
-    from grpoflow.trainers.reward_model import pairs_from_samples
 
     cfg, seed = params.reward_model, params.experiment.seed
     rows = random.Random(seed).sample(train, min(cfg.prompts, len(train)))
@@ -85,10 +85,12 @@ def train(params: Params, pairs: list, policy_dir: Path, history: list[dict]):
     """The reward model trained on ``pairs`` (each step appended to ``history``), its tokenizer and
     prompter, and how many pairs were too long."""
     from grpoflow import metric_names as M
+    from grpoflow.data.pairs import encode_pairs
     from grpoflow.models.engine import build_engine
     from grpoflow.models.modeling import load_pretrained
     from grpoflow.models.prompting import prompter_for
-    from grpoflow.trainers.reward_model import encode_pairs, reward_model_from_policy, train_reward_model
+    from grpoflow.models.reward_model import reward_model_from_policy
+    from grpoflow.trainers.reward_model import train_reward_model
     from tasks import events, tracking
 
     cfg = params.reward_model
@@ -125,7 +127,7 @@ def train(params: Params, pairs: list, policy_dir: Path, history: list[dict]):
 
 def _split_or_exit(pairs: list, params: Params) -> tuple[list, list]:
     """Train and held-out pairs, or exit with what to change when there are too few of either."""
-    from grpoflow.trainers.reward_model import split_pairs
+    from grpoflow.data.pairs import split_pairs
 
     if not pairs:
         print(
@@ -148,10 +150,11 @@ def main(args: argparse.Namespace, params: Params) -> None:
     import mlflow
     import torch
 
+    from grpoflow.data.pairs import encode_pairs
+    from grpoflow.evaluation.pairwise import pairwise_eval
     from grpoflow.io import atomic_write, read_jsonl, write_json, write_jsonl
     from grpoflow.models.device import describe
     from grpoflow.models.modeling import save_pretrained
-    from grpoflow.trainers.reward_model import encode_pairs, pairwise_eval
     from tasks import notes, tracking
 
     print(f"reward_model: {describe()}", flush=True)  # where it computes (grpoflow.models.device)

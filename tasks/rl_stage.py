@@ -28,8 +28,8 @@ from tasks.notes import clock
 
 if TYPE_CHECKING:
     from grpoflow.rl.health import HealthMonitor
+    from grpoflow.rl.loop_state import LoopState
     from grpoflow.rl.run import RLRun
-    from grpoflow.rl.trainer import LoopState
 
 
 class History:
@@ -224,7 +224,7 @@ class ArmHooks:
 
 
 @dataclass
-class Stage:
+class RunningStage:
     """What the stage's phases share: the run as resumed (:func:`_resume`), the config check's
     findings, the stage's own state from the checkpoint (None when starting over) and, on the first
     process, the history."""
@@ -279,9 +279,10 @@ def _config_check(params: Params, name: str, world: int, lead: bool) -> list:
     return findings
 
 
-def _resume(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> Stage:
+def _resume(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> RunningStage:
     """Check the config, build the run and continue from its newest intact checkpoint, if any."""
     from grpoflow.models.engine import init_distributed
+    from grpoflow.rl.kernels import describe_kernels
     from grpoflow.rl.run import build_rl_run
 
     name = algorithm.name
@@ -291,17 +292,18 @@ def _resume(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> S
     ckpt_dir = Path(args.checkpoints)
     resumed, skipped = rl_run.resume(ckpt_dir)
     if not rl_run.lead:
-        return Stage(name, args, rl_run, findings, resumed, None)
+        return RunningStage(name, args, rl_run, findings, resumed, None)
+    print(f"{name}: {describe_kernels(rl_run.engine.module).line()}", flush=True)  # what its passes run on
     for problem in skipped:
         print(f"{name}: HEALTH checkpoint skipped: {problem}", flush=True)
         events.emit(events.HEALTH, name, name="checkpoint_corrupt", evidence=problem)
     if resumed is not None:
         print(f"{name}: resuming from step {rl_run.trainer.state.step} ({ckpt_dir})", flush=True)
     history = History(Path(args.history), (resumed or {}).get("history_rows", []))
-    return Stage(name, args, rl_run, findings, resumed, history)
+    return RunningStage(name, args, rl_run, findings, resumed, history)
 
 
-def _start(s: Stage, extra_params: dict) -> float | None:
+def _start(s: RunningStage, extra_params: dict) -> float | None:
     """Tag the MLflow run, chart the starting val accuracy at step 0 (the checkpoint's when
     resuming), run the preflight of a fresh run, and return that accuracy (None on processes
     other than the first)."""
@@ -335,7 +337,7 @@ def _start(s: Stage, extra_params: dict) -> float | None:
     return val_start
 
 
-def _train(s: Stage, val_start: float | None, steps_log) -> None:
+def _train(s: RunningStage, val_start: float | None, steps_log) -> None:
     """Train to ``rl.steps``: each step reported (first process), each checkpoint saved with the
     stage's state; a diverged or out-of-memory run stops the stage with its verdict."""
     from grpoflow.rl.health import TrainingDiverged
@@ -364,7 +366,9 @@ def _train(s: Stage, val_start: float | None, steps_log) -> None:
             console.close()
 
 
-def _on_step(s: Stage, recorder: StepRecorder | None, console: StepConsole | None) -> Callable[[int, dict], None]:
+def _on_step(
+    s: RunningStage, recorder: StepRecorder | None, console: StepConsole | None
+) -> Callable[[int, dict], None]:
     """The loop's per-step hook: health events, the history and MLflow, the console, progress."""
     name, total = s.name, s.rl_run.params.rl.steps
     trainer = s.rl_run.trainer
@@ -391,7 +395,7 @@ def _on_step(s: Stage, recorder: StepRecorder | None, console: StepConsole | Non
     return on_step
 
 
-def _on_checkpoint(s: Stage, recorder: StepRecorder | None, val_start: float | None) -> Callable:
+def _on_checkpoint(s: RunningStage, recorder: StepRecorder | None, val_start: float | None) -> Callable:
     """The loop's checkpoint hook: the run's checkpoint, with the stage's state (the starting val
     accuracy and the history, which DVC deletes before re-running); its seconds booked by ``recorder``."""
     ckpt_dir = Path(s.args.checkpoints)
@@ -409,7 +413,9 @@ def _on_checkpoint(s: Stage, recorder: StepRecorder | None, val_start: float | N
     return on_checkpoint
 
 
-def _report(s: Stage, val_start: float | None, start: float, steps_log, scores: Callable[[RLRun], dict] | None) -> None:
+def _report(
+    s: RunningStage, val_start: float | None, start: float, steps_log, scores: Callable[[RLRun], dict] | None
+) -> None:
     """The stage's metrics JSON (its seconds counted from ``start``) and report.md, their MLflow
     copies, and the closing line (first process)."""
     import mlflow
@@ -446,11 +452,13 @@ def _report(s: Stage, val_start: float | None, start: float, steps_log, scores: 
     print(f"{name}: val accuracy {val_start} -> {metrics[M.VAL_ACCURACY]} in {metrics['seconds']} s", flush=True)
 
 
-def cli(name: str, algorithm: Callable[[], Algorithm], doc: str) -> None:
-    """The stage CLI of algorithm ``name`` (loaded by ``algorithm()`` after parsing): its paths and
-    their defaults come from tasks/stages.py."""
-    parser = stage_parser(name, doc)
+def cli(name: str, doc: str, parser: argparse.ArgumentParser | None = None) -> None:
+    """The stage CLI of algorithm ``name`` (grpoflow.catalog; its module loaded after parsing, so
+    --help needs no torch): its paths and their defaults come from tasks/stages.py."""
+    from grpoflow.rl.algorithm import ALGORITHMS
+
+    parser = parser or stage_parser(name, doc)
     parser.add_argument(
         "--seed", type=int, default=None, help="training seed (default: experiment.seed); data unchanged"
     )
-    run_stage_cli(parser, lambda args, params: run(args, params, algorithm()))
+    run_stage_cli(parser, lambda args, params: run(args, params, ALGORITHMS[name]))

@@ -16,129 +16,19 @@ The Prefect flow reads stage order, outputs and metrics from here as well.
 
 from __future__ import annotations
 
-import shlex
 import sys
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Literal
 
 import yaml
 
+from grpoflow import catalog
 from grpoflow.config import ARMS, RM_DEFAULT_PATH, RM_REWARD
-from grpoflow.provenance import PROJECT_PACKAGES, module_files
-from verifiers.catalog import BUILTIN
+from tasks.stage_model import PARAMS_VAR, Io, Stage, _io
 
-Kind = Literal["dep", "out", "persist", "report", "metric", "history"]
-# dep: read; out: written and cached by DVC; persist: kept across runs, uncached (checkpoints);
-# report: written, uncached (small files git or an experiment can carry); metric: a metrics JSON;
-# history: a per-step CSV, uncached, plotted.
 DVC_YAML = "dvc.yaml"
-ROOT = Path(__file__).resolve().parents[1]  # the checkout this code runs from: its import graph is the deps
-PARAMS_VAR = "${params_file}"
 K8S_SUBMIT = ["python", "-m", "flows.k8s", "--params"]  # a launched stage as a Job (launch.kubernetes.enabled)
-# The modules that build verifiers by name (verifiers.create). The registry imports a built-in
-# verifier's module only when it is asked for, which the import graph cannot see: a stage that
-# imports one of these depends on the built-in verifiers it builds (Stage.builds) as well: for a set,
-# those its params name (grpoflow.config.judges.built_verifiers); with no set, every one.
-BUILDS_VERIFIERS = ("grpoflow/rl/rewards.py", "tasks/validate_verifiers.py")
-Builds = Literal["judges", "rewards"]  # the judges of correctness only, or the reward's verifiers with them
-
-
-@dataclass(frozen=True)
-class Io:
-    """A path a stage reads or writes. With a ``flag`` it is also a command-line option, whose
-    default is ``path`` (a list of ``name=path`` items for a list option)."""
-
-    flag: str | None
-    path: str | tuple[str, ...]
-    kind: Kind
-    help: str = ""
-
-    @property
-    def paths(self) -> list[str]:
-        """The file-system paths (the part after ``=`` of ``name=path`` items)."""
-        items = [self.path] if isinstance(self.path, str) else list(self.path)
-        return [item.partition("=")[2] or item for item in items]
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One pipeline stage: ``python -m <module> --params <set> --<flag> <path> ...``."""
-
-    name: str
-    module: str
-    io: tuple[Io, ...]
-    params: tuple[str, ...] = ()
-    plot: dict = field(default_factory=dict)  # for a history: the curves (column names) to plot
-    args: tuple[str, ...] = ()  # fixed arguments after the paths (an arm's name and seed)
-    opt_in: bool = False  # left out of a set that does not ask for it (see :func:`stage_names`)
-    builds: Builds = "rewards"  # which of the set's verifiers it builds, where it builds any (BUILDS_VERIFIERS)
-
-    def option(self, flag: str) -> Io:
-        """The :class:`Io` of command-line option ``--<flag>``."""
-        return next(i for i in self.io if i.flag == flag)
-
-    def file(self, flag: str) -> str:
-        """The one path of option ``--<flag>``; a list option has several, and raises here."""
-        path = self.option(flag).path
-        if not isinstance(path, str):
-            raise TypeError(f"stage {self.name}: --{flag} is a list option; read its paths instead")
-        return path
-
-    def paths(self, *kinds: Kind) -> list[str]:
-        """Every path of the given kinds."""
-        return [p for i in self.io if i.kind in kinds for p in i.paths]
-
-    @property
-    def outs(self) -> list[str]:
-        """Everything the stage writes."""
-        return self.paths("out", "persist", "report", "metric", "history")
-
-    @property
-    def metrics(self) -> list[str]:
-        """Its metrics JSON files."""
-        return self.paths("metric")
-
-    def command(self, launcher: list[str] | None = None) -> str:
-        """The shell command dvc.yaml runs, every interpolated word quoted: DVC hands it to a shell
-        after putting the params file's name in place of ``${params_file}``, inside the quotes. (Only a
-        quote in the name could end them: every entry point refuses names beyond ``[A-Za-z0-9._/-]``.)
-        ``launcher`` (torchrun and its options, :func:`launchers`) stands in for ``python``."""
-        words = [*(launcher or ["python"]), "-m", self.module, "--params", PARAMS_VAR]
-        for i in self.io:
-            if i.flag:
-                words += [f"--{i.flag}", *([i.path] if isinstance(i.path, str) else i.path)]
-        return " ".join(shlex.quote(word) for word in [*words, *self.args])
-
-    def code(self, built: Mapping[str, Sequence[str]] | None = None) -> list[str]:
-        """The project source the stage's module imports, a package directory where all of it is; with the
-        verifiers it builds (``built[self.builds]``, their names; None: every built-in one)."""
-        files = module_files(self.module, root=ROOT)
-        if any(f in files for f in BUILDS_VERIFIERS):
-            names = built[self.builds] if built is not None else list(BUILTIN)
-            files = sorted({*files, *module_files(*(BUILTIN[n] for n in names if n in BUILTIN), root=ROOT)})
-        return collapse(files, root=ROOT)
-
-
-def collapse(files: list[str], root: Path = Path(".")) -> list[str]:
-    """``files`` with each project package directory whose every .py file is listed replaced by
-    the directory (shortest directories first)."""
-    chosen = set(files)
-    dirs = sorted({str(Path(f).parent) for f in files}, key=lambda d: (d.count("/"), d))
-    kept: list[str] = []
-    for d in dirs:
-        if any(d == k or d.startswith(k + "/") for k in kept) or d.split("/")[0] not in PROJECT_PACKAGES:
-            continue
-        in_dir = {p.relative_to(root).as_posix() for p in (root / d).rglob("*.py") if "__pycache__" not in p.parts}
-        if in_dir and in_dir <= chosen:
-            kept.append(d)
-    loose = [f for f in files if not any(f.startswith(k + "/") for k in kept)]
-    return sorted(kept + loose)
-
-
-def _io(flag: str | None, path: str | tuple[str, ...], kind: Kind, help: str) -> Io:
-    return Io(flag, path, kind, help)
 
 
 RAW_DIR = "data/raw"  # where a set's own data files go; prepare depends on the files its set names (local_sources)
@@ -256,22 +146,16 @@ STAGES: list[Stage] = [
     ),
     *[
         Stage(
-            algo,
-            f"tasks.{algo}",
-            _training_io(algo, algo),
-            params=("experiment.seed", "experiment.cpu_kernels", "model", "prompt", "rewards", "sandbox", "rl", algo),
-            plot=curves,
+            a.name,
+            a.stage_module,
+            _training_io(a.name, a.name),
+            params=("experiment.seed", "experiment.cpu_kernels", "model", "prompt", "rewards", "sandbox", "rl")
+            + a.sections,
+            plot={"title": f"{a.title} training curves", "y": list(a.curves)},
+            args=a.stage_args,
+            loads=(a.module,),
         )
-        for algo, curves in (
-            ("grpo", {"title": "GRPO training curves", "y": ["reward_mean", "kl", "entropy", "val_accuracy"]}),
-            (
-                "ppo",
-                {
-                    "title": "PPO training curves",
-                    "y": ["reward_mean", "kl", "value_loss", "explained_variance", "val_accuracy"],
-                },
-            ),
-        )
+        for a in catalog.ALGORITHMS.values()
     ],
     Stage(
         "evaluate",
@@ -280,7 +164,7 @@ STAGES: list[Stage] = [
             _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
             _io(
                 "models",
-                ("sft=models/sft", "grpo=models/grpo", "ppo=models/ppo"),
+                ("sft=models/sft", *(f"{a}=models/{a}" for a in catalog.names())),
                 "dep",
                 "the policies to evaluate, as name=path (sft is the reference of the forgetting check)",
             ),
@@ -306,10 +190,8 @@ STAGES: list[Stage] = [
         (
             _io("evaluation", "metrics/evaluate.json", "dep", "the evaluate stage's metrics"),
             _io("sft-metrics", "metrics/sft.json", "dep", "the sft stage's metrics"),
-            _io(None, "metrics/grpo.json", "dep", "the grpo stage's metrics"),
-            _io(None, "metrics/ppo.json", "dep", "the ppo stage's metrics"),
-            _io(None, "metrics/grpo_history.csv", "dep", "the grpo stage's history"),
-            _io(None, "metrics/ppo_history.csv", "dep", "the ppo stage's history"),
+            *(_io(None, f"metrics/{a}.json", "dep", f"the {a} stage's metrics") for a in catalog.names()),
+            *(_io(None, f"metrics/{a}_history.csv", "dep", f"the {a} stage's history") for a in catalog.names()),
             _io("out", "reports/compare", "report", "directory for the report and plots"),
             _io("metrics", "metrics/compare.json", "metric", "the stage's metrics JSON"),
         ),
@@ -336,12 +218,12 @@ def arm_stage(arm: str, seed: int, custom: bool = False) -> Stage:
             "rewards",
             "sandbox",
             "rl",
-            "grpo",
-            "ppo",
+            *catalog.sections(),
             "evaluate",
             *((f"ablation.custom_arms.{arm}",) if custom or arm not in ARMS else ()),
         ),
         args=("--arm", arm, "--seed", str(seed)),
+        loads=tuple(a.module for a in catalog.ALGORITHMS.values()),  # the arm's, whichever it names
     )
 
 
@@ -376,7 +258,7 @@ def ablation_stages(arms: list[str], seeds: list[int], custom_arms: Collection[s
 # Written by the Prefect flow when it saves a run as a DVC experiment (flows/experiments.py).
 RUN_RECORD = "metrics/run.json"
 REPORT_PLOTS = ["reports/compare/curves.png", "reports/compare/cost.png"]
-TRAINING = [s for s in STAGES if s.paths("history")]  # the RL stages (grpo, ppo)
+TRAINING = [s for s in STAGES if s.name in catalog.ALGORITHMS]  # the RL stages, one per algorithm
 ABLATION_OUT = ablation_report_stage([], []).file("out")
 ABLATION_METRICS = ablation_report_stage([], []).file("metrics")
 

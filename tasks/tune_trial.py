@@ -45,7 +45,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, params: Params) -> None:
-    from tasks import grpo, ppo, rl_stage
+    from grpoflow.rl.algorithm import ALGORITHMS
+    from tasks import rl_stage
 
     hooks = rl_stage.ArmHooks(
         stage=STAGE,
@@ -53,8 +54,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
         params={"arm": args.arm, "tune_trial": args.trial},
         scores=lambda rl_run: {},  # a trial is scored on val alone: its history and metrics hold it
     )
-    load = {"grpo": grpo.algorithm, "ppo": ppo.algorithm}[params.ablation.arm(args.arm).algorithm]
-    rl_stage.run(args, params, load(), arm=hooks)
+    rl_stage.run(args, params, ALGORITHMS[params.ablation.arm(args.arm).algorithm], arm=hooks)
 
 
 if __name__ == "__main__":

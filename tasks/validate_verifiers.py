@@ -50,7 +50,7 @@ def validate_verifier(verifier: verifiers.Verifier, rows: list[dict]) -> dict:
 def perturbed_solution(row: dict) -> str | None:
     """A wrong version of the row's gold solution: another final answer (math), a mutated program
     (code); None when the row has no solution to perturb."""
-    from grpoflow.rl.rewards import row_task
+    from grpoflow.data.records import row_task
     from verifiers.code import mutants
     from verifiers.math_cases import wrong_answers
 
@@ -173,7 +173,7 @@ def _without_kinds(result: dict) -> dict:
 def main(args: argparse.Namespace, params: Params) -> None:
     import mlflow  # here, not above: --help answers without loading MLflow (or torch)
 
-    from grpoflow.rl.rewards import row_task
+    from grpoflow.data.records import row_task
     from tasks import notes, tracking
 
     out = Path(args.out)

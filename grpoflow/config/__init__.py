@@ -64,7 +64,7 @@ from grpoflow.config.rl import (
     preset_values,
 )
 from grpoflow.config.sft import RewardModelConfig, SFTConfig
-from grpoflow.config.tune import SPACE_KEYS, Dim, GRPOSpace, PPOSpace, PrunerConfig, TuneConfig
+from grpoflow.config.tune import Dim, GRPOSpace, PPOSpace, PrunerConfig, TuneConfig
 from verifiers.limits import Limits
 
 __all__ = [
@@ -76,7 +76,6 @@ __all__ = [
     "PRESETS",
     "RM_DEFAULT_PATH",
     "RM_REWARD",
-    "SPACE_KEYS",
     "AblationConfig",
     "AdaptiveKLConfig",
     "ArmConfig",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grpoflow import catalog
 from grpoflow.config import Params, batch_problems, rules, value_at
 
 # DeepSeekMath (Shao et al. 2024), section 4.2: beta 0.04, 64 samples per question, one update
@@ -47,12 +48,14 @@ class Finding:
     message: str
 
 
-def lint(params: Params, algorithm: str = "grpo", world_size: int = 1) -> list[Finding]:
-    """The findings for training ``algorithm`` on ``world_size`` processes."""
+def lint(params: Params, algorithm: str | None = None, world_size: int = 1) -> list[Finding]:
+    """The findings for training ``algorithm`` (default: the catalog's default) on ``world_size`` processes."""
+    algorithm = algorithm or catalog.default()
     found: list[Finding] = []
     rl = params.rl
-    # The paper and TRL describe GRPO; for PPO only the shared budget is compared.
-    keys = [k for k in PAPER if algorithm == "grpo" or k.startswith("rl.")]
+    # The paper and TRL describe GRPO: another algorithm is compared on the shared budget (rl.*) only.
+    own = ("rl", *catalog.entry(algorithm).sections)
+    keys = [k for k in PAPER if k.split(".")[0] in own]
     for key in keys:
         if value_at(params, key) != PAPER[key]:
             found.append(Finding("info", f"{key} = {value_at(params, key)} (DeepSeekMath: {PAPER[key]})"))

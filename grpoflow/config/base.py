@@ -1,12 +1,14 @@
 """What every section shares: the frozen, closed pydantic base, the load error, the wording of an
-unknown name (with a did-you-mean), and the dotted-key helpers of raw params mappings."""
+unknown name (with a did-you-mean), an algorithm's name, and the dotted-key helpers of raw params mappings."""
 
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+
+from grpoflow import catalog
 
 
 class ConfigError(ValueError):
@@ -18,6 +20,16 @@ def unknown_name(what: str, name: str, known: list[str]) -> str:
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return f"unknown {what} {name!r}{hint}; registered: {known}"
+
+
+def _known_algorithm(name: str) -> str:
+    if name not in catalog.ALGORITHMS:
+        raise ValueError(unknown_name("algorithm", name, catalog.names()))
+    return name
+
+
+# An algorithm of grpoflow.catalog, checked when the value is validated (the catalog as it is then).
+AlgorithmName = Annotated[str, AfterValidator(_known_algorithm)]
 
 
 class _Section(BaseModel):

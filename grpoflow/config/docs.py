@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types as at
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from grpoflow.config.base import value_at
+from grpoflow import catalog
+from grpoflow.config.base import AlgorithmName, value_at
 from grpoflow.config.params import Params
 
 _ABSENT = object()  # a demo value that does not exist (inside a list, or under a null section)
@@ -72,6 +73,8 @@ def _nested(ann: Any) -> tuple[type[BaseModel], str] | None:
 def _type_text(ann: Any) -> str:
     """A short spelling of an annotation: ``int``, ``list[str]``, ``str | None``, ``SourceConfig``."""
     origin, args = get_origin(ann), get_args(ann)
+    if origin is Annotated:
+        return _type_text(args[0])
     if origin is Literal:
         return " | ".join(sorted({type(a).__name__ for a in args}))
     if origin in (Union, types.UnionType):
@@ -86,15 +89,19 @@ def _type_text(ann: Any) -> str:
 
 
 def _choices(ann: Any) -> list[Any]:
-    """The values of the first ``Literal`` inside an annotation (its items' choices for a list)."""
+    """The values of the first ``Literal`` (or algorithm name) inside an annotation (its items' choices
+    for a list)."""
     if get_origin(ann) is Literal:
         return list(get_args(ann))
+    if get_origin(ann) is Annotated and _ALGORITHM_CHECK in get_args(ann)[1:]:
+        return catalog.names()
     for arg in get_args(ann):
         if found := _choices(arg):
             return found
     return []
 
 
+_ALGORITHM_CHECK = get_args(AlgorithmName)[1]  # the validator that marks a field as an algorithm's name
 _BOUNDS = ((at.Ge, "ge", ">="), (at.Gt, "gt", ">"), (at.Le, "le", "<="), (at.Lt, "lt", "<"))
 
 
@@ -109,7 +116,7 @@ def _allowed_text(field: FieldInfo) -> str:
             parts.append(f"at least {meta.min_length} item{'s' if meta.min_length != 1 else ''}")
         if isinstance(meta, at.MaxLen):
             parts.append(f"at most {meta.max_length} items")
-    choices = _choices(field.annotation)
+    choices = catalog.names() if _ALGORITHM_CHECK in field.metadata else _choices(field.annotation)
     if choices:
         each = "each " if get_origin(field.annotation) is list else ""
         parts.append(f"{each}one of {', '.join(repr(c) for c in choices)}")

@@ -6,7 +6,7 @@ the options it reads (:meth:`GRPOConfig.estimator_options`), never the whole sec
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -39,6 +39,10 @@ ADVANTAGE_ESTIMATORS: dict[str, type[BaseModel]] = {
     "rloo": NoAdvantageOptions,
     "reinforce_pp": BatchNormOptions,
 }
+# Estimators of KL(policy || reference) per token, by name (Schulman 2020): the torch-free table
+# grpoflow.rl.losses.KL_ESTIMATORS registers each against.
+KLEstimator = Literal["k1", "k2", "k3"]
+KL_ESTIMATOR_NAMES = dict.fromkeys(get_args(KLEstimator))
 # The flat key of this section each option field is read from.
 ADVANTAGE_KEYS = {"scale": "advantage_scale", "ddof": "advantage_ddof", "eps": "advantage_eps"}
 
@@ -50,7 +54,7 @@ class GRPOConfig(_Section):
     ratio_level: Literal["token", "sequence"] = Field(
         "token", description="Importance ratio per token or per sequence."
     )
-    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+    kl_estimator: KLEstimator = Field(
         "k3", description="Estimator of KL(policy || reference) per token (Schulman 2020); k3 as in the paper."
     )
     kl_placement: Literal["loss", "reward"] = Field(
@@ -75,3 +79,17 @@ class GRPOConfig(_Section):
         ``advantage_*`` keys it uses."""
         options = ADVANTAGE_ESTIMATORS[name or self.advantage_estimator]
         return options(**{f: getattr(self, ADVANTAGE_KEYS[f]) for f in options.model_fields})
+
+
+# -- GRPO's own cross-field rules (grpoflow.config.rules runs them for a set that trains GRPO) -----
+
+
+def kl_in_the_reward_has_a_coefficient(params) -> list[str]:
+    """``grpo.kl_placement: reward`` folds the KL penalty into the rewards; with ``grpo.beta`` 0 there
+    is no penalty to fold (and no reference is loaded)."""
+    if params.grpo.kl_placement == "reward" and params.grpo.beta == 0:
+        return ["grpo.kl_placement: reward folds the KL penalty into the rewards, but grpo.beta is 0: there is none"]
+    return []
+
+
+RULES = (kl_in_the_reward_has_a_coefficient,)

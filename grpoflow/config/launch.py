@@ -15,13 +15,14 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from grpoflow.config.base import _Section
+from grpoflow import catalog
+from grpoflow.config.base import AlgorithmName, _Section
 
 # The stages whose CLI runs under torch.distributed: each process trains on its shard of the prompts
 # and only rank 0 writes (tasks/rl_stage.py). sft, reward_model and evaluate run one process: every
-# rank would train or score the same data and write the same outputs.
-DistributedStage = Literal["grpo", "ppo"]
-DISTRIBUTED_STAGES: tuple[DistributedStage, ...] = ("grpo", "ppo")
+# rank would train or score the same data and write the same outputs. They are the catalog's
+# algorithms (grpoflow.catalog), as the catalog was when this module was imported.
+DISTRIBUTED_STAGES: tuple[str, ...] = tuple(catalog.names())
 # A free port on this host, as torchrun --standalone picks: one node never collides with another run.
 LOCAL_ENDPOINT = "localhost:0"
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
@@ -94,8 +95,8 @@ class LaunchConfig(_Section):
         description="Start all nnodes agents on this machine, each a node (a multi-node rehearsal on one host: "
         "python -m flows.local_nodes; the rendezvous on 127.0.0.1).",
     )
-    stages: list[DistributedStage] = Field(
-        default_factory=lambda: list(DISTRIBUTED_STAGES),
+    stages: list[AlgorithmName] = Field(
+        default_factory=catalog.names,
         description="The stages launched this way (the training stages; the others run one process).",
     )
     kubernetes: KubernetesConfig = Field(

@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from grpoflow.config.base import _Section, unknown_name
+from grpoflow import catalog
+from grpoflow.config.base import AlgorithmName, _Section, unknown_name
 
 
 class ExperimentConfig(_Section):
@@ -39,21 +40,28 @@ class ArmConfig(_Section):
     """One arm of the ablation: an algorithm and the overrides it trains with, on the shared data,
     reference and budget."""
 
-    algorithm: Literal["grpo", "ppo"] = Field("grpo", description="The training stage's algorithm.")
+    algorithm: AlgorithmName = Field(
+        default_factory=catalog.default, description="The training stage's algorithm (grpoflow.catalog)."
+    )
     overrides: dict[str, Any] = Field(
         default_factory=dict, description="Dotted keys (e.g. grpo.advantage_estimator) set for this arm only."
     )
 
 
-# The arms `make ablation ARMS="..."` knows by name; a set may add its own (ablation.custom_arms).
-ARMS: dict[str, ArmConfig] = {
-    "grpo": ArmConfig(),
-    "ppo": ArmConfig(algorithm="ppo"),
+def builtin_arms() -> dict[str, ArmConfig]:
+    """The arms `make ablation ARMS="..."` knows by name: each algorithm of the catalog as it is, then
+    GRPO's variants (:data:`VARIANTS`); a set may add its own (``ablation.custom_arms``)."""
+    return {**{name: ArmConfig(algorithm=name) for name in catalog.names()}, **VARIANTS}
+
+
+# Named variants of the default algorithm's settings, arms beside the catalog's algorithms.
+VARIANTS: dict[str, ArmConfig] = {
     "dr_grpo": ArmConfig(overrides={"grpo.advantage_estimator": "dr_grpo", "rl.aggregation": "dr_grpo"}),
     "rloo": ArmConfig(overrides={"grpo.advantage_estimator": "rloo"}),
     "reinforce_pp": ArmConfig(overrides={"grpo.advantage_estimator": "reinforce_pp"}),
     "dapo": ArmConfig(overrides={"rl.preset": "dapo"}),
 }
+ARMS = builtin_arms()  # as the catalog was at import; the schema asks builtin_arms() again
 
 
 class AblationConfig(_Section):
@@ -68,7 +76,7 @@ class AblationConfig(_Section):
 
     @model_validator(mode="after")
     def _known_arms(self) -> AblationConfig:
-        known = {**ARMS, **self.custom_arms}
+        known = {**builtin_arms(), **self.custom_arms}
         for name in self.arms:
             if name not in known:
                 raise ValueError(unknown_name("arm", name, sorted(known)))
@@ -80,7 +88,7 @@ class AblationConfig(_Section):
 
     def arm(self, name: str) -> ArmConfig:
         """Arm ``name``'s definition (this set's own first)."""
-        return self.custom_arms.get(name) or ARMS[name]
+        return self.custom_arms.get(name) or builtin_arms()[name]
 
 
 class OrchestrationConfig(_Section):
@@ -94,7 +102,8 @@ class OrchestrationConfig(_Section):
         "gpu", description="Prefect global concurrency limit a GPU stage holds one slot of while it runs (null: none)."
     )
     gpu_stages: list[str] = Field(
-        ["sft", "grpo", "ppo", "evaluate"], description="dvc.yaml stages that need the accelerator."
+        default_factory=lambda: ["sft", *catalog.names(), "evaluate"],
+        description="dvc.yaml stages that need the accelerator.",
     )
     stage_retries: int = Field(
         1, ge=0, description="Prefect retries of a failed stage (training resumes from its last checkpoint)."

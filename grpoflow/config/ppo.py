@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from grpoflow.config.base import _Section
+from grpoflow.config.rewards import RM_REWARD
 from grpoflow.config.rl import EngineConfig
 
 _LAM = (
@@ -87,3 +88,31 @@ class PPOConfig(_Section):
         """Critic-based estimator ``name``'s typed options, read from this section's keys of the same names."""
         options = CRITIC_ESTIMATORS[name]
         return options(**{f: getattr(self, f) for f in options.model_fields})
+
+
+# -- PPO's own cross-field rules (grpoflow.config.rules runs them for a set that trains PPO) ------
+
+
+def critic_warmup_leaves_policy_steps(params) -> list[str]:
+    """``ppo.critic_warmup_steps`` count against ``rl.steps`` (their rollouts are sampled like any
+    step's, so every algorithm gets the same rollout budget): at least one step must update the policy."""
+    warmup, steps = params.ppo.critic_warmup_steps, params.rl.steps
+    if warmup >= steps:
+        return [
+            f"ppo.critic_warmup_steps={warmup} leaves none of rl.steps={steps} to update the policy (the warm-up "
+            "counts against rl.steps): lower it or raise rl.steps"
+        ]
+    return []
+
+
+def critic_from_a_reward_model_has_one(params) -> list[str]:
+    """``ppo.critic_init: reward_model`` starts PPO's critic from the reward model ``rewards`` names (name: rm)."""
+    if params.ppo.critic_init == "reward_model" and all(r.name != RM_REWARD for r in params.rewards):
+        return [
+            "ppo.critic_init: reward_model starts the critic from the reward model in rewards (name: rm), but "
+            "rewards has none: add one (the reward_model stage trains it), or use ppo.critic_init: policy"
+        ]
+    return []
+
+
+RULES = (critic_warmup_leaves_policy_steps, critic_from_a_reward_model_has_one)

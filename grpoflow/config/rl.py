@@ -4,11 +4,16 @@ arithmetic and the named recipes (presets) that set ``rl`` keys."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field
 
 from grpoflow.config.base import _Section, has_dotted, set_dotted
+
+# The token aggregations of the policy loss, by name: the torch-free table grpoflow.rl.losses.AGGREGATIONS
+# registers each against (see grpoflow.rl.losses for what each is).
+Aggregation = Literal["grpo", "bnpo", "dr_grpo"]
+AGGREGATIONS = dict.fromkeys(get_args(Aggregation))
 
 
 class EngineConfig(_Section):
@@ -119,7 +124,7 @@ class RLConfig(_Section):
     )
     clip_eps: float = Field(0.2, gt=0, description="Lower (and default upper) clip range of the ratio.")
     clip_eps_high: float | None = Field(None, gt=0, description="Upper clip range (DAPO clip-higher); null = clip_eps.")
-    aggregation: Literal["grpo", "bnpo", "dr_grpo"] = Field("grpo", description="Token aggregation of the policy loss.")
+    aggregation: Aggregation = Field("grpo", description="Token aggregation of the policy loss.")
     mask_truncated_completions: bool = Field(
         False, description="Exclude completions that hit the length cap from the loss."
     )

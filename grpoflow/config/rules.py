@@ -3,10 +3,12 @@
 A rule is a small function that returns the ways a set breaks it (empty: it holds), each message
 starting with the dotted keys involved. Rules of the shared sections take ``(params)``; rules that
 depend on the algorithm take ``(params, algorithm)`` and read that algorithm's own keys (its KL
-coefficient: ``grpo.beta`` or ``ppo.kl_coef``), so a GRPO rule never passes because of a PPO
-default. :func:`check` runs every rule for every algorithm the set trains: the ``grpo`` and
-``ppo`` stages it runs (``experiment.stages``; null: both), and each ablation arm's algorithm on
-the arm's merged params (:func:`grpoflow.config.arm_params`). The schema
+coefficient, :data:`grpoflow.catalog.Entry.kl_key`), so one algorithm's rule never passes because
+of another's default. An algorithm's rules about its own section live beside that section (its
+catalog entry's ``rules`` module, ``RULES``); :func:`check` runs them with these. It runs every
+rule for every algorithm the set trains: the algorithm stages it runs (``experiment.stages``; null:
+all of :mod:`grpoflow.catalog`), and each ablation arm's algorithm on the arm's merged params
+(:func:`grpoflow.config.arm_params`). The schema
 (:class:`grpoflow.config.Params`) calls it, so no stage starts on a set that breaks a rule; code
 that runs later asks the built run what it has (``trainer.ref is None``) instead of re-deriving
 a rule.
@@ -16,25 +18,29 @@ This module imports no maths library (no torch): loading a params file stays che
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from grpoflow.config import RM_REWARD, ConfigError, Params, arm_params, batch_problems
+from grpoflow import catalog
+from grpoflow.config import ConfigError, Params, arm_params, batch_problems
 
-ALGORITHMS = ("grpo", "ppo")  # each is also the name of its training stage (tasks/stages.py)
-KL_KEYS = {"grpo": "grpo.beta", "ppo": "ppo.kl_coef"}  # each algorithm's own KL coefficient
 # The adaptive controller multiplies the coefficient by 1 + e * 10 / horizon with |e| <= 0.2
 # (grpoflow.rl.trainer.adapt_beta): below this horizon one step can take it to 0 or below.
 MIN_ADAPTIVE_HORIZON = 3
 
 
 def kl_coef(params: Params, algorithm: str) -> float:
-    """The KL coefficient ``algorithm`` starts from: its own key of :data:`KL_KEYS`."""
-    section, key = KL_KEYS[algorithm].split(".")
-    return float(getattr(getattr(params, section), key))
+    """The KL coefficient ``algorithm`` starts from: its own key (its catalog entry's ``kl_key``)."""
+    return catalog.kl_coef(params, algorithm)
+
+
+def kl_key(algorithm: str) -> str:
+    """How a message names ``algorithm``'s KL coefficient: its key, or that it has none."""
+    return catalog.entry(algorithm).kl_key or f"{algorithm}'s KL coefficient (it has no key)"
 
 
 def needs_reference(params: Params, algorithm: str) -> bool:
@@ -45,7 +51,7 @@ def needs_reference(params: Params, algorithm: str) -> bool:
 def trained_algorithms(params: Params) -> list[str]:
     """The algorithms whose stage the set runs (``experiment.stages``; null: every stage)."""
     stages = params.experiment.stages
-    return [a for a in ALGORITHMS if stages is None or a in stages]
+    return [a for a in catalog.names() if stages is None or a in stages]
 
 
 # -- rules of the shared sections -----------------------------------------------------------------
@@ -149,7 +155,7 @@ def adaptive_kl_has_a_coefficient(params: Params, algorithm: str) -> list[str]:
     and there is nothing to adapt (another algorithm's coefficient does not count)."""
     if params.rl.adaptive_kl.enabled and not needs_reference(params, algorithm):
         return [
-            f"rl.adaptive_kl needs a starting KL coefficient > 0, but {KL_KEYS[algorithm]} is 0: {algorithm} "
+            f"rl.adaptive_kl needs a starting KL coefficient > 0, but {kl_key(algorithm)} is 0: {algorithm} "
             "trains without a KL term (set it > 0, or rl.adaptive_kl.enabled: false)"
         ]
     return []
@@ -160,42 +166,8 @@ def reference_refresh_has_a_reference(params: Params, algorithm: str) -> list[st
     none is loaded, so the refresh would do nothing."""
     if params.rl.ref_sync_every and not needs_reference(params, algorithm):
         return [
-            f"rl.ref_sync_every={params.rl.ref_sync_every} refreshes the reference, but {KL_KEYS[algorithm]} is 0: "
-            f"{algorithm} loads no reference (set rl.ref_sync_every: 0, or {KL_KEYS[algorithm]} > 0)"
-        ]
-    return []
-
-
-def kl_in_the_reward_has_a_coefficient(params: Params, algorithm: str) -> list[str]:
-    """GRPO's ``grpo.kl_placement: reward`` folds the KL penalty into the rewards; with
-    ``grpo.beta`` 0 there is no penalty to fold (PPO always penalises in the reward)."""
-    if algorithm == "grpo" and params.grpo.kl_placement == "reward" and not needs_reference(params, algorithm):
-        return ["grpo.kl_placement: reward folds the KL penalty into the rewards, but grpo.beta is 0: there is none"]
-    return []
-
-
-def critic_warmup_leaves_policy_steps(params: Params, algorithm: str) -> list[str]:
-    """PPO's ``ppo.critic_warmup_steps`` count against ``rl.steps`` (their rollouts are sampled like
-    any step's, so both algorithms get the same rollout budget): at least one step must update the policy."""
-    warmup, steps = params.ppo.critic_warmup_steps, params.rl.steps
-    if algorithm == "ppo" and warmup >= steps:
-        return [
-            f"ppo.critic_warmup_steps={warmup} leaves none of rl.steps={steps} to update the policy (the warm-up "
-            "counts against rl.steps): lower it or raise rl.steps"
-        ]
-    return []
-
-
-def critic_from_a_reward_model_has_one(params: Params, algorithm: str) -> list[str]:
-    """``ppo.critic_init: reward_model`` starts PPO's critic from the reward model ``rewards`` names (name: rm)."""
-    if (
-        algorithm == "ppo"
-        and params.ppo.critic_init == "reward_model"
-        and all(r.name != RM_REWARD for r in params.rewards)
-    ):
-        return [
-            "ppo.critic_init: reward_model starts the critic from the reward model in rewards (name: rm), but "
-            "rewards has none: add one (the reward_model stage trains it), or use ppo.critic_init: policy"
+            f"rl.ref_sync_every={params.rl.ref_sync_every} refreshes the reference, but {kl_key(algorithm)} is 0: "
+            f"{algorithm} loads no reference (set rl.ref_sync_every: 0, or {kl_key(algorithm)} > 0)"
         ]
     return []
 
@@ -203,9 +175,6 @@ def critic_from_a_reward_model_has_one(params: Params, algorithm: str) -> list[s
 ALGORITHM_RULES: tuple[Callable[[Params, str], list[str]], ...] = (
     adaptive_kl_has_a_coefficient,
     reference_refresh_has_a_reference,
-    kl_in_the_reward_has_a_coefficient,
-    critic_warmup_leaves_policy_steps,
-    critic_from_a_reward_model_has_one,
 )
 
 
@@ -225,9 +194,16 @@ def _arm_scope() -> Iterator[None]:
         _INSIDE_ARM.reset(token)
 
 
+def own_rules(algorithm: str) -> tuple[Callable[[Params], list[str]], ...]:
+    """The rules ``algorithm`` keeps beside its own section (its catalog entry's ``rules`` module)."""
+    module = catalog.entry(algorithm).rules
+    return importlib.import_module(module).RULES if module else ()
+
+
 def algorithm_violations(params: Params, algorithm: str) -> list[str]:
-    """Every rule of ``algorithm``'s own that the set breaks."""
-    return [p for rule in ALGORITHM_RULES for p in rule(params, algorithm)]
+    """Every rule of ``algorithm``'s that the set breaks: the shared ones, then its own."""
+    shared = [p for rule in ALGORITHM_RULES for p in rule(params, algorithm)]
+    return shared + [p for rule in own_rules(algorithm) for p in rule(params)]
 
 
 def violations(params: Params, algorithms: list[str]) -> list[str]:

@@ -2,12 +2,13 @@
 validation split, on an equal budget of training steps per arm (flows/tune.py runs it).
 
 Each algorithm has its space: a field per setting, named for what it tunes, holding the range to
-search (``null``: not searched, the set's value stays). :data:`SPACE_KEYS` names the params key each
-field sets, so that a space is typed and documented here while a trial is an ordinary set."""
+search (``null``: not searched, the set's value stays). Each space's ``KEYS`` names the params key each
+field sets, so that a space is typed and documented here while a trial is an ordinary set. A space is
+the field of ``tune`` named after its algorithm (grpoflow.catalog)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
@@ -47,7 +48,10 @@ def _dim(low: float, high: float, log: bool = False) -> Dim:
 class _Space(_Section):
     """A space whose ranges may be given in part (``tune.ppo.critic_warmup_steps.high: 5``): the rest
     comes from the field's default range (its choices dropped for a range given, its ends for choices),
-    through the completion every section has (:meth:`_Section._complete`)."""
+    through the completion every section has (:meth:`_Section._complete`). ``KEYS`` names the params
+    key each of its fields sets."""
+
+    KEYS: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def _kept_of_default(cls, default: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
@@ -57,6 +61,13 @@ class _Space(_Section):
 
 class GRPOSpace(_Space):
     """What a GRPO-family arm searches (grpo, dr_grpo, rloo, reinforce_pp, dapo, custom GRPO arms)."""
+
+    KEYS: ClassVar[dict[str, str]] = {
+        "lr": "rl.engine.lr",
+        "beta": "grpo.beta",
+        "num_generations": "rl.num_generations",
+        "temperature": "rl.sampling.temperature",
+    }
 
     lr: Dim | None = Field(default_factory=lambda: _dim(5e-5, 1e-3, log=True), description="rl.engine.lr.")
     beta: Dim | None = Field(default_factory=lambda: _dim(1e-3, 0.2, log=True), description="grpo.beta (KL weight).")
@@ -70,6 +81,16 @@ class PPOSpace(_Space):
     """What a PPO arm searches: its actor and critic learning rates, the decoupled lambdas, the value
     clip, the critic's warm-up and the KL weight."""
 
+    KEYS: ClassVar[dict[str, str]] = {
+        "lr": "ppo.actor_lr",
+        "critic_lr": "ppo.critic_engine.lr",
+        "lam_actor": "ppo.lam_actor",
+        "lam_critic": "ppo.lam_critic",
+        "cliprange_value": "ppo.cliprange_value",
+        "critic_warmup_steps": "ppo.critic_warmup_steps",
+        "kl_coef": "ppo.kl_coef",
+    }
+
     lr: Dim | None = Field(default_factory=lambda: _dim(5e-5, 1e-3, log=True), description="ppo.actor_lr.")
     critic_lr: Dim | None = Field(
         default_factory=lambda: _dim(1e-4, 3e-3, log=True), description="ppo.critic_engine.lr."
@@ -81,26 +102,6 @@ class PPOSpace(_Space):
         default_factory=lambda: _dim(0, 30), description="ppo.critic_warmup_steps (below the trial's steps)."
     )
     kl_coef: Dim | None = Field(default_factory=lambda: _dim(1e-3, 0.2, log=True), description="ppo.kl_coef.")
-
-
-# The params key each space field sets, per algorithm.
-SPACE_KEYS: dict[str, dict[str, str]] = {
-    "grpo": {
-        "lr": "rl.engine.lr",
-        "beta": "grpo.beta",
-        "num_generations": "rl.num_generations",
-        "temperature": "rl.sampling.temperature",
-    },
-    "ppo": {
-        "lr": "ppo.actor_lr",
-        "critic_lr": "ppo.critic_engine.lr",
-        "lam_actor": "ppo.lam_actor",
-        "lam_critic": "ppo.lam_critic",
-        "cliprange_value": "ppo.cliprange_value",
-        "critic_warmup_steps": "ppo.critic_warmup_steps",
-        "kl_coef": "ppo.kl_coef",
-    },
-}
 
 
 class PrunerConfig(_Section):
@@ -142,6 +143,9 @@ class TuneConfig(_Section):
         return self.eval_every or max(1, self.trial_steps(rl_steps) // 5)
 
     def space(self, algorithm: str) -> dict[str, Dim]:
-        """Algorithm ``algorithm``'s space as params key -> range, the settings left out (null) dropped."""
-        section = self.grpo if algorithm == "grpo" else self.ppo
-        return {key: dim for name, key in SPACE_KEYS[algorithm].items() if (dim := getattr(section, name)) is not None}
+        """Algorithm ``algorithm``'s space (the field of its name) as params key -> range, the settings
+        left out (null) dropped; empty for an algorithm without a space of its own."""
+        section = getattr(self, algorithm, None)
+        if not isinstance(section, _Space):
+            return {}
+        return {key: dim for name, key in section.KEYS.items() if (dim := getattr(section, name)) is not None}

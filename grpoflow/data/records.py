@@ -1,4 +1,5 @@
-"""The one row schema every data source is normalised to, and the quarantine row.
+"""The one row schema every data source is normalised to, its task, how a batch of rows is scored, and
+the quarantine row.
 
 A quarantine row keeps what was rejected, made strict JSON (RFC 8259: no ``NaN``, valid UTF-8) and
 of bounded size by :func:`json_safe`; every change is described in the row's ``notes``:
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,6 +27,16 @@ QUARANTINE_MAX_ITEMS = 100
 QUARANTINE_MAX_DEPTH = 16
 _BYTES_KEPT = 1500
 _REASON_CHARS = 1000
+
+
+Rows = Sequence[Mapping[str, Any]]
+BatchScorer = Callable[[Sequence[str], Rows], list[float]]  # (completions, their task rows) -> scores
+TASK_KEY, DEFAULT_TASK = "task", "math"  # a split row's task; rows written before code tasks are math
+
+
+def row_task(row: Mapping[str, Any]) -> str:
+    """The task of a split row: ``math`` or ``code`` (which verifiers judge it)."""
+    return str(row.get(TASK_KEY) or DEFAULT_TASK)
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from grpoflow.data.records import BatchScorer, row_task
 from grpoflow.models.prompting import Prompter
-from grpoflow.rl.rewards import BatchScorer, row_task
 from grpoflow.rollout import RolloutEngine, Sampling
 
 

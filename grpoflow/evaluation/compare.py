@@ -1,4 +1,5 @@
-"""The GRPO-vs-PPO comparison: accuracy, curve stability, time, memory and where memory goes."""
+"""The comparison of the algorithms (GRPO against the PPO baseline, and any other of the catalog):
+accuracy, curve stability, time, memory and where memory goes. Algorithms are named by the caller."""
 
 from __future__ import annotations
 
@@ -43,16 +44,17 @@ def summarize(algorithm: str, train: dict, history: list[dict], evaluation: dict
     }
 
 
-def memory_breakdown(grpo: dict, ppo: dict, critic_parameters: int) -> dict:
-    """Measured peak memory of both runs, the difference, and the part the critic's model state
-    (weights, gradients, optimizer moments) explains; the rest is its activations, its engine's
-    buffers and allocator slack."""
-    diff = ppo["peak_memory_mb"] - grpo["peak_memory_mb"]
+def memory_breakdown(base: dict, critic_run: dict, critic_parameters: int, names: tuple[str, str]) -> dict:
+    """Measured peak memory of a run without a critic (``base``) and one with (``critic_run``), named
+    ``names``, the difference, and the part the critic's model state (weights, gradients, optimizer
+    moments) explains; the rest is its activations, its engine's buffers and allocator slack."""
+    diff = critic_run["peak_memory_mb"] - base["peak_memory_mb"]
     critic_state = model_state_mb(critic_parameters)
+    a, b = names
     return {
-        "grpo_peak_mb": grpo["peak_memory_mb"],
-        "ppo_peak_mb": ppo["peak_memory_mb"],
-        "grpo_over_ppo": grpo["peak_memory_mb"] / ppo["peak_memory_mb"],
+        f"{a}_peak_mb": base["peak_memory_mb"],
+        f"{b}_peak_mb": critic_run["peak_memory_mb"],
+        f"{a}_over_{b}": base["peak_memory_mb"] / critic_run["peak_memory_mb"],
         "difference_mb": diff,
         "critic_parameters": critic_parameters,
         "critic_weights_mb": critic_parameters * 4 / 2**20,
@@ -63,12 +65,15 @@ def memory_breakdown(grpo: dict, ppo: dict, critic_parameters: int) -> dict:
     }
 
 
-def winner(grpo: dict, ppo: dict, key: str = "test_pass@1") -> str:
-    """The algorithm with the higher ``key`` (test pass@1), or "tie"."""
-    a, b = grpo.get(key), ppo.get(key)
-    if a is None or b is None:
+def winner(summaries: dict[str, dict], key: str = "test_pass@1") -> str:
+    """The algorithm (a key of ``summaries``) with the highest ``key`` (test pass@1), "tie" where
+    several share it, "undecided" where one has none."""
+    if not summaries or any(s.get(key) is None for s in summaries.values()):
         return "undecided"
-    return "grpo" if a > b else "ppo" if b > a else "tie"
+    scores = {name: float(s[key]) for name, s in summaries.items()}
+    best = max(scores.values())
+    leaders = [name for name, v in scores.items() if v == best]
+    return leaders[0] if len(leaders) == 1 else "tie"
 
 
 def arm_stats(values: list[float]) -> dict:

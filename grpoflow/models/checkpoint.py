@@ -1,6 +1,7 @@
-"""Resumable checkpoints: DeepSpeed's (model, optimizer, scheduler) plus the loop's own state
-(step, adaptive beta, RNG of every process, health history) and a fingerprint of the inputs, so
-that a checkpoint of a different configuration is never resumed by mistake.
+"""Resumable checkpoints: DeepSpeed's (model, optimizer, scheduler), the RNG of every process, the
+caller's client state (the RL loop's, :mod:`grpoflow.rl.loop_state`: step, adaptive beta, health
+history) and a fingerprint of the inputs, so that a checkpoint of a different configuration is never
+resumed by mistake.
 
 Layout of a checkpoint directory ``<dir>``::
 
@@ -62,7 +63,6 @@ from grpoflow.models.checkpoint_layout import (
     verify,
 )
 from grpoflow.models.lora import merged_model
-from grpoflow.rl.trainer import LoopState
 
 # The public names, the layout's (grpoflow.models.checkpoint_layout) included: importable from here.
 __all__ = [
@@ -72,7 +72,7 @@ __all__ = [
     "MANIFEST",
     "OTHER",
     "CheckpointError",
-    "Resumed",
+    "Restored",
     "WeightsOnlyLoads",
     "agree",
     "checkpoint_globals",
@@ -186,30 +186,27 @@ def _finish_save(directory: Path, fingerprint: str, step: int, keep: int) -> Non
 def save(
     engine,
     directory: str | Path,
-    state: LoopState,
+    step: int,
     fingerprint: str,
     *,
+    client: dict | None = None,
     extra_engines: dict | None = None,
-    extra: dict | None = None,
     keep: int = 2,
     keep_fingerprints: int = KEEP_FINGERPRINTS,
 ) -> Path:
-    """Save the policy engine (with the loop state) and any ``extra_engines`` (e.g. PPO's critic,
-    under ``<directory>/<name>``). Then rank 0 writes the checksum manifest and, last, the
-    ``latest`` marker, so a checkpoint counts only once every byte of it is on disk; only the
-    ``keep`` newest of these inputs are kept (see the module docstring for other inputs)."""
+    """Save checkpoint ``step`` of the policy engine (with the caller's ``client`` state) and any
+    ``extra_engines`` (e.g. PPO's critic, under ``<directory>/<name>``). Then rank 0 writes the
+    checksum manifest and, last, the ``latest`` marker, so a checkpoint counts only once every byte
+    of it is on disk; only the ``keep`` newest of these inputs are kept (see the module docstring
+    for other inputs)."""
     directory = Path(directory)
-    tag = step_tag(state.step)
+    tag = step_tag(step)
     rank = _rank()
     # Through agree(): an error on rank 0 fails every rank instead of leaving them at a barrier.
-    agree(lambda: _prepare_save(directory, fingerprint, state.step, keep_fingerprints))
+    agree(lambda: _prepare_save(directory, fingerprint, step, keep_fingerprints))
     for name, other in (extra_engines or {}).items():
         other.save_checkpoint(str(directory / name), tag=tag, save_latest=False)
-    client = {
-        "loop": {"step": state.step, "beta": state.beta, "backoff": state.backoff},
-        "fingerprint": fingerprint,
-        **(extra or {}),
-    }
+    client = {**(client or {}), "fingerprint": fingerprint}
     # Frozen weights (a LoRA run's base model) are the reference's, not training state: only the
     # trainable ones and their optimizer state are saved, and loaded back non-strictly.
     engine.save_checkpoint(
@@ -218,16 +215,22 @@ def save(
     # Only tensors, tuples and numbers: readable by torch.load(weights_only=True).
     torch.save({"python": random.getstate(), "torch": torch.get_rng_state()}, directory / tag / f"rng_rank{rank}.pt")
     _barrier()
-    agree(lambda: _finish_save(directory, fingerprint, state.step, keep))
+    agree(lambda: _finish_save(directory, fingerprint, step, keep))
     return directory / tag
 
 
 @dataclass
-class Resumed:
-    """What :func:`load` restored: the loop state and the caller's ``extra`` of :func:`save`."""
+class Restored:
+    """What :func:`load` restored besides the engines: the step, this rank's RNG state (already
+    checked, not yet applied) and the caller's ``client`` state of :func:`save`."""
 
-    state: LoopState
-    extra: dict
+    step: int
+    rng: dict
+    client: dict
+
+
+# What a caller finds wrong with its client state of a step (None: nothing): that checkpoint is not resumed.
+ClientCheck = Callable[[dict, int], "str | None"]
 
 
 def load(
@@ -237,11 +240,13 @@ def load(
     extra_engines: dict | None = None,
     *,
     keep_fingerprints: int = KEEP_FINGERPRINTS,
-) -> tuple[Resumed | None, list[str]]:
+    check: ClientCheck | None = None,
+) -> tuple[Restored | None, list[str]]:
     """``(the newest intact checkpoint of these inputs, loaded into the engines, or None; the
     newer checkpoints skipped as truncated or corrupted, each with the reason)``. With None,
-    training starts over; a checkpoint made from other inputs is never loaded. Every rank resumes
-    the step rank 0 chose; :class:`CheckpointError` when some rank cannot."""
+    training starts over; a checkpoint made from other inputs, or whose client state ``check``
+    refuses, is never loaded. Every rank resumes the step rank 0 chose; :class:`CheckpointError`
+    when some rank cannot."""
     directory = Path(directory)
     engines = dict(extra_engines or {})
     step, skipped = agree(lambda: _activate_and_choose(directory, fingerprint, list(engines), keep_fingerprints))
@@ -249,7 +254,7 @@ def load(
         return None, skipped
     error: Exception | None = None
     try:
-        resumed, problem = _load_tag(engine, directory, step, fingerprint, engines)
+        resumed, problem = _load_tag(engine, directory, step, fingerprint, engines, check)
     except Exception as exc:  # raised on one rank alone, it would leave the others waiting in the gather below
         resumed, problem, error = None, f"{type(exc).__name__}: {exc}", exc
     failures = _problems_of_all_ranks(problem)
@@ -316,35 +321,33 @@ def weights_only_loads(engines: Iterable[Any]) -> Iterator[None]:
             engine.checkpoint_engine = inner
 
 
-def _load_tag(engine, directory: Path, step: int, fingerprint: str, engines: dict) -> tuple[Resumed | None, str | None]:
-    """Load checkpoint ``step`` into the engines: ``(what was resumed, None)`` or ``(None, the problem)``."""
+def _load_tag(
+    engine, directory: Path, step: int, fingerprint: str, engines: dict, check: ClientCheck | None
+) -> tuple[Restored | None, str | None]:
+    """Load checkpoint ``step`` into the engines: ``(what was restored, None)`` or ``(None, the problem)``."""
     with weights_only_loads([engine, *engines.values()]):
-        return _load_engines(engine, directory, step, fingerprint, engines)
+        return _load_engines(engine, directory, step, fingerprint, engines, check)
 
 
 def _load_engines(
-    engine, directory: Path, step: int, fingerprint: str, engines: dict
-) -> tuple[Resumed | None, str | None]:
+    engine, directory: Path, step: int, fingerprint: str, engines: dict, check: ClientCheck | None
+) -> tuple[Restored | None, str | None]:
     tag = step_tag(step)
     # The frozen weights were not saved: load the rest non-strictly.
     path, client = engine.load_checkpoint(str(directory), tag=tag, load_module_strict=not _has_frozen(engine))
     if path is None:
         return None, f"DeepSpeed could not load {directory / tag}"
-    loop = client.get("loop") if isinstance(client, dict) else None
     if not isinstance(client, dict) or client.get("fingerprint") != fingerprint:
         return None, "its client state was made from other inputs"
-    if not isinstance(loop, dict) or loop.get("step") != step or not isinstance(loop.get("beta"), (int, float)):
-        return None, f"its client state has no valid 'loop' for step {step}"
+    if check is not None and (problem := check(client, step)):
+        return None, problem
     for name, other in engines.items():
         if other.load_checkpoint(str(directory / name), tag=tag)[0] is None:
             return None, f"DeepSpeed could not load {directory / name / tag}"
     rng, problem = _read_rng(directory / tag / f"rng_rank{_rank()}.pt")
     if problem:
         return None, problem
-    extra = {k: v for k, v in client.items() if k not in ("loop", "fingerprint")}
-    saved_backoff = loop.get("backoff")
-    backoff: dict = saved_backoff if isinstance(saved_backoff, dict) else {}
-    return Resumed(LoopState(step=step, beta=float(loop["beta"]), rng=rng, backoff=backoff), extra), None
+    return Restored(step, rng, {k: v for k, v in client.items() if k != "fingerprint"}), None
 
 
 def _read_rng(path: Path) -> tuple[dict, str | None]:

@@ -15,7 +15,8 @@ Estimation", eq. 16) is the critic-based estimator that the PPO baseline uses, w
 the policy's advantages and that of the critic's targets set apart as VAPO's decoupled GAE does
 (Yue et al. 2025, "VAPO", arXiv 2504.05118).
 
-Both kinds are registered by name (:data:`ESTIMATORS`, :data:`CRITIC_ESTIMATOR_FNS`), each with typed
+Both kinds are registered by name (:data:`ESTIMATORS`, :data:`CRITIC_ESTIMATOR_FNS`, each a
+:class:`grpoflow.registry.Registry`), each with typed
 options of its own (:data:`grpoflow.config.grpo.ADVANTAGE_ESTIMATORS`,
 :data:`grpoflow.config.ppo.CRITIC_ESTIMATORS`), read from the flat keys of its section.
 """
@@ -27,7 +28,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from grpoflow.config.grpo import ADVANTAGE_ESTIMATORS, BatchNormOptions, GroupNormOptions, NoAdvantageOptions
-from grpoflow.config.ppo import GaeOptions
+from grpoflow.config.ppo import CRITIC_ESTIMATORS, GaeOptions
+from grpoflow.registry import Registry
 
 # No module-level torch: callers that only build runs need not pay for torch's import. Tensor
 # methods do all the work. The params schema checks names against ADVANTAGE_ESTIMATORS.
@@ -39,7 +41,9 @@ if TYPE_CHECKING:
 Scale = Literal["group", "batch", "none"]
 Estimator = Callable[["torch.Tensor", int, "GRPOConfig"], "torch.Tensor"]
 TypedEstimator = Callable[["torch.Tensor", int, Any], "torch.Tensor"]  # (rewards, G, its own options)
-ESTIMATORS: dict[str, Estimator] = {}
+ESTIMATORS: Registry[Estimator] = Registry(
+    "advantage estimator", ADVANTAGE_ESTIMATORS, "grpoflow.config.grpo.ADVANTAGE_ESTIMATORS"
+)
 
 
 def estimator(name: str) -> Callable[[TypedEstimator], TypedEstimator]:
@@ -49,21 +53,16 @@ def estimator(name: str) -> Callable[[TypedEstimator], TypedEstimator]:
     :data:`~grpoflow.config.grpo.ADVANTAGE_ESTIMATORS` says; ``ESTIMATORS[name]`` takes the
     ``grpo`` section (or those options) and hands the function only its own options."""
 
-    def add(fn: TypedEstimator) -> TypedEstimator:
-        if name not in ADVANTAGE_ESTIMATORS:  # the schema would refuse it at load
-            raise ValueError(f"advantage estimator {name!r}: add it to grpoflow.config.grpo.ADVANTAGE_ESTIMATORS")
-        if name in ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
+    def from_section(fn: TypedEstimator) -> Estimator:
         options = ADVANTAGE_ESTIMATORS[name]
 
         @functools.wraps(fn)
-        def from_section(rewards: torch.Tensor, group_size: int, cfg: Any) -> torch.Tensor:
+        def adapted(rewards: torch.Tensor, group_size: int, cfg: Any) -> torch.Tensor:
             return fn(rewards, group_size, cfg if isinstance(cfg, options) else cfg.estimator_options(name))
 
-        ESTIMATORS[name] = from_section
-        return fn
+        return adapted
 
-    return add
+    return ESTIMATORS.register(name, from_section)
 
 
 def _check_rewards(rewards: torch.Tensor, group_size: int) -> None:
@@ -199,18 +198,18 @@ def gae(
 # Critic-based estimators by name: (rewards, values, mask, the ppo section or the estimator's options)
 # -> (advantages, returns), each handed only its own typed options (CRITIC_ESTIMATORS).
 CriticEstimator = Callable[["torch.Tensor", "torch.Tensor", "torch.Tensor", Any], "tuple[torch.Tensor, torch.Tensor]"]
-CRITIC_ESTIMATOR_FNS: dict[str, CriticEstimator] = {}
+CRITIC_ESTIMATOR_FNS: Registry[CriticEstimator] = Registry(
+    "critic estimator", CRITIC_ESTIMATORS, "grpoflow.config.ppo.CRITIC_ESTIMATORS"
+)
 
 
+@CRITIC_ESTIMATOR_FNS.register("gae")
 def _gae_estimator(
     rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, cfg: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`gae` with the ``ppo`` section's (or its own) :class:`~grpoflow.config.ppo.GaeOptions`."""
     options = cfg if isinstance(cfg, GaeOptions) else cfg.estimator_options("gae")
     return gae(rewards, values, mask, gamma=options.gamma, lam=options.actor_lam, lam_critic=options.critic_lam)
-
-
-CRITIC_ESTIMATOR_FNS["gae"] = _gae_estimator  # a name of grpoflow.config.ppo.CRITIC_ESTIMATORS
 
 
 def masked_whiten(

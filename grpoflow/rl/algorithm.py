@@ -1,5 +1,6 @@
-"""What an RL algorithm declares to :func:`grpoflow.rl.run.build_rl_run`: its params sections, its
-KL coefficient and how its trainer is built. Each algorithm's module defines one ``ALGORITHM``."""
+"""What an RL algorithm declares to :func:`grpoflow.rl.run.build_rl_run`: how its trainer is built and
+its policy's learning rate; its name leads to the rest (:mod:`grpoflow.catalog`). Each
+algorithm's module defines one ``ALGORITHM``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from grpoflow import catalog
+from grpoflow.registry import Registry
 
 if TYPE_CHECKING:
     from grpoflow.config import Params
@@ -29,14 +33,37 @@ def shared_lr(params: Params) -> float:
 
 @dataclass(frozen=True)
 class Algorithm:
-    """An RL algorithm: its name and module, its own params sections (besides the shared ``rl``),
-    its KL coefficient (a reference is loaded exactly when it is > 0), how its trainer is built:
-    ``build(params, inputs, reference_dir) -> BuiltTrainer`` (``reference_dir``: the saved SFT
-    model, for an algorithm that starts more models from it), and the policy's learning rate."""
+    """An RL algorithm's trainer side: its name in :mod:`grpoflow.catalog` (which declares its module,
+    params sections and KL coefficient), how its trainer is built: ``build(params, inputs,
+    reference_dir) -> BuiltTrainer`` (``reference_dir``: the saved SFT model, for an algorithm that
+    starts more models from it), and the policy's learning rate."""
 
     name: str
-    module: str
-    sections: tuple[str, ...]
-    kl_coef: Callable[[Params], float]
     build: Callable[[Params, TrainerInputs, Path], BuiltTrainer]
     policy_lr: Callable[[Params], float] = shared_lr
+
+    @property
+    def module(self) -> str:
+        """The module that defines it (its code is part of a run's fingerprint)."""
+        return catalog.entry(self.name).module
+
+    @property
+    def sections(self) -> tuple[str, ...]:
+        """Its own params sections, besides the shared ``rl``."""
+        return catalog.entry(self.name).sections
+
+    def kl_coef(self, params: Params) -> float:
+        """The KL coefficient it starts from (a reference is loaded exactly when it is > 0)."""
+        return catalog.kl_coef(params, self.name)
+
+
+# The algorithms by name: asking for one imports the module its catalog entry names, whose
+# ``ALGORITHM = register(Algorithm(...))`` registers it (so a stage's --help needs no torch).
+ALGORITHMS: Registry[Algorithm] = Registry(
+    "algorithm", catalog.ALGORITHMS, "grpoflow.catalog.BUILTIN", lambda name: catalog.ALGORITHMS[name].module
+)
+
+
+def register(algorithm: Algorithm) -> Algorithm:
+    """Register ``algorithm`` under its name (one of the catalog's); return it."""
+    return ALGORITHMS.register(algorithm.name)(algorithm)

@@ -29,7 +29,7 @@ from grpoflow.rollout import Rollouts
 
 
 @dataclass
-class Scored:
+class RewardedBatch:
     """One batch of rollouts (group by group, ``g`` samples per prompt) and their rewards."""
 
     rollouts: Rollouts
@@ -53,7 +53,7 @@ def _pooled_ev(parts: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]])
     return explained_variance(values, returns, mask)
 
 
-def prompt_oracle_ev(batches: Sequence[Scored]) -> dict[str, float]:
+def prompt_oracle_ev(batches: Sequence[RewardedBatch]) -> dict[str, float]:
     """Explained variance of valuing every token at its group's mean reward: ``in_sample`` (the
     token's own sample included) and ``leave_one_out`` (the other samples' mean; needs G >= 2)."""
     in_sample, loo = [], []
@@ -68,7 +68,7 @@ def prompt_oracle_ev(batches: Sequence[Scored]) -> dict[str, float]:
 
 
 @torch.no_grad()
-def critic_ev(critic: ValueModel, batches: Sequence[Scored], positions: Sequence[int] = ()) -> dict[str, float]:
+def critic_ev(critic: ValueModel, batches: Sequence[RewardedBatch], positions: Sequence[int] = ()) -> dict[str, float]:
     """The critic's explained variance over ``batches`` (``ev``), and at each completion position of
     ``positions`` alone (``ev@t``: how well it judges a completion t tokens in)."""
     was_training = critic.training
@@ -87,8 +87,8 @@ def critic_ev(critic: ValueModel, batches: Sequence[Scored], positions: Sequence
 
 def fit_critic(
     critic: ValueModel,
-    train: Sequence[Scored],
-    held_out: Sequence[Scored],
+    train: Sequence[RewardedBatch],
+    held_out: Sequence[RewardedBatch],
     *,
     epochs: int,
     lr: float,

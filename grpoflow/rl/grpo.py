@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 from grpoflow import metric_names as M
-from grpoflow.config import GRPOConfig, Params, rules
+from grpoflow.config import GRPOConfig, Params
 from grpoflow.rl.advantages import ESTIMATORS
-from grpoflow.rl.algorithm import Algorithm, BuiltTrainer
+from grpoflow.rl.algorithm import Algorithm, BuiltTrainer, register
 from grpoflow.rl.losses import grpo_loss, kl_penalised_rewards
 from grpoflow.rl.trainer import Batch, MicroBatch, PolicyTrainer, TrainerInputs, masked_mean
 
@@ -74,4 +74,4 @@ def _build(params: Params, inputs: TrainerInputs, reference_dir: Path) -> BuiltT
     return BuiltTrainer(GRPOTrainer(inputs, grpo=params.grpo))
 
 
-ALGORITHM = Algorithm("grpo", __name__, ("grpo",), lambda p: rules.kl_coef(p, "grpo"), _build)
+ALGORITHM = register(Algorithm("grpo", _build))

@@ -19,13 +19,13 @@ import torch
 from transformers import AutoModel
 
 from grpoflow import metric_names as M
-from grpoflow.config import RM_REWARD, Params, PPOConfig, rules
+from grpoflow.config import RM_REWARD, Params, PPOConfig
 from grpoflow.models.attention import use_own_attention
 from grpoflow.models.engine import build_engine, optimizer_step
 from grpoflow.rl import micro_batches
 from grpoflow.rl import shared_prefix as sp
 from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS, masked_whiten
-from grpoflow.rl.algorithm import Algorithm, BuiltTrainer
+from grpoflow.rl.algorithm import Algorithm, BuiltTrainer, register
 from grpoflow.rl.logprobs import completion_logprobs
 from grpoflow.rl.losses import grpo_loss, kl_k3
 from grpoflow.rl.trainer import Batch, MicroBatch, PolicyTrainer, TrainerInputs
@@ -50,9 +50,9 @@ class ValueModel(torch.nn.Module):
     @classmethod
     def from_reward_model(cls, path: str) -> ValueModel:
         """A critic that starts as the reward model at ``path`` (a sequence classifier with one score,
-        :mod:`grpoflow.trainers.reward_model`): its backbone as the trunk, its score head as the value
+        :mod:`grpoflow.models.reward_model`): its backbone as the trunk, its score head as the value
         head, which then reads a score at every position instead of at the last one only."""
-        from grpoflow.trainers.reward_model import load_reward_model
+        from grpoflow.models.reward_model import load_reward_model
 
         rm, _ = load_reward_model(path)
         critic = cls(getattr(rm, rm.base_model_prefix), rm.config.hidden_size)
@@ -312,4 +312,4 @@ def actor_lr(params: Params) -> float:
     return params.rl.engine.lr if params.ppo.actor_lr is None else params.ppo.actor_lr
 
 
-ALGORITHM = Algorithm("ppo", __name__, ("ppo",), lambda p: rules.kl_coef(p, "ppo"), _build, actor_lr)
+ALGORITHM = register(Algorithm("ppo", _build, actor_lr))

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from grpoflow.config import RLConfig
-from grpoflow.rl.rewards import BatchScorer, WeightedReward
+from grpoflow.data.records import BatchScorer
+from grpoflow.rl.rewards import WeightedReward
 from grpoflow.rollout import RolloutEngine, Sampling
 
 OK, WEAK, NONE = "ok", "weak", "none"

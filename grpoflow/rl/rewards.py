@@ -3,7 +3,8 @@ share kept; each verifier judges the rows of its tasks (math, code)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -12,17 +13,7 @@ import torch
 import verifiers
 from grpoflow.config import RM_REWARD, Params, RewardConfig
 from grpoflow.config.judges import judge_name
-
-Rows = Sequence[Mapping[str, Any]]
-BatchScorer = Callable[[Sequence[str], Rows], list[float]]  # (completions, their task rows) -> scores
-
-
-TASK_KEY, DEFAULT_TASK = "task", "math"  # a split row's task; rows written before code tasks are math
-
-
-def row_task(row: Mapping[str, Any]) -> str:
-    """The task of a split row: ``math`` or ``code``."""
-    return str(row.get(TASK_KEY) or DEFAULT_TASK)
+from grpoflow.data.records import BatchScorer, Rows, row_task
 
 
 class Normalizer(Protocol):
@@ -90,6 +81,54 @@ class WeightedReward:
                 c.norm.load_state_dict(state[c.name])
 
 
+class RunningNorm:
+    """Scores minus their running mean, over their running standard deviation, over every score so far.
+
+    The statistics are merged batch by batch with the parallel update of Chan, Golub & LeVeque
+    (1979): for counts ``n_a, n_b``, means ``m_a, m_b`` and sums of squared deviations ``M_a, M_b``,
+    ``d = m_b - m_a``, ``m = m_a + d n_b / n``, ``M = M_a + M_b + d^2 n_a n_b / n`` (Welford's update
+    when ``n_b = 1``); numerically stable, unlike running sums of ``x`` and ``x^2``. The std is the
+    population one, ``sqrt(M / n)``. A batch is normalised with statistics that include it, so the
+    first batch is already centred and scaled.
+    """
+
+    def __init__(self, eps: float = 1e-6):
+        self.eps = eps
+        self.count, self.mean, self.m2 = 0, 0.0, 0.0
+
+    @property
+    def std(self) -> float:
+        """The population standard deviation of every score so far (0 before any)."""
+        return math.sqrt(self.m2 / self.count) if self.count else 0.0
+
+    def update(self, x: torch.Tensor) -> None:
+        """Merge the values of ``x`` into the running statistics."""
+        values = x.detach().double().flatten()
+        n_b = values.numel()
+        if not n_b:
+            return
+        mean_b = float(values.mean())
+        m2_b = float(((values - mean_b) ** 2).sum())
+        n = self.count + n_b
+        delta = mean_b - self.mean
+        self.mean += delta * n_b / n
+        self.m2 += m2_b + delta * delta * self.count * n_b / n
+        self.count = n
+
+    def update_and_normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """``(x - mean) / (std + eps)`` with the statistics updated by ``x`` first; same dtype as ``x``."""
+        self.update(x)
+        return ((x.double() - self.mean) / (self.std + self.eps)).to(x.dtype)
+
+    def state_dict(self) -> dict[str, float]:
+        """The statistics, as plain numbers (JSON-friendly), for a checkpoint."""
+        return {"count": self.count, "mean": self.mean, "m2": self.m2}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        """Continue from a :meth:`state_dict`."""
+        self.count, self.mean, self.m2 = int(state["count"]), float(state["mean"]), float(state["m2"])
+
+
 def overlong_penalty(lengths: torch.Tensor, max_length: int, buffer: int, penalty: float = 1.0) -> torch.Tensor:
     """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13), times ``penalty``: 0 up to
     ``max_length - buffer`` tokens, then falling linearly to ``-penalty`` at ``max_length`` (and
@@ -110,18 +149,14 @@ def create_verifier(params: Params, name: str, *, workers: int = 1) -> verifiers
 def reward_model_scorer(params: Params, r: RewardConfig) -> BatchScorer:
     """The reward model of ``rewards`` entry ``r`` (name: rm), frozen and loaded on first use, as
     training and the verifier gate score with it."""
-    from grpoflow.trainers.reward_model import RewardModelScorer
+    from grpoflow.models.reward_model import RewardModelScorer
 
     return RewardModelScorer(r.model_path, params.prompt, batch_size=params.reward_model.score_batch_size)
 
 
 def _component(params: Params, r: RewardConfig) -> RewardComponent:
     # Imported only where used: the verifiers alone need no transformers.
-    norm = None
-    if r.normalize == "running":
-        from grpoflow.trainers.reward_model import RunningNorm
-
-        norm = RunningNorm()
+    norm = RunningNorm() if r.normalize == "running" else None
     if r.name == RM_REWARD:
         return RewardComponent(r.name, reward_model_scorer(params, r), r.weight, None, norm)
     verifier = create_verifier(params, r.name)

@@ -24,11 +24,13 @@ from grpoflow.models.lora import AdaptersDisabled, add_adapters
 from grpoflow.models.modeling import load_frozen, load_pretrained
 from grpoflow.models.prompting import Prompter, prompter_for
 from grpoflow.provenance import module_files
+from grpoflow.rl import loop_state
 from grpoflow.rl.algorithm import Algorithm
 from grpoflow.rl.health import HealthMonitor, Symptom
+from grpoflow.rl.loop_state import LoopState
 from grpoflow.rl.preflight import Preflight, run_preflight
 from grpoflow.rl.rewards import build_reward, correctness_scorer
-from grpoflow.rl.trainer import LoopState, PolicyTrainer, TrainerInputs
+from grpoflow.rl.trainer import PolicyTrainer, TrainerInputs
 from grpoflow.rollout import RolloutEngine, build_rollout
 
 # The core's entry point for training: its import closure is the code a checkpoint depends on.
@@ -54,9 +56,9 @@ def fingerprint(params: Params, algorithm: Algorithm, data_dir: Path, reference_
     return h.hexdigest()[:16]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RLRun:
-    """Everything one training process needs; built by :func:`build_rl_run`."""
+    """Everything one training process needs; built by :func:`build_rl_run`, field by name."""
 
     algorithm: Algorithm
     params: Params
@@ -113,7 +115,7 @@ class RLRun:
     def resume(self, directory: str | Path) -> tuple[dict | None, list[str]]:
         """Continue from the newest intact checkpoint of these inputs, if any: ``(the stage's own
         extra state saved with it, or None when starting over; the checkpoints skipped as corrupt)``."""
-        resumed, skipped = checkpoint.load(self.engine, directory, self.fingerprint, self.engines)
+        resumed, skipped = loop_state.load(self.engine, directory, self.fingerprint, self.engines)
         for problem in skipped:
             self.health.symptoms[f"checkpoint_corrupt_{problem.split(':')[0]}"] = Symptom(
                 "checkpoint_corrupt",
@@ -135,7 +137,7 @@ class RLRun:
 
     def save(self, directory: str | Path, state: LoopState, stage_state: dict) -> None:
         """A resumable checkpoint of every engine, the loop, the health record and ``stage_state``."""
-        checkpoint.save(
+        loop_state.save(
             self.engine,
             directory,
             state,
@@ -233,13 +235,13 @@ def build_rl_run(
         rollout = _rollout(params, engine, tokenizer, reference_dir, prompter)
     health = HealthMonitor()
     inputs = TrainerInputs(
-        rl,
-        engine,
-        reference,
-        rollout,
-        tokenizer,
-        build_reward(params),
-        read_jsonl(data_dir / "train.jsonl"),
+        cfg=rl,
+        engine=engine,
+        ref_model=reference,
+        rollout=rollout,
+        tokenizer=tokenizer,
+        reward=build_reward(params),
+        prompts=read_jsonl(data_dir / "train.jsonl"),
         seed=seed,
         prompter=prompter,
         rank=rank,
@@ -248,17 +250,17 @@ def build_rl_run(
     )
     built = algorithm.build(params, inputs, reference_dir)
     return RLRun(
-        algorithm,
-        params,
-        seed,
-        rank,
-        world,
-        engine,
-        tokenizer,
-        prompter,
-        built.trainer,
-        built.engines,
-        fingerprint(params, algorithm, data_dir, reference_dir, seed),
-        read_jsonl(data_dir / "val.jsonl"),
-        health,
+        algorithm=algorithm,
+        params=params,
+        seed=seed,
+        rank=rank,
+        world=world,
+        engine=engine,
+        tokenizer=tokenizer,
+        prompter=prompter,
+        trainer=built.trainer,
+        engines=built.engines,
+        fingerprint=fingerprint(params, algorithm, data_dir, reference_dir, seed),
+        val=read_jsonl(data_dir / "val.jsonl"),
+        health=health,
     )

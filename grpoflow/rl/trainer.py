@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from math import gcd
 from typing import Any
 
@@ -26,23 +26,13 @@ from grpoflow.rl import micro_batches
 from grpoflow.rl import shared_prefix as sp
 from grpoflow.rl.health import HealthMonitor, Symptom
 from grpoflow.rl.logprobs import completion_logprobs
+from grpoflow.rl.loop_state import LoopState
 from grpoflow.rl.losses import rollout_correction
 from grpoflow.rl.ranks import Ranks
 from grpoflow.rl.reference_sync import reference_refresh_due, refresh_reference
 from grpoflow.rl.rewards import WeightedReward, overlong_penalty
 from grpoflow.rl.step_timing import PhaseTimer, peak_memory_mb
 from grpoflow.rollout import RolloutEngine, Rollouts, Sampling, concat_rollouts
-
-
-@dataclass
-class LoopState:
-    """Everything besides the engine that a resumed run needs to continue exactly."""
-
-    step: int = 0
-    beta: float = 0.0  # the algorithm's KL coefficient (grpo.beta or ppo.kl_coef), moved by adaptive KL control
-    rng: dict = field(default_factory=dict)
-    # Caps set by out-of-memory back-off: num_generations, max_completion_length, micro_batch_size.
-    backoff: dict = field(default_factory=dict)
 
 
 class OutOfMemoryAfterBackoff(RuntimeError):

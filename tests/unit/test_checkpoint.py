@@ -18,7 +18,8 @@ import torch
 
 from grpoflow.io import sha256_file
 from grpoflow.models import checkpoint, checkpoint_layout
-from grpoflow.rl.trainer import LoopState
+from grpoflow.rl import loop_state
+from grpoflow.rl.loop_state import LoopState
 
 ROOT = Path(__file__).resolve().parents[2]
 F, G = "f00000000000000f", "9000000000000009"
@@ -49,7 +50,7 @@ class FakeEngine:
 def save(directory: Path, fingerprint: str, *steps: int, keep: int = 2, **kw) -> None:
     """Checkpoints of ``steps`` as a run of ``fingerprint`` makes them; the weight is the step."""
     for step in steps:
-        checkpoint.save(
+        loop_state.save(
             FakeEngine(float(step)),
             directory,
             LoopState(step=step, beta=0.1),
@@ -63,7 +64,7 @@ def save(directory: Path, fingerprint: str, *steps: int, keep: int = 2, **kw) ->
 def resume(directory: Path, fingerprint: str, **kw) -> tuple[int | None, list[str]]:
     """The step a run of ``fingerprint`` resumes from (checked against the weight loaded), and what it skipped."""
     engine = FakeEngine(-1.0)
-    resumed, skipped = checkpoint.load(engine, directory, fingerprint, **kw)
+    resumed, skipped = loop_state.load(engine, directory, fingerprint, **kw)
     if resumed is None:
         assert engine.weight == -1.0
         return None, skipped
@@ -94,7 +95,7 @@ def test_a_resumed_run_gets_back_its_loop_state_rng_and_extra(ckpt):
     save(ckpt, F, 2)
     expected_python, expected_torch = random.getstate(), torch.get_rng_state()
     engine = FakeEngine()
-    resumed, skipped = checkpoint.load(engine, ckpt, F)
+    resumed, skipped = loop_state.load(engine, ckpt, F)
     assert skipped == [] and engine.weight == 2.0
     assert (resumed.state.step, resumed.state.beta, resumed.extra) == (2, 0.1, {"note": "step 2"})
     assert resumed.state.rng["python"] == expected_python and torch.equal(resumed.state.rng["torch"], expected_torch)
@@ -299,7 +300,7 @@ def test_an_rng_file_cannot_run_code(ckpt, tmp_path, monkeypatch):
     data["files"]["step_000002/rng_rank0.pt"] = sha256_file(rng)  # consistent: only the content is hostile
     manifest_of(ckpt, 2).write_text(json.dumps(data))
     with pytest.raises(checkpoint.CheckpointError, match="rng_rank0.pt is not a plain RNG state"):
-        checkpoint.load(FakeEngine(), ckpt, F)
+        loop_state.load(FakeEngine(), ckpt, F)
     assert not marker.exists()
 
 
@@ -311,7 +312,7 @@ def test_an_rng_file_of_the_wrong_shape_is_an_error_naming_it(ckpt):
     data["files"]["step_000002/rng_rank0.pt"] = sha256_file(rng)
     manifest_of(ckpt, 2).write_text(json.dumps(data))
     with pytest.raises(checkpoint.CheckpointError, match=r"rng_rank0.pt: 'python' is not a random.getstate\(\) value"):
-        checkpoint.load(FakeEngine(), ckpt, F)
+        loop_state.load(FakeEngine(), ckpt, F)
 
 
 # ---------------------------------------------------------------- ranks agree
@@ -328,17 +329,18 @@ import torch.distributed as dist
 sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
 from test_checkpoint import FakeEngine, F
 from grpoflow.models import checkpoint
+from grpoflow.rl import loop_state
 rank, tmp = int(sys.argv[1]), Path(sys.argv[2])
 dist.init_process_group("gloo", init_method=f"file://{{tmp}}/rendezvous", rank=rank, world_size=2)
 own = tmp / f"rank{{rank}}"  # each rank's own view of the disk: rank 1's step 4 is damaged
 out = {{"choice": checkpoint.agree(lambda: checkpoint.resume_point(own, F))}}
 engine = FakeEngine(-1.0)
 try:
-    resumed, _ = checkpoint.load(engine, own, F)
+    resumed, _ = loop_state.load(engine, own, F)
     out["loaded"] = resumed.state.step
 except checkpoint.CheckpointError as exc:
     out["error"] = str(exc)
-shared, _ = checkpoint.load(engine, tmp / "rank0", F)
+shared, _ = loop_state.load(engine, tmp / "rank0", F)
 out["shared"] = [shared.state.step, engine.weight]
 (tmp / f"out{{rank}}.json").write_text(json.dumps(out))
 dist.destroy_process_group()
@@ -394,7 +396,7 @@ def rewrite_manifest(directory: Path, step: int, rel: str) -> None:
 @pytest.mark.parametrize("zero_stage", [0, 1])
 def test_a_real_deepspeed_checkpoint_resumes_with_every_file_read_weights_only(tmp_path, monkeypatch, zero_stage):
     saved = real_engine(zero_stage, 0.5)
-    checkpoint.save(saved, tmp_path, LoopState(step=1, beta=0.1), F)
+    loop_state.save(saved, tmp_path, LoopState(step=1, beta=0.1), F)
     calls: list[object] = []
     real_load = torch.load
 
@@ -404,7 +406,7 @@ def test_a_real_deepspeed_checkpoint_resumes_with_every_file_read_weights_only(t
 
     monkeypatch.setattr(torch, "load", recording_load)
     fresh = real_engine(zero_stage, -3.0)
-    resumed, skipped = checkpoint.load(fresh, tmp_path, F)
+    resumed, skipped = loop_state.load(fresh, tmp_path, F)
     assert resumed is not None and resumed.state.step == 1 and skipped == []
     assert torch.equal(fresh.module.weight, saved.module.weight)
     assert len(calls) >= 2 and all(flag is True for flag in calls)  # model states and RNG, optimizer at ZeRO 1
@@ -416,14 +418,14 @@ def test_a_planted_model_states_pickle_with_a_valid_manifest_is_refused_and_neve
     monkeypatch.setenv("GRPOFLOW_TEST_MARKER", str(marker))
     ckpt = tmp_path / "ckpt"
     saved = real_engine(0, 0.5)
-    checkpoint.save(saved, ckpt, LoopState(step=1, beta=0.1), F)
+    loop_state.save(saved, ckpt, LoopState(step=1, beta=0.1), F)
     rel = "step_000001/mp_rank_00_model_states.pt"
     states = torch.load(ckpt / rel, weights_only=True)
     torch.save({**states, "planted": RunsCode()}, ckpt / rel)
     rewrite_manifest(ckpt, 1, rel)
     assert checkpoint.verify(ckpt, 1) is None  # every check of the files passes
     with pytest.raises(checkpoint.CheckpointError, match="passed its checks but cannot be resumed"):
-        checkpoint.load(real_engine(0, -3.0), ckpt, F)
+        loop_state.load(real_engine(0, -3.0), ckpt, F)
     assert not marker.exists()
 
 
@@ -434,10 +436,10 @@ def test_a_zero3_checkpoint_resumes_bit_identically_weights_and_optimizer(tmp_pa
     from grpoflow.models.full_weights import full_state_dict
 
     saved = real_engine(3, 0.5, ZERO3_LAYER)
-    checkpoint.save(saved, tmp_path, LoopState(step=1, beta=0.1), F)
+    loop_state.save(saved, tmp_path, LoopState(step=1, beta=0.1), F)
     fresh = real_engine(3, -3.0, ZERO3_LAYER)
     assert fresh.module.weight.numel() == 0  # partitioned: only the gathered weights say anything
-    resumed, skipped = checkpoint.load(fresh, tmp_path, F)
+    resumed, skipped = loop_state.load(fresh, tmp_path, F)
     assert resumed is not None and resumed.state.step == 1 and skipped == []
     want = full_state_dict(saved.module)["weight"]
     assert want.shape == (256, 512) and torch.equal(full_state_dict(fresh.module)["weight"], want)

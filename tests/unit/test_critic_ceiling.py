@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpoflow.rl.critic_ceiling import Scored, critic_ev, fit_critic, prompt_oracle_ev
+from grpoflow.rl.critic_ceiling import RewardedBatch, critic_ev, fit_critic, prompt_oracle_ev
 from grpoflow.rl.ppo import ValueModel
 from grpoflow.rollout import Rollouts
 from tests.unit.test_shared_prefix import small_llama
 
 
-def _scored(prompts: torch.Tensor, completions: torch.Tensor, rewards: torch.Tensor, g: int) -> Scored:
+def _scored(prompts: torch.Tensor, completions: torch.Tensor, rewards: torch.Tensor, g: int) -> RewardedBatch:
     n = len(completions)
     ro = Rollouts(
         prompts,
@@ -21,7 +21,7 @@ def _scored(prompts: torch.Tensor, completions: torch.Tensor, rewards: torch.Ten
         [""] * n,
         torch.zeros(n, dtype=torch.bool),
     )
-    return Scored(ro, rewards, g)
+    return RewardedBatch(ro, rewards, g)
 
 
 def test_the_prompt_oracle_by_hand():
@@ -43,7 +43,7 @@ def test_a_fitted_critic_reads_what_decides_the_reward():
     critic = ValueModel(trunk, 32)
     g = torch.Generator().manual_seed(0)
 
-    def batch() -> Scored:
+    def batch() -> RewardedBatch:
         prompts = torch.randint(0, 4, (8, 1), generator=g).repeat_interleave(4, 0)
         first = torch.where(torch.rand(32, generator=g) < 0.5, 5, 6)
         completions = torch.stack([first, torch.randint(7, 9, (32,), generator=g), torch.full((32,), 9)], 1)

@@ -177,18 +177,13 @@ def test_sft_steps_on_the_device(workspace):
 
 
 def test_the_reward_model_trains_scores_and_evaluates_on_the_device(workspace, tmp_path):
+    from grpoflow.data.pairs import Pair, encode_pairs
+    from grpoflow.evaluation.pairwise import pairwise_eval
     from grpoflow.models.engine import build_engine
     from grpoflow.models.modeling import save_pretrained
     from grpoflow.models.prompting import Prompter
-    from grpoflow.trainers.reward_model import (
-        Pair,
-        RewardModelScorer,
-        encode_pairs,
-        load_reward_model,
-        pairwise_eval,
-        reward_model_from_policy,
-        train_reward_model,
-    )
+    from grpoflow.models.reward_model import RewardModelScorer, load_reward_model, reward_model_from_policy
+    from grpoflow.trainers.reward_model import train_reward_model
 
     policy, tok = _tiny_policy(workspace)  # saved from the host: the audit's tensors have no storage to write
     save_pretrained(reward_model_from_policy(policy, tok), tok, tmp_path / "rm")

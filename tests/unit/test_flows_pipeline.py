@@ -17,9 +17,9 @@ import yaml
 
 from flows import workspace
 from flows.dag import pipeline_params_file
+from flows.kept_outputs import kept_outputs
 from flows.pipeline import (
     _check_params_file,
-    kept_outputs,
     main,
     parse_overrides,
     precheck,

@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verifiers import math as math_verifier
-from verifiers import math_checks, math_screen
+from verifiers import math_checker, math_checks, math_screen
 from verifiers.math import MathVerifier, check_reference, judge, judge_batch, score, score_batch
 from verifiers.math_cases import surface_forms
 from verifiers.math_screen import screen
@@ -293,9 +293,9 @@ def test_a_check_that_runs_out_of_memory_in_the_child_says_so(monkeypatch):
     def out_of_memory(op, args, budget_s):
         raise MemoryError
 
-    monkeypatch.setattr(math_checks, "_run_check", out_of_memory)  # the child's side, run here
-    assert math_checks._serve_one('["equal", 2.0, "$1$", "$1$"]') == (False, "memory")
-    assert math_checks._serve_one("not json") == (False, "error")
+    monkeypatch.setattr(math_checker, "_run_check", out_of_memory)  # the child's side, run here
+    assert math_checker._serve_one('["equal", 2.0, "$1$", "$1$"]') == (False, "memory")
+    assert math_checker._serve_one("not json") == (False, "error")
 
 
 def test_the_caller_never_imports_sympy():

@@ -71,7 +71,8 @@ def test_budget_shrinks_with_an_out_of_memory_back_off():
     from types import SimpleNamespace
 
     from grpoflow.config import validate_params
-    from grpoflow.rl.trainer import LoopState, PolicyTrainer
+    from grpoflow.rl.loop_state import LoopState
+    from grpoflow.rl.trainer import PolicyTrainer
 
     cfg = validate_params({"rl": {"engine": {"micro_batch_size": 16, "max_tokens_per_micro_batch": 4000}}}).rl
     trainer = SimpleNamespace(cfg=cfg, state=LoopState(backoff={"micro_batch_size": 4}))

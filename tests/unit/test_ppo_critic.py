@@ -137,7 +137,7 @@ def test_the_critic_starts_from_the_sft_policy_by_default_with_a_zero_head(works
 def test_the_critic_can_start_from_the_reward_model(workspace, tmp_path):
     from transformers import AutoTokenizer
 
-    from grpoflow.trainers.reward_model import reward_model_from_policy
+    from grpoflow.models.reward_model import reward_model_from_policy
 
     tok = AutoTokenizer.from_pretrained(str(workspace / "ref"))
     rm = reward_model_from_policy(workspace / "ref", tok)

@@ -11,20 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grpoflow.config import EngineConfig, ModelConfig, PromptConfig
-from grpoflow.trainers.reward_model import (
-    Pair,
-    RewardModelScorer,
-    RunningNorm,
-    bradley_terry_loss,
-    encode_pair,
-    encode_pairs,
-    load_reward_model,
-    pairs_from_samples,
-    pairwise_eval,
-    reward_model_from_policy,
-    split_pairs,
-    train_reward_model,
-)
+from grpoflow.data.pairs import Pair, encode_pair, encode_pairs, pairs_from_samples, split_pairs
+from grpoflow.evaluation.pairwise import pairwise_eval
+from grpoflow.models.reward_model import RewardModelScorer, load_reward_model, reward_model_from_policy
+from grpoflow.rl.rewards import RunningNorm
+from grpoflow.trainers.reward_model import bradley_terry_loss, train_reward_model
 
 WORDS = "apple river stone cloud green paper metal light sound water field north quiet sharp".split()
 

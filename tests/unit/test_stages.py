@@ -13,7 +13,8 @@ import yaml
 
 from grpoflow.config import describe_schema
 from grpoflow.provenance import module_files
-from tasks.stages import STAGES, ablation_stages, collapse, dvc_spec, stage, stages_for
+from tasks.stage_model import collapse
+from tasks.stages import STAGES, ablation_stages, dvc_spec, stage, stages_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -176,7 +177,7 @@ def test_stages_write_refuses_a_params_file_a_shell_would_run(tmp_path, monkeypa
 
 
 def test_only_the_stages_that_score_depend_on_the_verifiers_and_the_advantage_maths():
-    from tasks.stages import BUILDS_VERIFIERS
+    from tasks.stage_model import BUILDS_VERIFIERS
 
     def deps(name):
         code = stage(name).code()

@@ -194,7 +194,7 @@ def test_a_training_run_opens_its_validation_curve_at_step_0_before_any_other_me
         evaluate=lambda step: {"val_accuracy": 0.3125},
     )
     args = argparse.Namespace(out=str(tmp_path))
-    stage = rl_stage.Stage("grpo", args, rl_run, [], None, None)
+    stage = rl_stage.RunningStage("grpo", args, rl_run, [], None, None)
     experiment = mlflow.create_experiment("val-start", artifact_location=(tmp_path / "artifacts").as_uri())
     with mlflow.start_run(experiment_id=experiment) as run:
         assert rl_stage._start(stage, {}) == 0.3125
