@@ -98,34 +98,38 @@ def headline_metrics(head: dict[str, Any]) -> dict[str, float]:
     }
 
 
-# The models' test pass@1 as one metric, step i the i-th model (the reference first): MLflow draws
-# it as one chart on one axis, where a metric per model gets a chart and an axis of its own.
-BY_MODEL = "test_pass_at_1_by_model"
+# The models' test pass@1 as one chart with their names on its axis (an MLflow image chart: its
+# metric charts have steps, not names, on their axis).
+COMPARISON_CHART = "test_pass_at_1_by_model"
 
 
-def headline_by_model(head: dict[str, Any]) -> tuple[dict[int, float], str]:
-    """The models' test pass@1 as the steps of :data:`BY_MODEL`, and which model each step is
-    ("steps of `test_pass_at_1_by_model`: 0 sft, 1 grpo, 2 ppo"; empty without scores)."""
-    scored = [(m, v) for m, v in head["test_pass@1"].items() if v is not None]
-    legend = ", ".join(f"{i} {m}" for i, (m, _) in enumerate(scored))
-    return {i: float(v) for i, (_, v) in enumerate(scored)}, (f"steps of `{BY_MODEL}`: {legend}" if scored else "")
+def comparison_figure(head: dict[str, Any]):
+    """The headline's scores as one bar chart (:func:`tasks.plots.comparison_figure`), or None without any."""
+    from tasks.plots import comparison_figure as bars
+
+    scores = {m: v for m, v in head["test_pass@1"].items() if v is not None}
+    if not scores:
+        return None
+    names = {m: model_name(m, head["start"]) for m in scores}
+    return bars(scores, head.get("test_pass@1_se", {}), names)
 
 
 def log_headline(head: dict[str, Any]) -> str:
-    """The headline on the active MLflow run (the parent): its metrics, the models on one axis
-    (:func:`headline_by_model`), the winner as a tag, and the description; the headline's text."""
+    """The headline on the active MLflow run (the parent): its metrics, the models on one chart
+    (:func:`comparison_figure`, an image chart), the winner as a tag, and the description; the headline's text."""
     import mlflow
 
+    from tasks.plots import figure_pixels
     from tasks.tracking import NOTE
 
     text = headline_text(head)
     mlflow.log_metrics(headline_metrics(head))
-    steps, legend = headline_by_model(head)
-    for step, value in steps.items():
-        mlflow.log_metric(BY_MODEL, value, step=step)
+    figure = comparison_figure(head)
+    if figure is not None:
+        mlflow.log_image(figure_pixels(figure), key=COMPARISON_CHART, step=0, synchronous=True)
     if head["winner"]:
         mlflow.set_tag("winner", head["winner"])
-    chart = f"\n\nOne chart for all models, {legend}." if legend else ""
+    chart = f"\n\nAll models on one chart: `{COMPARISON_CHART}` under Model metrics." if figure is not None else ""
     mlflow.set_tag(NOTE, f"{text}{chart}\n\nThe whole run on one page: `run.html` under Artifacts.")
     return text
 

@@ -153,3 +153,33 @@ def plot_accuracy_by_wall_clock(
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
     return _save(fig, out / "wall_clock.png")
+
+
+def comparison_figure(scores: dict[str, float], stderrs: dict[str, float | None], names: dict[str, str]):
+    """The models' test pass@1 as one bar chart: each model by its name (``names``) on the axis, the
+    bars from 0, each with its standard error and its gain over the first (the starting model)."""
+    models = list(scores)
+    values = [100 * scores[m] for m in models]
+    errors = [100 * (stderrs.get(m) or 0.0) for m in models]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(models), 3.6))
+    bars = ax.bar([names[m] for m in models], values, yerr=errors, capsize=4, color="#4c72b0")
+    for i, (bar, value) in enumerate(zip(bars, values)):
+        gain = f" ({value - values[0]:+.1f})" if i else ""
+        ax.annotate(
+            f"{value:.1f}%{gain}", (bar.get_x() + bar.get_width() / 2, value + errors[i]), ha="center", va="bottom"
+        )
+    ax.set_ylim(0, max(max(v + e for v, e in zip(values, errors)) * 1.2, 1.0))
+    ax.set_ylabel("test pass@1 (%)")
+    ax.set_title("test pass@1 by model (± standard error)")
+    fig.tight_layout()
+    return fig
+
+
+def figure_pixels(fig):
+    """``fig`` as an RGB array (what MLflow's image charts take), the figure freed."""
+    import numpy as np
+
+    fig.canvas.draw()
+    pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+    plt.close(fig)
+    return pixels

@@ -124,11 +124,12 @@ def _text_of(dom: str) -> str:
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", dom))).strip()
 
 
-def visible_text(url: str, until: list[str], wait_ms: int = 20000, tries: int = 3) -> str:
+def visible_text(url: str, until: list[str], wait_ms: int = 20000, tries: int = 3, height: int | None = None) -> str:
     """The text of ``url`` (a single-page app) once Chromium has rendered it for ``wait_ms`` of
     the page's own time: a fetch in flight holds that clock, so a slow server only makes it take
     longer. Rendered again, up to ``tries`` times, while any of ``until`` is missing (a server's
-    first answers can come after the page gave up); the last text either way."""
+    first answers can come after the page gave up); the last text either way. A window ``height``
+    pixels tall (None: Chromium's own): what an app draws only once scrolled into view is drawn in a taller one."""
     text = ""
     for attempt in range(tries):
         with tempfile.TemporaryDirectory() as tmp:
@@ -138,6 +139,7 @@ def visible_text(url: str, until: list[str], wait_ms: int = 20000, tries: int = 
                     *FLAGS,
                     f"--user-data-dir={tmp}/profile",
                     f"--virtual-time-budget={wait_ms * (attempt + 1)}",
+                    *([f"--window-size=1280,{height}"] if height else []),
                     "--dump-dom",
                     url,
                 ],

@@ -178,7 +178,7 @@ def test_the_page_gives_the_health_verdict_and_where_the_validation_curves_start
     ) in page
 
 
-def test_the_parent_run_draws_every_models_score_on_one_axis(tmp_path, monkeypatch):
+def test_the_parent_run_draws_every_models_score_on_one_chart_named_by_model(tmp_path, monkeypatch):
     import mlflow
     from mlflow.tracking import MlflowClient
 
@@ -187,18 +187,21 @@ def test_the_parent_run_draws_every_models_score_on_one_axis(tmp_path, monkeypat
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment("run-report-test")
-    head = run_report.headline(EVALUATION, {"winner_on_test_pass@1": "grpo"}, {})
-    legend = "steps of `test_pass_at_1_by_model`: 0 sft, 1 grpo"
-    assert run_report.headline_by_model(head) == ({0: 0.3125, 1: 0.5}, legend)
+    head = run_report.headline(EVALUATION, {"winner_on_test_pass@1": "grpo"}, {}, start="SmolLM2-135M-Instruct")
+    figure = run_report.comparison_figure(head)
+    (ax,) = figure.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["SmolLM2-135M-Instruct", "GRPO"]
+    assert [bar.get_height() for bar in ax.patches] == [31.25, 50.0] and ax.get_ylim()[0] == 0
+    assert [t.get_text() for t in ax.texts] == ["31.2%", "50.0% (+18.8)"]  # the gain over the starting model
     with mlflow.start_run() as run:
         text = run_report.log_headline(head)
     client = MlflowClient(uri)
     got = client.get_run(run.info.run_id)
-    history = client.get_metric_history(run.info.run_id, run_report.BY_MODEL)
-    assert sorted((m.step, m.value) for m in history) == [(0, 0.3125), (1, 0.5)]
+    images = [a.path for a in client.list_artifacts(run.info.run_id, "images")]
+    assert images and all(run_report.COMPARISON_CHART in p for p in images), images
     assert got.data.metrics["test_pass_at_1/grpo"] == 0.5 and got.data.tags["winner"] == "grpo"
     assert got.data.tags[NOTE] == (
-        f"{text}\n\nOne chart for all models, steps of `test_pass_at_1_by_model`: 0 sft, 1 grpo.\n\n"
+        f"{text}\n\nAll models on one chart: `test_pass_at_1_by_model` under Model metrics.\n\n"
         "The whole run on one page: `run.html` under Artifacts."
     )
-    assert run_report.headline_by_model(run_report.headline(None, None, {})) == ({}, "")
+    assert run_report.comparison_figure(run_report.headline(None, None, {})) is None
