@@ -55,7 +55,9 @@ def summarize(found: dict[str, dict]) -> dict[str, Any]:
         }
         for name, value in scores.items()
     ]
-    seconds = {n: m["seconds"] for n, m in found.items() if isinstance(m.get("seconds"), (int, float))}
+    # Each stage's wall time as the flow measured it (the run page's and MLflow's), else the command's own.
+    own = {n: m["seconds"] for n, m in found.items() if isinstance(m.get("seconds"), (int, float))}
+    seconds = found.get("run", {}).get("stage_seconds") or own
     return {
         "run": {k: found.get("run", {}).get(k) for k in ("params_file", "overrides", "dvc_experiment")},
         "models": models,

@@ -15,6 +15,7 @@ import contextlib
 import copy
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -30,7 +31,7 @@ from flows import experiments, run_report, serve, summary, workspace
 from flows.dag import pipeline_params_file, run_order
 from flows.kept_outputs import kept_outputs
 from flows.links import MLFLOW_VIEW, _mlflow_link, _mlflow_ui, run_links  # noqa: F401 - MLFLOW_VIEW: API
-from flows.run_report import StageResult
+from flows.run_report import STAGE_LOGS, StageResult
 from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
 from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_dotted, validate_params
 from grpoflow.config.launch import DISTRIBUTED_STAGES
@@ -296,11 +297,17 @@ def _gpu_limit(name: str | None) -> str | None:
 
 
 def _record_experiment(
-    params: Params, params_file: str, overrides: dict | None, parent_id: str, experiment_id: str, whole: bool
+    params: Params,
+    params_file: str,
+    overrides: dict | None,
+    parent_id: str,
+    experiment_id: str,
+    whole: bool,
+    stage_seconds: dict[str, float],
 ) -> None:
-    """Save this run as a DVC experiment naming its MLflow run (only a ``whole`` run: an
-    experiment is the full pipeline's state), tag the MLflow run with the experiment, and push
-    the cached outputs to the DVC remote when one is configured."""
+    """Save this run as a DVC experiment naming its MLflow run and each stage's wall time (only a
+    ``whole`` run: an experiment is the full pipeline's state), tag the MLflow run with the
+    experiment, and push the cached outputs to the DVC remote when one is configured."""
     import mlflow
 
     orch = params.orchestration
@@ -319,6 +326,7 @@ def _record_experiment(
                 "params_file": params_file,
                 "overrides": overrides or {},
                 "git_commit": tracking.provenance_tags(params, params_file)["git_commit"],
+                "stage_seconds": stage_seconds,  # the one duration of each stage (the page's, MLflow's)
             },
         )
         tags |= {"dvc_experiment": name, "dvc_experiment_rev": rev}
@@ -327,6 +335,15 @@ def _record_experiment(
         tags["dvc_remote"] = orch.dvc_remote
         print(f"dvc push --remote {orch.dvc_remote}: {experiments.push(orch.dvc_remote)}")
     mlflow.set_tags(tags)  # on the parent run, still active
+
+
+def _finish_stage_runs(parent_id: str, since_ms: int, seconds: float, name: str) -> None:
+    """The stage's duration and log on its MLflow runs (:func:`tasks.tracking.finish_stage_runs`); a
+    failure to write them is a warning, never the stage's verdict."""
+    try:
+        tracking.finish_stage_runs(parent_id, since_ms, seconds, STAGE_LOGS / f"{name}.log")
+    except Exception as exc:  # noqa: BLE001 - MLflow unreachable, say: the stage's own result stands
+        get_run_logger().warning(f"{name}: its log and duration could not be added to MLflow ({exc})")
 
 
 def run_stages(params: Params, params_file: str, stages: list[str] | None, overrides: dict | None = None):
@@ -354,16 +371,21 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None, overr
         env = {tracking.PARENT_ENV: parent_id, tracking.FLOW_RUN_ENV: flow_run_id}
         for stage in order:
             gpu = gpu_limit if stage.name in orch.gpu_stages else None
-            with kept_outputs(stage):
-                # The task returns a StageResult; State.result() is typed for any state it may hold.
-                result = cast(
-                    StageResult,
-                    stage_task(stage, env, gpu_limit=gpu, retries=orch.stage_retries, return_state=True).result(),
-                )
-            if not result.ran:
-                tracking.log_cached_stage(
-                    stage.name, params, params_file, parent_id, flow_run_id, result.metrics, list(stage.metrics)
-                )
+            since_ms, start, result = int(time.time() * 1000), time.perf_counter(), None
+            try:
+                with kept_outputs(stage):
+                    # The task returns a StageResult; State.result() is typed for any state it may hold.
+                    result = cast(
+                        StageResult,
+                        stage_task(stage, env, gpu_limit=gpu, retries=orch.stage_retries, return_state=True).result(),
+                    )
+                if not result.ran:
+                    tracking.log_cached_stage(
+                        stage.name, params, params_file, parent_id, flow_run_id, result.metrics, list(stage.metrics)
+                    )
+            finally:  # a failed stage's log goes to its run too: that is where it is looked for
+                seconds = result.seconds if result else round(time.perf_counter() - start, 2)
+                _finish_stage_runs(parent_id, since_ms, seconds, stage.name)
             results.append(result)
         try:
             _publish_run_report(results, parent.info.run_name, experiment_id, parent_id, params_file, flow_run_id)
@@ -373,7 +395,8 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None, overr
                 "every stage's outputs, metrics and MLflow runs are in place"
             )
         whole = {s.name for s in order} == {s.name for s in run_order(params)}
-        _record_experiment(params, params_file, overrides, parent_id, experiment_id, whole)
+        walls = {r.stage: r.seconds for r in results}
+        _record_experiment(params, params_file, overrides, parent_id, experiment_id, whole, walls)
     create_table_artifact(
         [{"stage": r.stage, "status": "ran" if r.ran else "cached", "seconds": r.seconds} for r in results],
         key="pipeline-stages",

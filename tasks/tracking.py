@@ -224,13 +224,37 @@ def _run(
 @contextmanager
 def stage_run(stage: str, params: Params, params_file: str, run_name: str | None = None) -> Iterator[mlflow.ActiveRun]:
     """An MLflow run for one stage (named ``run_name``, default the stage), nested under the
-    pipeline's parent run when there is one."""
+    pipeline's parent run when there is one. Run alone, it logs how long it took; under the flow, the
+    flow logs the one duration it shows everywhere (:func:`finish_stage_runs`)."""
     start = time.perf_counter()
     parent = os.environ.get(PARENT_ENV) or None
     keys = stage_keys(stage)
     with _run(stage, params, params_file, parent, run_name=run_name, keys=keys, system_metrics=True) as run:
         yield run
-        mlflow.log_metric(f"{M.SUMMARY}stage_seconds", time.perf_counter() - start)
+        if parent is None:
+            mlflow.log_metric(STAGE_SECONDS, time.perf_counter() - start)
+
+
+STAGE_SECONDS = f"{M.SUMMARY}stage_seconds"
+
+
+def finish_stage_runs(parent_run_id: str, since_ms: int, seconds: float, log_file: Path) -> list[str]:
+    """The flow's word on the child runs a stage opened (those of ``parent_run_id`` started at or after
+    ``since_ms``): the stage's duration as the flow measured it, DVC's checks included (the one the run
+    page and the console show), and its whole log as an artifact. Their ids."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    parent = client.get_run(parent_run_id)
+    found = client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}' and attributes.start_time >= {since_ms}",
+    )
+    for run in found:
+        client.log_metric(run.info.run_id, STAGE_SECONDS, seconds)
+        if log_file.is_file():
+            client.log_artifact(run.info.run_id, str(log_file), "logs")
+    return [run.info.run_id for run in found]
 
 
 def pipeline_run(params: Params, params_file: str, run_name: str, flow_run_id: str):

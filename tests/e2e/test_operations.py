@@ -142,6 +142,9 @@ def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_
                 and r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
             ]
             assert (child.data.tags.get("dvc_cached") == "true") == cached, stage
+            # The flow's one duration of the stage, and the stage's whole log, on its run.
+            assert child.data.metrics["summary/stage_seconds"] > 0, stage
+            assert [a.path for a in client.list_artifacts(child.info.run_id, "logs")] == [f"logs/{stage}.log"]
             assert child.data.tags["git_commit"] == parent.data.tags["git_commit"] != "unknown"
             assert child.data.tags["verifier_hash"] == parent.data.tags["verifier_hash"] != ""
     # In Prefect, a stage DVC skipped ends in a state of its own name; every run links its page.

@@ -54,3 +54,9 @@ def test_the_files_are_read_where_dvc_yaml_declares_them(tmp_path):
     (tmp_path / "metrics" / "run.json").write_text(json.dumps(FOUND["run"]))
     assert read_workspace(tmp_path) == {n: FOUND[n] for n in ("sft", "grpo", "evaluate", "run")}
     assert read_workspace(tmp_path / "nothing") == {}
+
+
+def test_a_recorded_run_shows_each_stages_wall_time_as_the_run_page_and_mlflow_do():
+    walls = {"prepare": 9.5, "grpo": 130.25}  # the flow's clock around each stage, DVC's checks included
+    found = {**FOUND, "run": {**FOUND["run"], "stage_seconds": walls}}
+    assert format_summary(summarize(found)).splitlines()[-1] == "stage time: 140 s (prepare 9.5, grpo 130)"
