@@ -12,7 +12,7 @@ from benchmarks.timing import best_of
 from grpoflow.config import ModelConfig
 from grpoflow.models.modeling import build_tiny_model, train_tokenizer
 from grpoflow.rl.advantages import group_advantages
-from grpoflow.rl.losses import grpo_loss
+from grpoflow.rl.losses import clipped_surrogate_loss
 
 
 def run(prompts: int = 8, group: int = 8, length: int = 64) -> dict:
@@ -36,7 +36,7 @@ def run(prompts: int = 8, group: int = 8, length: int = 64) -> dict:
 
     def objective():
         adv = group_advantages(rewards, group)
-        loss, _ = grpo_loss(logp_leaf, old, adv, mask, ref_logp=ref)
+        loss, _ = clipped_surrogate_loss(logp_leaf, old, adv, mask, ref_logp=ref)
         loss.backward()
 
     t_model, t_loss = best_of(policy_step), best_of(objective, repeats=20)

@@ -60,5 +60,6 @@ class Registry(Mapping[str, T], Generic[T]):
         return len(self.table)
 
     def registered(self) -> list[str]:
-        """The names registered so far (a lazily loaded piece counts once it was asked for)."""
-        return list(self._pieces)
+        """The names of the table registered so far (a lazily loaded piece counts once it was asked
+        for; one registered under a table that has since dropped it, a test's, does not)."""
+        return [name for name in self._pieces if name in self.table]

@@ -341,7 +341,7 @@ def _train(s: RunningStage, val_start: float | None, steps_log) -> None:
     """Train to ``rl.steps``: each step reported (first process), each checkpoint saved with the
     stage's state; a diverged or out-of-memory run stops the stage with its verdict."""
     from grpoflow.rl.health import TrainingDiverged
-    from grpoflow.rl.trainer import OutOfMemoryAfterBackoff
+    from grpoflow.rl.oom_backoff import OutOfMemoryAfterBackoff
 
     trainer = s.rl_run.trainer
     recorder = StepRecorder(s.history, steps_log.log, trainer.checkpoint_due) if s.history is not None else None

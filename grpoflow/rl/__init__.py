@@ -11,7 +11,7 @@ Reading order for one GRPO step (docs/architecture.md traces it in full):
 2. :meth:`grpoflow.rl.grpo.GRPOTrainer.update`: reference log-probs, advantages, the micro-batch loop
    (its micro-batches from :mod:`grpoflow.rl.micro_batches`).
 3. :mod:`grpoflow.rl.advantages` (``group_advantages``), :mod:`grpoflow.rl.logprobs`
-   (``completion_logprobs``), :mod:`grpoflow.rl.losses` (``grpo_loss``): the formulas.
+   (``completion_logprobs``), :mod:`grpoflow.rl.losses` (``clipped_surrogate_loss``): the formulas.
 4. :mod:`grpoflow.models.engine` (``optimizer_step``) for the DeepSpeed update; :mod:`grpoflow.rl.run`
    for how the trainer is built; ``tests/unit/reference_grpo.py`` for the whole step in plain torch.
 """

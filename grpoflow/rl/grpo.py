@@ -18,8 +18,9 @@ from grpoflow import metric_names as M
 from grpoflow.config import GRPOConfig, Params
 from grpoflow.rl.advantages import ESTIMATORS
 from grpoflow.rl.algorithm import Algorithm, BuiltTrainer, register
-from grpoflow.rl.losses import grpo_loss, kl_penalised_rewards
-from grpoflow.rl.trainer import Batch, MicroBatch, PolicyTrainer, TrainerInputs, masked_mean
+from grpoflow.rl.batch import Batch, MicroBatch, masked_mean
+from grpoflow.rl.losses import clipped_surrogate_loss, kl_penalised_rewards
+from grpoflow.rl.trainer import PolicyTrainer, TrainerInputs
 
 
 class GRPOTrainer(PolicyTrainer):
@@ -45,7 +46,7 @@ class GRPOTrainer(PolicyTrainer):
         loss_ref = ref_logp if not in_reward else None  # with the penalty in the reward, no KL term
 
         def policy_loss(mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
-            loss, m = grpo_loss(
+            loss, m = clipped_surrogate_loss(
                 mb.logp,
                 mb.old,
                 adv[mb.sl],

@@ -1,4 +1,5 @@
-"""The GRPO objective: PPO's clipped surrogate with group-relative advantages and a KL penalty.
+"""The policy loss every algorithm calls: PPO's clipped surrogate (Schulman et al. 2017, eq. 7), with
+GRPO's options: a KL penalty in the loss, a sequence-level ratio, token aggregations.
 
 Per token (DeepSeekMath, Shao et al. 2024, eq. 3):
 
@@ -11,23 +12,36 @@ k1 (``logp - ref_logp``) and k2 (``(logp - ref_logp)^2 / 2``) are the other two 
 Schulman's "Approximating KL Divergence"; ``grpo.kl_placement: reward`` folds the penalty into the
 reward instead (see :mod:`grpoflow.rl.grpo`).
 
-``eps_high > eps_low`` is DAPO's "clip-higher" (Yu et al. 2025). Aggregation over tokens:
-``grpo`` (mean over each sequence, then over sequences; DeepSeekMath), ``bnpo`` (mean over all
-unmasked tokens in the batch; DAPO's token-level loss) and ``dr_grpo`` (sum over tokens divided by
-N x T, a constant; Liu et al. 2025).
+``eps_high > eps_low`` is DAPO's "clip-higher" (Yu et al. 2025). Aggregation over tokens
+(:data:`AGGREGATIONS`): ``grpo`` (mean over each sequence, then over sequences; DeepSeekMath), ``bnpo``
+(mean over all unmasked tokens in the batch; DAPO's token-level loss) and ``dr_grpo`` (sum over tokens
+divided by N x T, a constant; Liu et al. 2025). GRPO and PPO both call :func:`clipped_surrogate_loss`:
+PPO with per-token GAE advantages and its KL penalty in the reward (no ``ref_logp``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
 import torch
 
 from grpoflow import metric_names as M
+from grpoflow.config.grpo import KL_ESTIMATOR_NAMES, KLEstimator
+from grpoflow.config.rl import AGGREGATIONS as AGGREGATION_NAMES
+from grpoflow.config.rl import Aggregation
+from grpoflow.registry import Registry
 
 RatioLevel = Literal["token", "sequence"]
-Aggregation = Literal["grpo", "bnpo", "dr_grpo"]
+# (per-token loss, 0/1 mask) -> the scalar loss; each under its name of grpoflow.config.rl.Aggregation.
+AGGREGATIONS: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry(
+    "aggregation", AGGREGATION_NAMES, "grpoflow.config.rl.Aggregation"
+)
+# (log-probs, reference log-probs) -> per-token KL(policy || reference); names of grpoflow.config.grpo.KLEstimator.
+KL_ESTIMATORS: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry(
+    "KL estimator", KL_ESTIMATOR_NAMES, "grpoflow.config.grpo.KLEstimator"
+)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -54,41 +68,49 @@ def _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level,
         )
     if ratio_level not in ("token", "sequence"):
         raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
-    if aggregation not in ("grpo", "bnpo", "dr_grpo"):
-        raise ValueError(f"aggregation must be 'grpo', 'bnpo' or 'dr_grpo', got {aggregation!r}")
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got {aggregation!r}")
     if not clip_eps > 0:
         raise ValueError(f"clip_eps must be > 0, got {clip_eps}")
     if kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"kl_estimator must be one of {sorted(KL_ESTIMATORS)}, got {kl_estimator!r}")
 
 
-def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: Aggregation) -> torch.Tensor:
-    if aggregation == "grpo":
-        return _masked_mean(per_token, mask, dim=1).mean()
-    if aggregation == "bnpo":
-        return _masked_mean(per_token, mask)
+@AGGREGATIONS.register("grpo")
+def sequence_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The mean over each completion's tokens, then over completions (DeepSeekMath, eq. 3)."""
+    return _masked_mean(per_token, mask, dim=1).mean()
+
+
+@AGGREGATIONS.register("bnpo")
+def token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The mean over every kept token of the batch (DAPO's token-level loss, eq. 12)."""
+    return _masked_mean(per_token, mask)
+
+
+@AGGREGATIONS.register("dr_grpo")
+def constant_normalised_sum(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The sum over kept tokens divided by N x T, a constant (Dr. GRPO, Liu et al. 2025)."""
     return (per_token * mask).sum() / per_token.numel()
 
 
+@KL_ESTIMATORS.register("k3")
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token ``KL(pi || pi_ref)`` estimate ``exp(ref - logp) - (ref - logp) - 1`` (always >= 0)."""
     d = ref_logp - logp
     return torch.exp(d) - d - 1
 
 
+@KL_ESTIMATORS.register("k1")
 def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token ``logp - ref``: unbiased for ``KL(pi || pi_ref)`` on samples of pi, high variance, may be < 0."""
     return logp - ref_logp
 
 
+@KL_ESTIMATORS.register("k2")
 def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token ``(logp - ref)^2 / 2``: biased, low variance, always >= 0."""
     return 0.5 * (logp - ref_logp) ** 2
-
-
-# Schulman, "Approximating KL Divergence" (2020): estimators of KL(pi || pi_ref) from samples of pi.
-KLEstimator = Literal["k1", "k2", "k3"]
-KL_ESTIMATORS = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 
 
 def kl_penalised_rewards(
@@ -185,7 +207,7 @@ def _kept_entropy(entropy: torch.Tensor | None, logp: torch.Tensor, keep: torch.
     return torch.where(keep, entropy, torch.zeros_like(logp))
 
 
-def grpo_loss(
+def clipped_surrogate_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
@@ -202,7 +224,7 @@ def grpo_loss(
     entropy_coef: float = 0.0,
     token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The GRPO loss to minimise, and diagnostics.
+    """The clipped-surrogate policy loss to minimise (GRPO's and PPO's), and diagnostics.
 
     Args:
         logp: ``(N, T)`` per-token log-probs of the completions under the policy being trained.
@@ -216,7 +238,7 @@ def grpo_loss(
         clip_eps, clip_eps_high: the clip range is ``[1 - clip_eps, 1 + (clip_eps_high or clip_eps)]``.
         ratio_level: ``"token"`` (one ratio per token) or ``"sequence"`` (``exp`` of the masked mean
             of the token log-ratio, broadcast over the sequence; GSPO-style length-normalised).
-        aggregation: ``"grpo"``, ``"bnpo"`` or ``"dr_grpo"`` (see the module docstring).
+        aggregation: a name of :data:`AGGREGATIONS` (see the module docstring).
         kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"`` (:data:`KL_ESTIMATORS`) for the KL term.
         entropy, entropy_coef: per-token entropies (with gradient) and the weight of the bonus
             ``-entropy_coef * entropy`` added per token (none when the weight is 0).
@@ -239,7 +261,7 @@ def grpo_loss(
         metrics[M.KL] = _masked_mean(kl.detach(), m).item()
     if entropy_coef:
         per_token = per_token - entropy_coef * _kept_entropy(entropy, logp, keep)
-    loss = _aggregate(per_token, m, aggregation)
+    loss = AGGREGATIONS[aggregation](per_token, m)
     clipped = ((ratio < low) & (adv < 0)) | ((ratio > high) & (adv > 0))
     metrics[M.CLIP_RATIO] = _masked_mean(clipped.to(logp.dtype), m).item()
     metrics["ratio_mean"] = _masked_mean(ratio.detach(), m).item()

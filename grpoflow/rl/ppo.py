@@ -26,9 +26,10 @@ from grpoflow.rl import micro_batches
 from grpoflow.rl import shared_prefix as sp
 from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS, masked_whiten
 from grpoflow.rl.algorithm import Algorithm, BuiltTrainer, register
+from grpoflow.rl.batch import Batch, MicroBatch
 from grpoflow.rl.logprobs import completion_logprobs
-from grpoflow.rl.losses import grpo_loss, kl_k3
-from grpoflow.rl.trainer import Batch, MicroBatch, PolicyTrainer, TrainerInputs
+from grpoflow.rl.losses import clipped_surrogate_loss, kl_k3
+from grpoflow.rl.trainer import PolicyTrainer, TrainerInputs
 
 
 class ValueModel(torch.nn.Module):
@@ -218,7 +219,7 @@ class PPOTrainer(PolicyTrainer):
         kl, old_values, adv, returns = self._targets(b, old_logp)
 
         def policy_loss(mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
-            loss, m = grpo_loss(
+            loss, m = clipped_surrogate_loss(
                 mb.logp,
                 mb.old,
                 adv[mb.sl],

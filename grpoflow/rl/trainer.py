@@ -24,35 +24,17 @@ from grpoflow.models.engine import optimizer_step
 from grpoflow.models.prompting import Prompter
 from grpoflow.rl import micro_batches
 from grpoflow.rl import shared_prefix as sp
+from grpoflow.rl.batch import Batch, MicroBatch, Scored, masked_mean
 from grpoflow.rl.health import HealthMonitor, Symptom
 from grpoflow.rl.logprobs import completion_logprobs
 from grpoflow.rl.loop_state import LoopState
 from grpoflow.rl.losses import rollout_correction
+from grpoflow.rl.oom_backoff import OutOfMemoryAfterBackoff, next_backoff
 from grpoflow.rl.ranks import Ranks
 from grpoflow.rl.reference_sync import reference_refresh_due, refresh_reference
 from grpoflow.rl.rewards import WeightedReward, overlong_penalty
 from grpoflow.rl.step_timing import PhaseTimer, peak_memory_mb
-from grpoflow.rollout import RolloutEngine, Rollouts, Sampling, concat_rollouts
-
-
-class OutOfMemoryAfterBackoff(RuntimeError):
-    """Out of memory with every back-off exhausted; the message says what was tried."""
-
-
-def next_backoff(g: int, max_len: int, micro: int, min_len: int) -> tuple[str, int] | None:
-    """The next setting to shrink after an out-of-memory error, as ``(key, new value)``, or None
-    when nothing is left. The order is the GRPO spec's troubleshooting row for out-of-memory
-    ("lower G first, then max completion length, then batch size"): G multiplies every sequence
-    of the batch, so fewer samples per prompt go first (down to 2, the least that still gives a
-    group baseline); then shorter completions (down to ``min_len``); the micro-batch last,
-    because it changes no result, only the speed."""
-    if g > 2:
-        return "num_generations", max(2, g // 2)
-    if max_len > min_len:
-        return "max_completion_length", max(min_len, max_len // 2)
-    if micro > 1:
-        return "micro_batch_size", micro // 2
-    return None
+from grpoflow.rollout import RolloutEngine, Rollouts, Sampling
 
 
 def prompt_indices(n_prompts: int, per_step: int, step: int, seed: int) -> list[int]:
@@ -77,11 +59,6 @@ def _set_rng_state(state: dict) -> None:
         torch.set_rng_state(state["torch"])
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean of ``x`` over the tokens ``mask`` keeps, as a float for metrics."""
-    return float((x.detach() * mask).sum() / mask.sum().clamp(min=1))
-
-
 def adapt_beta(beta: float, kl: float, target: float, horizon: int) -> float:
     """Adaptive KL controller (Ziegler et al. 2019): proportional, error clipped to +-20%."""
     error = max(-0.2, min(0.2, kl / target - 1.0))
@@ -95,63 +72,6 @@ def _all_mean(values: dict[str, float], world: int, device: torch.device | str =
     t = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=device)  # NCCL reduces only CUDA tensors
     dist.all_reduce(t)
     return {k: float(v) / world for k, v in zip(keys, t)}
-
-
-@dataclass
-class Batch:
-    """One step's rollouts as model inputs, with their rewards."""
-
-    ids: torch.Tensor  # (N, P + C) prompt and completion tokens
-    attn: torch.Tensor  # (N, P + C)
-    mask: torch.Tensor  # (N, C) float: completion tokens that count in the loss
-    start: int  # P: where completions begin
-    rewards: torch.Tensor  # (N,) summed verifier reward
-    group_size: int
-    sampler_logp: torch.Tensor | None = None  # (N, C) log-probs the rollout engine sampled with, if reported
-
-
-@dataclass
-class MicroBatch:
-    """One micro-batch of the update, as the algorithm's loss sees it (:meth:`PolicyTrainer._micro_batch`)."""
-
-    sl: slice  # its rows of the batch
-    logp: torch.Tensor  # (n, C) policy log-probs, with gradient
-    entropy: torch.Tensor  # (n, C)
-    old: torch.Tensor  # (n, C) log-probs of the policy that sampled them
-    mask: torch.Tensor  # (n, C) the loss mask after rollout correction
-    weights: torch.Tensor | None  # (n, C) token weights of rollout correction, if any
-    scale: float = 1.0  # factor of its loss before backward (grpoflow.rl.micro_batches.loss_scales)
-    token_scale: float = 1.0  # the same for a mean over its loss tokens (bnpo, PPO's value loss)
-
-
-@dataclass
-class Scored:
-    """Rollouts, each completion's task row, and their rewards: the total and each component."""
-
-    rollouts: Rollouts
-    rows: list[dict]
-    total: torch.Tensor
-    parts: dict[str, torch.Tensor]
-
-    def group(self, i: int, g: int) -> Scored:
-        """Group ``i`` (its G completions)."""
-        idx = list(range(i * g, (i + 1) * g))
-        return Scored(
-            self.rollouts.select(idx),
-            self.rows[i * g : (i + 1) * g],
-            self.total[i * g : (i + 1) * g],
-            {k: v[i * g : (i + 1) * g] for k, v in self.parts.items()},
-        )
-
-    @staticmethod
-    def join(groups: list[Scored], pad_id: int) -> Scored:
-        """Groups as one batch, in order."""
-        return Scored(
-            concat_rollouts([s.rollouts for s in groups], pad_id),
-            [r for s in groups for r in s.rows],
-            torch.cat([s.total for s in groups]),
-            {k: torch.cat([s.parts[k] for s in groups]) for k in groups[0].parts},
-        )
 
 
 @dataclass
@@ -316,6 +236,23 @@ class PolicyTrainer:
             seen.setdefault(key, []).append(value)
         return weights, mask
 
+    def _kept_tokens(
+        self, b: Batch, slices: list[slice], old_logp: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``(old log-probs, the loss mask after rollout correction)``. A masking correction decides per
+        token from the old log-probs, so where the step's tokens are split (micro-batches, processes)
+        those are taken first, without gradient, as mu > 1 takes them: a token mean's weights must
+        count the kept tokens of the whole step before its first micro-batch steps."""
+        masking = b.sampler_logp is not None and self.cfg.rollout_correction.mode.endswith("_mask")
+        if not masking or (len(slices) == 1 and self.world == 1):
+            return old_logp, b.mask
+        if old_logp is None:
+            old_logp = self._frozen_logprobs(self.engine.module, b)
+        kept = b.mask.clone()
+        for sl in slices:
+            kept[sl] = self._corrected(old_logp[sl], b, sl, {})[1]
+        return old_logp, kept
+
     def _micro_batch_loop(
         self,
         step: int,
@@ -335,9 +272,13 @@ class PolicyTrainer:
         engines = (eng,) if critic is None else (eng, critic)
         slices, gas = self._plan(b), eng.gradient_accumulation_steps()
         rows, tokens = self.ranks.row_scales(slices, gas), self.ranks.token_scales(b.mask, slices, gas)
-        # bnpo is a token mean: each micro-batch counts as its share of the step's tokens. grpo and
-        # dr_grpo are row means (dr_grpo's N x T too: every engine pads completions to the cap).
-        scales = tokens if self.cfg.aggregation == "bnpo" else rows
+        # bnpo is a token mean: each micro-batch counts as its share of the step's loss tokens (those the
+        # rollout correction keeps). grpo and dr_grpo are row means (dr_grpo's N x T too: every engine
+        # pads completions to the cap). The tallies and PPO's value loss are means over every token.
+        scales = rows
+        if self.cfg.aggregation == "bnpo":
+            old_logp, kept = self._kept_tokens(b, slices, old_logp)
+            scales = self.ranks.token_scales(kept, slices, gas)
         sums = {M.LOSS: 0.0, **dict.fromkeys(tallies, 0.0), M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
         seen: dict[str, list[float]] = {}
         for engine in engines:

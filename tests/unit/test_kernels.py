@@ -12,9 +12,9 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks import gpu_parts
-from grpoflow.rl import kernels
 from grpoflow.models.attention import NAME
 from grpoflow.models.modeling import save_pretrained, train_tokenizer
+from grpoflow.rl import kernels
 from tests.unit.test_rollout import WORDS
 from tests.unit.test_shared_prefix import VOCAB, small_llama, tiny_default
 

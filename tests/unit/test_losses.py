@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpoflow.rl.losses import grpo_loss, kl_k3
+from grpoflow.rl.losses import clipped_surrogate_loss, kl_k3
 
 RATIOS = torch.tensor([[1.5, 1.0, 0.5], [0.7, 1.1, 1.0]], dtype=torch.float64)
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=torch.float64)
@@ -22,7 +22,7 @@ def test_token_level_hand_computed_all_aggregations():
     expected = {"grpo": (-0.9 + 0.95) / 2, "bnpo": -0.8 / 5, "dr_grpo": -0.8 / 6}
     for aggregation, value in expected.items():
         logp, old, mask = inputs()
-        loss, metrics = grpo_loss(logp, old, ADV, mask, beta=0.0, aggregation=aggregation)
+        loss, metrics = clipped_surrogate_loss(logp, old, ADV, mask, beta=0.0, aggregation=aggregation)
         assert loss.item() == pytest.approx(value, abs=1e-9), aggregation
         assert metrics["clip_ratio"] == pytest.approx(2 / 5)
         assert metrics["ratio_mean"] == pytest.approx(4.8 / 5)
@@ -34,21 +34,21 @@ def test_kl_penalty_hand_computed():
     ref = logp.detach().clone()
     ref[0, 0] += math.log(2.0)  # k3 = 2 - ln 2 - 1 on one token, 0 elsewhere
     k3 = 1 - math.log(2.0)
-    loss, metrics = grpo_loss(logp, old, ADV, mask, ref_logp=ref, beta=0.1)
+    loss, metrics = clipped_surrogate_loss(logp, old, ADV, mask, ref_logp=ref, beta=0.1)
     assert loss.item() == pytest.approx(((-2.7 + 0.1 * k3) / 3 + 0.95) / 2, abs=1e-9)
     assert metrics["kl"] == pytest.approx(k3 / 5)
 
 
 def test_sequence_level_ratio_hand_computed():
     logp, old, mask = inputs()
-    loss, _ = grpo_loss(logp, old, ADV, mask, beta=0.0, ratio_level="sequence")
+    loss, _ = clipped_surrogate_loss(logp, old, ADV, mask, beta=0.0, ratio_level="sequence")
     r0, r1 = 0.75 ** (1 / 3), 0.77**0.5  # exp of the masked mean log-ratio of each row
     assert loss.item() == pytest.approx((-r0 + r1) / 2, abs=1e-9)
 
 
 def test_clip_higher_widens_only_the_upper_bound():
     logp, old, mask = inputs()
-    loss, metrics = grpo_loss(logp, old, ADV, mask, beta=0.0, clip_eps_high=0.6)
+    loss, metrics = clipped_surrogate_loss(logp, old, ADV, mask, beta=0.0, clip_eps_high=0.6)
     # 1.5 is now inside [0.8, 1.6]: row 0 becomes (-1.5 - 1 - 0.5) / 3
     assert loss.item() == pytest.approx((-1.0 + 0.95) / 2, abs=1e-9)
     assert metrics["clip_ratio"] == pytest.approx(1 / 5)
@@ -56,7 +56,7 @@ def test_clip_higher_widens_only_the_upper_bound():
 
 def test_gradient_is_zero_exactly_where_clipping_is_active():
     logp, old, mask = inputs()
-    loss, _ = grpo_loss(logp, old, ADV, mask, beta=0.0)
+    loss, _ = clipped_surrogate_loss(logp, old, ADV, mask, beta=0.0)
     loss.backward()
     g = logp.grad
     assert g[0, 0] == 0 and g[1, 0] == 0  # clipped: ratio 1.5 with A > 0, ratio 0.7 with A < 0
@@ -72,9 +72,11 @@ def test_kl_estimator_is_nonnegative_and_zero_at_equality():
 
 def test_the_kl_term_is_there_exactly_when_a_reference_is_given():
     logp, old, mask = inputs()
-    without, m0 = grpo_loss(logp, old, ADV, mask, beta=0.04)
-    same, _ = grpo_loss(logp, old, ADV, mask, ref_logp=logp.detach(), beta=0.04)  # KL of a policy to itself is 0
-    far, m1 = grpo_loss(logp, old, ADV, mask, ref_logp=logp.detach() - 1.0, beta=0.04)
+    without, m0 = clipped_surrogate_loss(logp, old, ADV, mask, beta=0.04)
+    same, _ = clipped_surrogate_loss(
+        logp, old, ADV, mask, ref_logp=logp.detach(), beta=0.04
+    )  # KL of a policy to itself is 0
+    far, m1 = clipped_surrogate_loss(logp, old, ADV, mask, ref_logp=logp.detach() - 1.0, beta=0.04)
     assert "kl" not in m0 and torch.allclose(without, same)
     # k3 at d = ref - logp = -1 is exp(-1) + 1 - 1 = exp(-1) on every token
     assert m1["kl"] == pytest.approx(math.exp(-1), rel=1e-5)
@@ -93,15 +95,15 @@ def test_the_kl_term_is_there_exactly_when_a_reference_is_given():
 def test_bad_options_raise(kwargs, message):
     logp, old, mask = inputs()
     with pytest.raises(ValueError, match=message):
-        grpo_loss(logp, old, ADV, mask, ref_logp=logp.detach(), **kwargs)
+        clipped_surrogate_loss(logp, old, ADV, mask, ref_logp=logp.detach(), **kwargs)
 
 
 def test_shape_errors_name_the_tensor():
     logp, old, mask = inputs()
     with pytest.raises(ValueError, match="old_logp"):
-        grpo_loss(logp, old[:, :2], ADV, mask, beta=0.0)
+        clipped_surrogate_loss(logp, old[:, :2], ADV, mask, beta=0.0)
     with pytest.raises(ValueError, match="advantages"):
-        grpo_loss(logp, old, ADV[:1], mask, beta=0.0)
+        clipped_surrogate_loss(logp, old, ADV[:1], mask, beta=0.0)
 
 
 @st.composite
@@ -126,7 +128,7 @@ OPTIONS = st.tuples(st.sampled_from(["token", "sequence"]), st.sampled_from(["gr
 def test_on_policy_without_kl_the_loss_is_minus_mean_advantage(b):
     logp, _, _, adv, mask = b
     for level in ("token", "sequence"):
-        loss, metrics = grpo_loss(logp, logp.clone(), adv, mask, beta=0.0, ratio_level=level)
+        loss, metrics = clipped_surrogate_loss(logp, logp.clone(), adv, mask, beta=0.0, ratio_level=level)
         assert loss.item() == pytest.approx(-adv.mean().item(), abs=1e-9)
         assert metrics["clip_ratio"] == 0.0
 
@@ -142,7 +144,7 @@ def test_masked_tokens_never_change_the_loss_or_gradient(b, options, junk):
     results = []
     for lp, o, r in ((logp, old, ref), tuple(dirty)):
         lp = lp.clone().requires_grad_(True)
-        loss, _ = grpo_loss(lp, o, adv, mask, ref_logp=r, beta=0.04, ratio_level=level, aggregation=agg)
+        loss, _ = clipped_surrogate_loss(lp, o, adv, mask, ref_logp=r, beta=0.04, ratio_level=level, aggregation=agg)
         loss.backward()
         results.append((loss.detach(), lp.grad * mask))
     assert torch.isfinite(results[1][0])
@@ -155,7 +157,7 @@ def test_masked_tokens_never_change_the_loss_or_gradient(b, options, junk):
 def test_clipped_tokens_get_no_policy_gradient(b):
     logp, old, _, adv, mask = b
     lp = logp.clone().requires_grad_(True)
-    loss, _ = grpo_loss(lp, old, adv, mask, beta=0.0, aggregation="bnpo")
+    loss, _ = clipped_surrogate_loss(lp, old, adv, mask, beta=0.0, aggregation="bnpo")
     loss.backward()
     ratio = (logp - old).exp()
     a = adv.unsqueeze(1)
@@ -192,10 +194,12 @@ def test_the_loss_uses_the_chosen_estimator_for_its_kl_term():
     ref = torch.full((1, 2), math.log(0.25), dtype=torch.float64)
     zeros = torch.zeros(1, dtype=torch.float64)
     for name, per_token in (("k1", math.log(2)), ("k2", math.log(2) ** 2 / 2), ("k3", math.log(2) - 0.5)):
-        loss, m = grpo_loss(logp, logp.detach(), zeros, torch.ones(1, 2), ref_logp=ref, beta=0.1, kl_estimator=name)
+        loss, m = clipped_surrogate_loss(
+            logp, logp.detach(), zeros, torch.ones(1, 2), ref_logp=ref, beta=0.1, kl_estimator=name
+        )
         assert m["kl"] == pytest.approx(per_token) and loss.item() == pytest.approx(0.1 * per_token)
     with pytest.raises(ValueError, match="kl_estimator"):
-        grpo_loss(logp, logp.detach(), zeros, torch.ones(1, 2), ref_logp=ref, beta=0.1, kl_estimator="k4")
+        clipped_surrogate_loss(logp, logp.detach(), zeros, torch.ones(1, 2), ref_logp=ref, beta=0.1, kl_estimator="k4")
 
 
 def test_kl_in_the_reward_subtracts_beta_times_each_completions_summed_kl():
@@ -215,14 +219,14 @@ def test_the_entropy_bonus_lowers_the_loss_and_its_gradient_raises_entropy():
     logp_all = logits.log_softmax(-1)
     logp, entropy = logp_all[..., 0], -(logp_all.exp() * logp_all).sum(-1)
     zeros = torch.zeros(1)
-    plain, _ = grpo_loss(logp, logp.detach(), zeros, torch.ones(1, 1))
-    bonus, _ = grpo_loss(logp, logp.detach(), zeros, torch.ones(1, 1), entropy=entropy, entropy_coef=0.1)
+    plain, _ = clipped_surrogate_loss(logp, logp.detach(), zeros, torch.ones(1, 1))
+    bonus, _ = clipped_surrogate_loss(logp, logp.detach(), zeros, torch.ones(1, 1), entropy=entropy, entropy_coef=0.1)
     assert bonus.item() == pytest.approx(plain.item() - 0.1 * entropy.item())
     bonus.backward()
     stepped = (logits - 1.0 * logits.grad).log_softmax(-1)  # one gradient step on the loss
     assert -(stepped.exp() * stepped).sum().item() > entropy.item()
     with pytest.raises(ValueError, match="entropy"):
-        grpo_loss(logp, logp.detach(), zeros, torch.ones(1, 1), entropy_coef=0.1)
+        clipped_surrogate_loss(logp, logp.detach(), zeros, torch.ones(1, 1), entropy_coef=0.1)
 
 
 # --- rollout/trainer mismatch: TIS and MIS, against a perturbed sampler -----------------------------
@@ -270,6 +274,8 @@ def test_mis_masks_tokens_and_sequences_outside_the_band_by_hand():
 def test_tis_weights_scale_the_policy_gradient_of_each_token():
     logp = torch.zeros(1, 2, dtype=torch.float64, requires_grad=True)
     adv, mask = torch.ones(1, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
-    loss, _ = grpo_loss(logp, logp.detach(), adv, mask, token_weights=torch.tensor([[2.0, 0.5]], dtype=torch.float64))
+    loss, _ = clipped_surrogate_loss(
+        logp, logp.detach(), adv, mask, token_weights=torch.tensor([[2.0, 0.5]], dtype=torch.float64)
+    )
     loss.backward()  # d(-ratio * A)/d logp = -1 per token, mean over 2 tokens, times the weight
     assert logp.grad.tolist() == [[-1.0, -0.25]]

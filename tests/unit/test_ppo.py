@@ -60,7 +60,7 @@ from transformers import AutoModel, LlamaConfig, Qwen2Config  # noqa: E402
 
 from grpoflow.models.attention import NAME, use_own_attention  # noqa: E402
 from grpoflow.rl.logprobs import completion_logprobs  # noqa: E402
-from grpoflow.rl.losses import grpo_loss  # noqa: E402
+from grpoflow.rl.losses import clipped_surrogate_loss  # noqa: E402
 from grpoflow.rl.ppo import ValueModel, completion_values  # noqa: E402
 from tests.unit.test_shared_prefix import batch, rel, small_llama, tiny_default  # noqa: E402
 
@@ -121,7 +121,7 @@ def test_shared_prefix_ppo_policy_loss_and_gradients_equal_rows(make):
     def policy_pass(shared):
         model.zero_grad(set_to_none=True)
         logp, ent = completion_logprobs(model, ids, attn, start, with_entropy=True, shared_prefix=shared)
-        loss, _ = grpo_loss(logp, old, adv, mask, clip_eps=0.2, aggregation="bnpo", entropy=ent)
+        loss, _ = clipped_surrogate_loss(logp, old, adv, mask, clip_eps=0.2, aggregation="bnpo", entropy=ent)
         loss.backward()
         return float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 

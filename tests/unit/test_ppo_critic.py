@@ -11,10 +11,10 @@ import torch
 
 from grpoflow import metric_names as M
 from grpoflow.config import validate_params
+from grpoflow.rl.batch import Batch
 from grpoflow.rl.ppo import ALGORITHM as PPO
 from grpoflow.rl.ppo import initial_critic
 from grpoflow.rl.run import build_rl_run
-from grpoflow.rl.trainer import Batch
 from tests.unit import rl_workspace
 
 TINY = {

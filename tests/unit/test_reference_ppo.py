@@ -28,9 +28,9 @@ from transformers import AutoModel, AutoModelForCausalLM
 
 from grpoflow import metric_names as M
 from grpoflow.config import Params, validate_params
+from grpoflow.rl.batch import Scored
 from grpoflow.rl.ppo import ALGORITHM as PPO
 from grpoflow.rl.run import build_rl_run
-from grpoflow.rl.trainer import Scored
 from grpoflow.rollout import Rollouts
 from tests.unit import rl_workspace
 from tests.unit.reference_ppo import Critic, Options, adapted_kl_coef, policy_outputs, ppo_step
@@ -285,14 +285,11 @@ def test_each_setting_changes_the_step_as_it_changes_the_reference(workspace, na
     assert mismatches(run, reference_steps(workspace, without, run))
 
 
-# A discrepancy the reference found in the loop GRPO and PPO share (grpoflow/rl/trainer.py, _micro_batch_loop):
-# under rl.aggregation bnpo each micro-batch's loss is a mean over the tokens rollout correction keeps, but
-# it is weighed by its share of all the batch's tokens (Ranks.token_scales reads b.mask, not the corrected
-# mask). With masking (MIS) the objective then depends on how the batch is cut: in one micro-batch it is the
-# reference's token mean (DAPO's token-level loss over the tokens that count); in two of 4 rows, measured,
-# the loss is -0.17176 for -0.16952 (token_mask, 1.3% off) or -0.2763 for -0.2066 (sequence_mask, 34%),
-# and 34 resp. 51 of the policy's tensors move 2 lr apart. Strict: once fixed, remove the mark.
-@pytest.mark.xfail(strict=True, reason="known: bnpo with MIS weighs micro-batches by their uncorrected tokens")
+# A discrepancy this reference found in the loop GRPO and PPO share, mended (PolicyTrainer._kept_tokens):
+# under rl.aggregation bnpo each micro-batch's loss is a mean over the tokens rollout correction keeps, and
+# was weighed by its share of all the batch's tokens, not of the kept ones. With masking (MIS) the objective
+# then depended on how the batch was cut: in two micro-batches of 4 rows the loss was -0.17176 for -0.16952
+# (token_mask, 1.3% off) or -0.2763 for -0.2066 (sequence_mask, 34%); in one it was the reference's.
 @pytest.mark.parametrize("mode", ["token_mask", "sequence_mask"])
 def test_masking_under_a_token_mean_does_not_depend_on_the_micro_batches(workspace, mode):
     """Two micro-batches of 4 rows give the step of one of 8, which the reference's equals."""

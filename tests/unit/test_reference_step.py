@@ -20,9 +20,9 @@ from transformers import AutoModelForCausalLM
 
 from grpoflow import metric_names as M
 from grpoflow.config import validate_params
+from grpoflow.rl.batch import Scored
 from grpoflow.rl.grpo import ALGORITHM as GRPO
 from grpoflow.rl.run import build_rl_run
-from grpoflow.rl.trainer import Scored
 from grpoflow.rollout import Rollouts
 from tests.unit import rl_workspace
 from tests.unit.reference_grpo import reference_step

@@ -25,7 +25,8 @@ def test_dynamic_sampling_keeps_groups_of_unequal_rewards_and_fills_up_with_the_
 
     from grpoflow import metric_names as M
     from grpoflow.config import validate_params
-    from grpoflow.rl.trainer import PolicyTrainer, Scored
+    from grpoflow.rl.batch import Scored
+    from grpoflow.rl.trainer import PolicyTrainer
     from grpoflow.rollout import Rollouts
 
     def batch(tag: str, rewards: list[float]) -> Scored:

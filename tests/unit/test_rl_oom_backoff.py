@@ -12,8 +12,9 @@ from grpoflow.config import GRPOConfig, ModelConfig, RLConfig
 from grpoflow.models.engine import build_engine
 from grpoflow.models.modeling import build_tiny_model, train_tokenizer
 from grpoflow.rl.grpo import GRPOTrainer
+from grpoflow.rl.oom_backoff import OutOfMemoryAfterBackoff, next_backoff
 from grpoflow.rl.rewards import RewardComponent, WeightedReward
-from grpoflow.rl.trainer import OutOfMemoryAfterBackoff, TrainerInputs, next_backoff
+from grpoflow.rl.trainer import TrainerInputs
 from grpoflow.rollout.hf import HFRolloutEngine
 
 

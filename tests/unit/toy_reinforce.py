@@ -14,7 +14,8 @@ import torch
 from grpoflow import metric_names as M
 from grpoflow.config import Params
 from grpoflow.rl.algorithm import Algorithm, BuiltTrainer, register
-from grpoflow.rl.trainer import Batch, MicroBatch, PolicyTrainer, TrainerInputs
+from grpoflow.rl.batch import Batch, MicroBatch
+from grpoflow.rl.trainer import PolicyTrainer, TrainerInputs
 
 
 class ReinforceTrainer(PolicyTrainer):
