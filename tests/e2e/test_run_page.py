@@ -124,23 +124,18 @@ def test_every_plot_loads_and_the_headline_health_and_curve_start_are_on_screen(
     assert _mlflow_href(page) == f"http://127.0.0.1:5000/#/experiments/{eid}/runs/{pid}?workflowType=machine_learning"
 
 
-def test_the_link_back_opens_mlflows_training_view_of_the_run_with_its_headline(finished):
+def test_the_link_back_opens_mlflows_training_view_of_the_run_with_its_headline_and_one_comparison_chart(finished):
     work, eid, pid = finished
     href = _mlflow_href(rendered((work / run_report.REPORT).resolve()))
     metrics = ["test_pass_at_1/sft", "test_pass_at_1/grpo", "test_pass_at_1/ppo"]
     with mlflow_ui(work / "mlflow.db", free_port()) as base:
         # The page links `make ui`'s address; this server listens elsewhere, the path is the page's.
         text = visible_text(href.replace("http://127.0.0.1:5000", base), until=[HEADLINE, *metrics])
+        # Every model's score on one chart (tasks.plots.comparison_figure: by name, from 0), among the run's.
+        charts_url = f"{base}/#/experiments/{eid}/runs/{pid}/model-metrics"
+        charts = visible_text(charts_url, until=[run_report.COMPARISON_CHART], height=3000)
+    assert run_report.COMPARISON_CHART in charts, charts[:3000]
     assert TITLE in text and HEADLINE in text, text[:3000]  # the run, and its description
     assert all(name in text for name in metrics), text[:3000]
     # The model-training view's sidebar (its runs and registry), not the GenAI one's evaluation runs.
     assert "Model registry" in text and "Evaluation runs" not in text, text[:3000]
-
-
-def test_the_parent_shows_every_models_score_on_one_chart_in_mlflow(finished):
-    work, eid, pid = finished
-    with mlflow_ui(work / "mlflow.db", free_port()) as base:
-        url = f"{base}/#/experiments/{eid}/runs/{pid}/model-metrics"
-        text = visible_text(url, until=[run_report.COMPARISON_CHART], height=3000)
-    # The image chart (tasks.plots.comparison_figure: the models by name, from 0) among the run's charts.
-    assert run_report.COMPARISON_CHART in text, text[:3000]
