@@ -132,6 +132,10 @@ def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_
     assert {p.data.tags["prefect_flow_run_id"] for p in parents} == {first, second}
     prepare = json.loads((project / "metrics" / "prepare.json").read_text())
     rows = prepare["rows"]
+    # The parent names the model that ran, read from the saved SFT model (not the schema's defaults).
+    sft = json.loads((project / "metrics" / "sft.json").read_text())
+    assert parents[0].data.params["resolved_model.parameters"] == str(sft["parameters"])
+    assert int(parents[0].data.params["resolved_model.vocab_size"]) > 0
     assert rows["train"] + rows["val"] + rows["test"] == rows["kept"] > 0
     for stage in STAGES:
         for parent, cached in zip(parents, (False, True)):

@@ -66,11 +66,16 @@ def _stage_outputs() -> None:
     table.write_text(json.dumps([{"metric": "test_pass@1", "grpo": 0.4375, "ppo": 0.375}]))
 
 
+MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30}
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Iterator[tuple[Path, str, str]]:
     """A finished run's workspace: the stages' outputs, and its MLflow parent run in the
     workspace's SQLite store, with the page and the headline as the flow publishes them;
     (workspace, experiment id, parent run id)."""
+    import mlflow
+
     from flows.pipeline import run_links
     from grpoflow.config import load_params
     from tasks import tracking
@@ -93,8 +98,13 @@ def finished(tmp_path_factory) -> Iterator[tuple[Path, str, str]]:
                 ("compare", True),
             )
         ]
+        # The saved starting model's config, as the sft stage leaves it: the parent names the model that ran.
+        config = Path(stage("sft").option("out").path) / "config.json"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps(MODEL_CONFIG))
         with tracking.pipeline_run(params, "params/default.yaml", TITLE, "none") as parent:
             eid, pid = parent.info.experiment_id, parent.info.run_id
+            mlflow.log_params(tracking.resolved_model(config.parent, 1234567))
             head = run_report.write(rows, TITLE, links=run_links(eid, pid, ""))
             run_report.log_headline(head)
         yield work, eid, pid
@@ -135,6 +145,9 @@ def test_the_link_back_opens_mlflows_training_view_of_the_run_with_its_headline_
         charts_url = f"{base}/#/experiments/{eid}/runs/{pid}/model-metrics"
         charts = visible_text(charts_url, until=[run_report.COMPARISON_CHART], height=3000)
     assert run_report.COMPARISON_CHART in charts, charts[:3000]
+    # The parent names the model that ran (read from its saved config), not the schema's tiny defaults.
+    for name, value in (("resolved_model.arch", "LlamaForCausalLM"), ("resolved_model.vocab_size", "49152")):
+        assert name in text and value in text, text[:3000]
     assert TITLE in text and HEADLINE in text, text[:3000]  # the run, and its description
     assert all(name in text for name in metrics), text[:3000]
     # The model-training view's sidebar (its runs and registry), not the GenAI one's evaluation runs.
