@@ -35,12 +35,7 @@ class Entry:
     curves: tuple[str, ...] = ("reward_mean", "kl", "val_accuracy")  # history columns its stage plots
     critic: bool = False  # trains a value model beside the policy (compare's memory breakdown)
     rules: str | None = None  # a torch-free module with RULES: its own cross-field rules, (params) -> [messages]
-    stage_module: str = "tasks.train"  # the CLI of its stage; tasks.train takes any entry by --algorithm
-
-    @property
-    def stage_args(self) -> tuple[str, ...]:
-        """The fixed arguments of its stage's command (the generic CLI needs the name)."""
-        return ("--algorithm", self.name) if self.stage_module == "tasks.train" else ()
+    stage_module: str | None = None  # a CLI of its own for its stage; None: the generic one (tasks/stages.py)
 
 
 # The first is the default: an arm's algorithm unless it names one, the baseline of compare's verdict.

@@ -24,9 +24,11 @@ from pathlib import Path
 import yaml
 
 from grpoflow import catalog
-from grpoflow.config import ARMS, RM_DEFAULT_PATH, RM_REWARD
+from grpoflow.config import RM_DEFAULT_PATH, RM_REWARD
+from grpoflow.config.orchestration import builtin_arms
 from tasks.stage_model import PARAMS_VAR, Io, Stage, _io
 
+GENERIC_TRAINING = "tasks.train"  # the stage CLI of an algorithm without one of its own (--algorithm NAME)
 DVC_YAML = "dvc.yaml"
 K8S_SUBMIT = ["python", "-m", "flows.k8s", "--params"]  # a launched stage as a Job (launch.kubernetes.enabled)
 
@@ -147,12 +149,12 @@ STAGES: list[Stage] = [
     *[
         Stage(
             a.name,
-            a.stage_module,
+            a.stage_module or GENERIC_TRAINING,
             _training_io(a.name, a.name),
             params=("experiment.seed", "experiment.cpu_kernels", "model", "prompt", "rewards", "sandbox", "rl")
             + a.sections,
             plot={"title": f"{a.title} training curves", "y": list(a.curves)},
-            args=a.stage_args,
+            args=() if a.stage_module else ("--algorithm", a.name),
             loads=(a.module,),
         )
         for a in catalog.ALGORITHMS.values()
@@ -204,7 +206,7 @@ ABLATION_REPORT = "ablation_report"
 def arm_stage(arm: str, seed: int, custom: bool = False) -> Stage:
     """The ablation's stage for ``arm`` at training seed ``seed``: trains on the shared data and
     reference, then scores test pass@1 (tasks/arm.py). One DVC stage per (arm, seed), cached alone.
-    An arm the set defines itself (``custom``, or any arm not in ARMS) depends on its definition
+    An arm the set defines itself (``custom``, or any arm not built in) depends on its definition
     there too: a tuned overlay comes in that way (flows/ablation.py)."""
     return Stage(
         f"arm_{arm}_s{seed}",
@@ -220,7 +222,7 @@ def arm_stage(arm: str, seed: int, custom: bool = False) -> Stage:
             "rl",
             *catalog.sections(),
             "evaluate",
-            *((f"ablation.custom_arms.{arm}",) if custom or arm not in ARMS else ()),
+            *((f"ablation.custom_arms.{arm}",) if custom or arm not in builtin_arms() else ()),
         ),
         args=("--arm", arm, "--seed", str(seed)),
         loads=tuple(a.module for a in catalog.ALGORITHMS.values()),  # the arm's, whichever it names

@@ -4,6 +4,8 @@ unknown name (with a did-you-mean), an algorithm's name, and the dotted-key help
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
@@ -22,6 +24,14 @@ def unknown_name(what: str, name: str, known: list[str]) -> str:
     return f"unknown {what} {name!r}{hint}; registered: {known}"
 
 
+@dataclass(frozen=True)
+class Choices:
+    """Marks an annotated field whose values are the names ``names()`` returns when it is validated (a
+    name table that is no ``Literal``); the configuration reference lists them as its choices."""
+
+    names: Callable[[], list[str]]
+
+
 def _known_algorithm(name: str) -> str:
     if name not in catalog.ALGORITHMS:
         raise ValueError(unknown_name("algorithm", name, catalog.names()))
@@ -29,7 +39,7 @@ def _known_algorithm(name: str) -> str:
 
 
 # An algorithm of grpoflow.catalog, checked when the value is validated (the catalog as it is then).
-AlgorithmName = Annotated[str, AfterValidator(_known_algorithm)]
+AlgorithmName = Annotated[str, AfterValidator(_known_algorithm), Choices(catalog.names)]
 
 
 class _Section(BaseModel):

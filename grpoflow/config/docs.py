@@ -17,8 +17,7 @@ import annotated_types as at
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from grpoflow import catalog
-from grpoflow.config.base import AlgorithmName, value_at
+from grpoflow.config.base import Choices, value_at
 from grpoflow.config.params import Params
 
 _ABSENT = object()  # a demo value that does not exist (inside a list, or under a null section)
@@ -89,19 +88,23 @@ def _type_text(ann: Any) -> str:
 
 
 def _choices(ann: Any) -> list[Any]:
-    """The values of the first ``Literal`` (or algorithm name) inside an annotation (its items' choices
+    """The values of the first ``Literal`` or :class:`Choices` inside an annotation (its items' choices
     for a list)."""
     if get_origin(ann) is Literal:
         return list(get_args(ann))
-    if get_origin(ann) is Annotated and _ALGORITHM_CHECK in get_args(ann)[1:]:
-        return catalog.names()
+    if get_origin(ann) is Annotated and (marked := _marked_choices(get_args(ann)[1:])):
+        return marked
     for arg in get_args(ann):
         if found := _choices(arg):
             return found
     return []
 
 
-_ALGORITHM_CHECK = get_args(AlgorithmName)[1]  # the validator that marks a field as an algorithm's name
+def _marked_choices(metadata) -> list[Any]:
+    """The names of a :class:`Choices` among an annotation's ``metadata`` (none: empty)."""
+    return next((meta.names() for meta in metadata if isinstance(meta, Choices)), [])
+
+
 _BOUNDS = ((at.Ge, "ge", ">="), (at.Gt, "gt", ">"), (at.Le, "le", "<="), (at.Lt, "lt", "<"))
 
 
@@ -116,7 +119,7 @@ def _allowed_text(field: FieldInfo) -> str:
             parts.append(f"at least {meta.min_length} item{'s' if meta.min_length != 1 else ''}")
         if isinstance(meta, at.MaxLen):
             parts.append(f"at most {meta.max_length} items")
-    choices = catalog.names() if _ALGORITHM_CHECK in field.metadata else _choices(field.annotation)
+    choices = _marked_choices(field.metadata) or _choices(field.annotation)
     if choices:
         each = "each " if get_origin(field.annotation) is list else ""
         parts.append(f"{each}one of {', '.join(repr(c) for c in choices)}")

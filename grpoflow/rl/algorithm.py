@@ -52,10 +52,6 @@ class Algorithm:
         """Its own params sections, besides the shared ``rl``."""
         return catalog.entry(self.name).sections
 
-    def kl_coef(self, params: Params) -> float:
-        """The KL coefficient it starts from (a reference is loaded exactly when it is > 0)."""
-        return catalog.kl_coef(params, self.name)
-
 
 # The algorithms by name: asking for one imports the module its catalog entry names, whose
 # ``ALGORITHM = register(Algorithm(...))`` registers it (so a stage's --help needs no torch).

@@ -278,7 +278,7 @@ class PolicyTrainer:
         scales = rows
         if self.cfg.aggregation == "bnpo":
             old_logp, kept = self._kept_tokens(b, slices, old_logp)
-            scales = self.ranks.token_scales(kept, slices, gas)
+            scales = tokens if kept is b.mask else self.ranks.token_scales(kept, slices, gas)
         sums = {M.LOSS: 0.0, **dict.fromkeys(tallies, 0.0), M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
         seen: dict[str, list[float]] = {}
         for engine in engines:
