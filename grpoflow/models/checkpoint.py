@@ -38,7 +38,6 @@ are rebuilt. A planted file whose ``__reduce__`` runs a command is refused, with
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ import torch
 import torch.distributed as dist
 
 from grpoflow.io import atomic_write, sha256_file, write_json
+from grpoflow.models import rng
 from grpoflow.models.checkpoint_folders import activate, prune, refresh_latest, remove_step
 from grpoflow.models.checkpoint_layout import (
     FINGERPRINT,
@@ -213,7 +213,7 @@ def save(
         str(directory), tag=tag, client_state=client, save_latest=False, exclude_frozen_parameters=_has_frozen(engine)
     )
     # Only tensors, tuples and numbers: readable by torch.load(weights_only=True).
-    torch.save({"python": random.getstate(), "torch": torch.get_rng_state()}, directory / tag / f"rng_rank{rank}.pt")
+    torch.save(rng.capture(), directory / tag / f"rng_rank{rank}.pt")
     _barrier()
     agree(lambda: _finish_save(directory, fingerprint, step, keep))
     return directory / tag
@@ -344,10 +344,10 @@ def _load_engines(
     for name, other in engines.items():
         if other.load_checkpoint(str(directory / name), tag=tag)[0] is None:
             return None, f"DeepSpeed could not load {directory / name / tag}"
-    rng, problem = _read_rng(directory / tag / f"rng_rank{_rank()}.pt")
+    generators, problem = _read_rng(directory / tag / f"rng_rank{_rank()}.pt")
     if problem:
         return None, problem
-    return Restored(step, rng, {k: v for k, v in client.items() if k != "fingerprint"}), None
+    return Restored(step, generators, {k: v for k, v in client.items() if k != "fingerprint"}), None
 
 
 def _read_rng(path: Path) -> tuple[dict, str | None]:
@@ -358,23 +358,8 @@ def _read_rng(path: Path) -> tuple[dict, str | None]:
         state = torch.load(path, weights_only=True)
     except Exception as exc:  # the restricted unpickler's refusals and damaged files alike
         return {}, f"{path} is not a plain RNG state ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
-    problem = _rng_problem(state)
+    problem = rng.problem(state)
     return ({}, f"{path}: {problem}") if problem else (state, None)
-
-
-def _rng_problem(state: object) -> str | None:
-    """What makes ``state`` unusable as ``{"python": random.getstate(), "torch": torch.get_rng_state()}``."""
-    if not isinstance(state, dict) or set(state) != {"python", "torch"}:
-        return "expected a dict with keys 'python' and 'torch'"
-    try:
-        random.Random().setstate(state["python"])  # validates without touching the global generator
-    except (TypeError, ValueError) as exc:
-        return f"'python' is not a random.getstate() value ({exc})"
-    t = state["torch"]
-    reference = torch.get_rng_state()
-    if not isinstance(t, torch.Tensor) or t.dtype != reference.dtype or t.shape != reference.shape:
-        return "'torch' is not a torch.get_rng_state() tensor"
-    return None
 
 
 def export_model(engine, tokenizer, path: str | Path) -> None:

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from grpoflow import metric_names as M
 from grpoflow.config import RLConfig
+from grpoflow.models import rng
 from grpoflow.models.engine import optimizer_step
 from grpoflow.models.prompting import Prompter
 from grpoflow.rl import micro_batches
@@ -47,16 +48,6 @@ def prompt_indices(n_prompts: int, per_step: int, step: int, seed: int) -> list[
         random.Random(seed * 1_000_003 + epoch).shuffle(perm)
         out.extend(perm[offset : offset + per_step - len(out)])
     return out
-
-
-def _rng_state() -> dict:
-    return {"python": random.getstate(), "torch": torch.get_rng_state()}
-
-
-def _set_rng_state(state: dict) -> None:
-    if state:
-        random.setstate(state["python"])
-        torch.set_rng_state(state["torch"])
 
 
 def adapt_beta(beta: float, kl: float, target: float, horizon: int) -> float:
@@ -516,7 +507,7 @@ class PolicyTrainer:
             if on_step:
                 on_step(step, {**metrics, "new_symptoms": [s.to_dict() for s in new]})
             if on_checkpoint and self.checkpoint_due(self.state.step):
-                self.state.rng = _rng_state()
+                self.state.rng = rng.capture()
                 on_checkpoint(self.state.step, self.state)
         return self.state
 
@@ -527,4 +518,4 @@ class PolicyTrainer:
     def restore(self, state: LoopState) -> None:
         """Continue from a checkpoint's loop state (step, KL coefficient, RNG, back-off)."""
         self.state = state
-        _set_rng_state(state.rng)
+        rng.restore(state.rng)

@@ -147,3 +147,18 @@ def test_tis_sees_the_bf16_vllm_sampler_mismatch_and_trains_through_it(tmp_path)
     diffs = [float(r["rollout_logp_diff"]) for r in rows]
     assert all(0 < d < 1 for d in diffs), diffs  # bf16 sampler vs trainer: a mismatch, and a small one
     assert all(float(r["rollout_ratio_max"]) >= 1 for r in rows)  # some token the trainer finds likelier
+
+
+def test_the_device_generator_comes_back_from_a_checkpoint_file(tmp_path):
+    # Sampling on a GPU draws from the device's generator: a resumed run must get it back (grpoflow.models.rng).
+    from grpoflow.models import rng
+
+    torch.manual_seed(3)
+    torch.rand(4, device="cuda")
+    torch.save(rng.capture(), tmp_path / "rng.pt")
+    uninterrupted = torch.rand(8, device="cuda")
+    torch.rand(8, device="cuda")
+    state = torch.load(tmp_path / "rng.pt", weights_only=True)
+    assert rng.problem(state) is None and "cuda" in state
+    rng.restore(state)
+    assert torch.equal(torch.rand(8, device="cuda"), uninterrupted)
