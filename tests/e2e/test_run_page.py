@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -69,22 +70,35 @@ def _stage_outputs() -> None:
 MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30}
 
 
+class Finished(NamedTuple):
+    """A finished run's workspace, its MLflow experiment and parent run, the console's closing
+    summary, and the port the run's links name (``UI_PORT`` during the run)."""
+
+    work: Path
+    eid: str
+    pid: str
+    summary: str
+    port: int
+
+
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Iterator[tuple[Path, str, str]]:
+def finished(tmp_path_factory) -> Iterator[Finished]:
     """A finished run's workspace: the stages' outputs, and its MLflow parent run in the
-    workspace's SQLite store, with the page and the headline as the flow publishes them;
-    (workspace, experiment id, parent run id)."""
+    workspace's SQLite store, with the page, the headline and the closing summary as the flow
+    makes them, run with ``UI_PORT`` set."""
     import mlflow
 
+    from flows import summary
     from flows.pipeline import run_links
     from grpoflow.config import load_params
     from tasks import tracking
 
-    work = tmp_path_factory.mktemp("run")
+    work, port = tmp_path_factory.mktemp("run"), free_port()
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(work)
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)  # the workspace's mlflow.db, as `make demo` has it
         mp.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+        mp.setenv("UI_PORT", str(port))
         _stage_outputs()
         params = load_params(str(REPO / "params" / "default.yaml"))
         rows = [
@@ -104,10 +118,13 @@ def finished(tmp_path_factory) -> Iterator[tuple[Path, str, str]]:
         config.write_text(json.dumps(MODEL_CONFIG))
         with tracking.pipeline_run(params, "params/default.yaml", TITLE, "none") as parent:
             eid, pid = parent.info.experiment_id, parent.info.run_id
+            links = run_links(eid, pid, "")
+            summary.record_last_run("params/default.yaml", eid, pid, links["MLflow parent run"])
             mlflow.log_params(tracking.resolved_model(config.parent, 1234567))
-            head = run_report.write(rows, TITLE, links=run_links(eid, pid, ""))
+            head = run_report.write(rows, TITLE, links=links)
             run_report.log_headline(head)
-        yield work, eid, pid
+        closing = summary.run_summary(rows, params, "params/default.yaml")
+        yield Finished(work, eid, pid, closing, port)
 
 
 def _mlflow_href(page: dict) -> str:
@@ -115,8 +132,14 @@ def _mlflow_href(page: dict) -> str:
     return href
 
 
+def _said(summary: str, label: str) -> str:
+    """What the closing summary's line ``label: ...`` says."""
+    (value,) = [line.split(": ", 1)[1] for line in summary.splitlines() if line.startswith(f"{label}: ")]
+    return value
+
+
 def test_every_plot_loads_and_the_headline_health_and_curve_start_are_on_screen(finished):
-    work, eid, pid = finished
+    work, eid, pid = finished.work, finished.eid, finished.pid
     page = rendered((work / run_report.REPORT).resolve())
     assert len(page["images"]) == 1 and all(image["loaded"] for image in page["images"]), page["images"]
     assert page["headline_height"] > 0
@@ -131,16 +154,30 @@ def test_every_plot_loads_and_the_headline_health_and_curve_start_are_on_screen(
     assert page["shown"]["val-start"] == (
         "Validation accuracy at step 0, before training, is the reference's (SFT): grpo 31.2%, ppo 31.2%."
     )
-    assert _mlflow_href(page) == f"http://127.0.0.1:5000/#/experiments/{eid}/runs/{pid}?workflowType=machine_learning"
+    link = f"http://127.0.0.1:{finished.port}/#/experiments/{eid}/runs/{pid}?workflowType=machine_learning"
+    assert _mlflow_href(page) == link
+
+
+def test_the_closing_summary_names_the_page_that_opens_and_the_ui_command_for_its_port(finished):
+    # The console's last lines, read as a user copies them: the page's absolute path opens in a browser
+    # with the run's headline; the command serves the port the MLflow link names (its run: the next test).
+    page = Path(_said(finished.summary, "Run page"))
+    assert page.is_absolute() and page == (finished.work / run_report.REPORT).resolve()
+    assert rendered(page)["headline"] == HEADLINE
+    assert _said(finished.summary, "Open it with") == f"make ui PARAMS=params/default.yaml UI_PORT={finished.port}"
+    assert _said(finished.summary, "MLflow run").startswith(f"http://127.0.0.1:{finished.port}/#/")
+    assert "Result (test pass@1 ± standard error):" in finished.summary
+    assert "+12.5 points over SFT" in finished.summary, finished.summary
 
 
 def test_the_link_back_opens_mlflows_training_view_of_the_run_with_its_headline_and_one_comparison_chart(finished):
-    work, eid, pid = finished
+    work, eid, pid = finished.work, finished.eid, finished.pid
     href = _mlflow_href(rendered((work / run_report.REPORT).resolve()))
+    # The page and the console's summary link the same run, on the port `make ui` serves.
+    assert _said(finished.summary, "MLflow run") == href
     metrics = ["test_pass_at_1/sft", "test_pass_at_1/grpo", "test_pass_at_1/ppo"]
-    with mlflow_ui(work / "mlflow.db", free_port()) as base:
-        # The page links `make ui`'s address; this server listens elsewhere, the path is the page's.
-        text = visible_text(href.replace("http://127.0.0.1:5000", base), until=[HEADLINE, *metrics])
+    with mlflow_ui(work / "mlflow.db", finished.port) as base:
+        text = visible_text(href, until=[HEADLINE, *metrics])
         # Every model's score on one chart (tasks.plots.comparison_figure: by name, from 0), among the run's.
         charts_url = f"{base}/#/experiments/{eid}/runs/{pid}/model-metrics"
         charts = visible_text(charts_url, until=[run_report.COMPARISON_CHART], height=3000)
@@ -149,6 +186,8 @@ def test_the_link_back_opens_mlflows_training_view_of_the_run_with_its_headline_
     for name, value in (("resolved_model.arch", "LlamaForCausalLM"), ("resolved_model.vocab_size", "49152")):
         assert name in text and value in text, text[:3000]
     assert TITLE in text and HEADLINE in text, text[:3000]  # the run, and its description
+    # MLflow's usage-data notice is its home page's alone (the server's telemetry is off): no link opens there.
+    assert "collects usage data" not in text + charts
     assert all(name in text for name in metrics), text[:3000]
     # The model-training view's sidebar (its runs and registry), not the GenAI one's evaluation runs.
     assert "Model registry" in text and "Evaluation runs" not in text, text[:3000]

@@ -188,3 +188,12 @@ def test_the_critic_warmup_leaves_steps_that_update_the_policy():
 def test_a_critic_from_the_reward_model_needs_one_in_the_rewards():
     refused({"ppo": {"critic_init": "reward_model"}}, "ppo.critic_init", "rewards")
     validate_params({"ppo": {"critic_init": "reward_model"}, "rewards": [{"name": "math"}, {"name": "rm"}]})
+
+
+def test_a_critic_warm_up_that_leaves_no_policy_step_is_refused_with_a_setting_that_holds():
+    import re
+
+    message = refused({"rl": {"steps": 3}, "ppo": {"critic_warmup_steps": 14}}, "ppo.critic_warmup_steps=14")
+    (suggested,) = re.findall(r"--set ppo\.critic_warmup_steps=(\d+)", message)
+    validate_params({"rl": {"steps": 3}, "ppo": {"critic_warmup_steps": int(suggested)}})  # the fix it names holds
+    validate_params({"rl": {"steps": 3}, "ppo": {"critic_warmup_steps": 14}, **GRPO_ONLY})  # no PPO: no rule
