@@ -165,8 +165,8 @@ def _gates(rows: list[StageResult]) -> str:
     return H.table(gates) if gates else '<p class="muted">No gate ran in this run.</p>'
 
 
-def _curves(histories: dict[str, list[dict]], trains: dict[str, dict]) -> str:
-    """The training curves; validation accuracy from each stage's reference score at step 0."""
+def _curves(histories: dict[str, list[dict]], trains: dict[str, dict], start: str = "SFT") -> str:
+    """The training curves; validation accuracy from each stage's reference score (``start``'s) at step 0."""
     if not histories:
         return '<p class="muted">No training stage in this run.</p>'
     from tasks.plots import plot_curves
@@ -175,18 +175,19 @@ def _curves(histories: dict[str, list[dict]], trains: dict[str, dict]) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = plot_curves(histories, Path(tmp), starts)
         image = H.image(path, "reward, KL and validation accuracy per training step (accuracy from the reference's)")
-    return image + _start_caption(starts)
+    return image + _start_caption(starts, start)
 
 
-def _start_caption(starts: dict[str, float | None]) -> str:
-    """Where the validation curves start: the reference's (SFT's) score, drawn at step 0."""
+def _start_caption(starts: dict[str, float | None], start: str = "SFT") -> str:
+    """Where the validation curves start: the reference's score (``start``: SFT, or the model as shipped), drawn
+    at step 0."""
     known = {name: v for name, v in starts.items() if v is not None}
     if not known:
         return '<p class="muted">No starting validation accuracy recorded: curves start at the first evaluation.</p>'
     scores = ", ".join(f"{name} {H.percent(v)}" for name, v in known.items())
     return (
         f'<p class="muted" id="val-start">Validation accuracy at step 0, before training, is the reference\'s '
-        f"(SFT): {H.esc(scores)}.</p>"
+        f"({H.esc(start)}): {H.esc(scores)}.</p>"
     )
 
 
@@ -232,12 +233,13 @@ def _evaluation_note(evaluation: dict) -> str:
 
 
 def _phases(trains: dict[str, dict]) -> str:
-    """Each training stage's step split: per phase, the mean seconds per step and its share of
-    the step's wall time (:data:`grpoflow.metric_names.PHASE_SPLIT`)."""
+    """Each training stage's step split: per phase that took time, the mean seconds per step and its share
+    of the step's wall time (:data:`grpoflow.metric_names.PHASE_SPLIT`)."""
     rows = [
-        {"stage": name, "phase": phase, "mean s": split["mean_s"], "share %": round(100 * split["share"], 1)}
+        {"stage": name, "phase": phase, "mean s": round(split["mean_s"], 3), "share %": round(100 * split["share"], 1)}
         for name, m in trains.items()
         for phase, split in (m.get(M.PHASE_SPLIT) or {}).items()
+        if split["mean_s"] > 0  # a phase this run never entered (old log-probs without reuse) is no row
     ]
     return H.table(rows) if rows else '<p class="muted">No step timing in this run.</p>'
 
@@ -375,7 +377,7 @@ def build(
     sections = [
         ("Stages", _stage_table(rows)),
         ("Gates", _gates(rows)),
-        ("Learning curves", _curves(histories, trains)),
+        ("Learning curves", _curves(histories, trains, head["start"])),
         ("Health", _health(trains)),
         ("Where the step time goes", _phases(trains)),
         ("Reward model", optional["Reward model"]),

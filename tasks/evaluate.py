@@ -97,16 +97,27 @@ def heldout_rows(data: Path, limit: int = 256) -> list[dict]:
 
 class Heartbeat:
     """Says every ``every_s`` seconds how far the stage is (prompts scored of all models' and sets', what it is
-    on, the time in), from a thread of its own: one generation call may take minutes."""
+    on and how many of that pass's samples are done, the time in), from a thread of its own: one generation
+    call may take minutes. The rollout engine tells it of finished samples (:meth:`advance`)."""
 
     def __init__(self, total_prompts: int, every_s: float = 30.0) -> None:
         self.total, self.every_s, self.done, self.now = total_prompts, every_s, 0, "loading"
+        self.samples, self.samples_total = 0, 0
         self.start, self.stop = time.monotonic(), threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
+    def begin(self, now: str, samples: int) -> None:
+        """A new generation pass: what it is, and how many samples it draws."""
+        self.now, self.samples, self.samples_total = now, 0, samples
+
+    def advance(self, samples: int) -> None:
+        """``samples`` more of the pass are done (the engine's ``progress``)."""
+        self.samples += samples
+
     def line(self) -> str:
         spent = clock(time.monotonic() - self.start)
-        return f"evaluate: {self.done}/{self.total} prompts scored (models x sets), now {self.now}; {spent} in"
+        where = f"{self.now}: {self.samples}/{self.samples_total} samples" if self.samples_total else self.now
+        return f"evaluate: {self.done}/{self.total} prompts scored (models x sets), now {where}; {spent} in"
 
     def _run(self) -> None:
         while not self.stop.wait(self.every_s):
@@ -147,20 +158,21 @@ def evaluate_model(
     max_new, seed = params.rl.sampling.max_completion_length, params.experiment.seed
     result: dict = {"heldout_loss": heldout_loss(model, prompter, heldout)}
     sampling = Sampling(cfg.temperature, 1.0, max_new)
+    beat = beat or Heartbeat(sum(map(len, sets.values())))  # not started: nobody hears it
+    engine.progress = beat.advance
     for set_name, rows in sets.items():
-        if beat is not None:
-            beat.now = f"{name} on {set_name} ({len(rows)} prompts x {cfg.n_samples} samples)"
+        beat.begin(f"{name} on {set_name}, sampled ({len(rows)} prompts x {cfg.n_samples})", len(rows) * cfg.n_samples)
         sampled = sampled_metrics(
             engine, rows, score, canonical, prompter, n=cfg.n_samples, k=cfg.k, sampling=sampling, seed=seed
         )
-        greedy = (
-            greedy_accuracy(engine, rows, score, prompter, max_new_tokens=max_new, seed=seed) if cfg.greedy else None
-        )
+        greedy = None
+        if cfg.greedy:
+            beat.begin(f"{name} on {set_name}, greedy ({len(rows)} prompts)", len(rows))
+            greedy = greedy_accuracy(engine, rows, score, prompter, max_new_tokens=max_new, seed=seed)
         result[set_name] = set_scores(sampled, greedy, cfg.k) | {"examples": len(rows)}
         outputs = example_outputs(greedy.outputs, sampled.outputs) if greedy else sampled.outputs
         write_jsonl(out / f"{name}_{set_name}.jsonl", outputs)
-        if beat is not None:
-            beat.done += len(rows)
+        beat.done += len(rows)
     return result
 
 

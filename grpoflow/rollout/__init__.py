@@ -91,8 +91,14 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
     )
 
 
+# Told how many samples have just finished, as they finish (evaluate's heartbeat: one call may take minutes).
+Progress = Callable[[int], None]
+
+
 class RolloutEngine(Protocol):
-    """What a rollout engine offers the trainer."""
+    """What a rollout engine offers the trainer; ``progress``, when set, hears of finished samples."""
+
+    progress: Progress | None
 
     def generate(self, prompts: list[str], n: int, sampling: Sampling, seed: int) -> Rollouts:
         """``n`` completions for each prompt, ordered group by group."""

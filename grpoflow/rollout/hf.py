@@ -19,7 +19,7 @@ import torch
 
 from grpoflow.models.device import model_device
 from grpoflow.models.lora import is_zero3, merged_for_sampling
-from grpoflow.rollout import Rollouts, Sampling, completion_mask
+from grpoflow.rollout import Progress, Rollouts, Sampling, completion_mask
 from grpoflow.rollout.decode import decode
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class HFRolloutEngine:
         self.share_prefill = share_prefill
         self.static = static
         self._said = False
+        self.progress: Progress | None = None
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Generate from ``model`` from now on: the trained module's own tensors, nothing to copy."""
@@ -81,6 +82,8 @@ class HFRolloutEngine:
                     outs.append(torch.nn.functional.pad(gen, (0, pad), value=tok.pad_token_id))
                     if step_lp is not None:
                         logprobs.append(torch.nn.functional.pad(step_lp, (0, pad)))
+                    if self.progress is not None:
+                        self.progress(len(gen))
         finally:
             self.model.train(was_training)
         completion_ids = torch.cat(outs)

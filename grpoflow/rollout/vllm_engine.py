@@ -14,13 +14,14 @@ here as the cost of a 2-3 s engine start instead of about 20 s.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import time
 
 import torch
 
-from grpoflow.rollout import Rollouts, Sampling
+from grpoflow.rollout import Progress, Rollouts, Sampling
 
 ROTARY_WARNING = "RotaryEmbedding: Failed to load weights"
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
@@ -62,6 +63,22 @@ def _reload(worker, state: dict[str, torch.Tensor]) -> bool:
     return True
 
 
+def _progress_bar(report: Progress):
+    """A progress bar for ``LLM.generate`` that draws nothing and passes on each finished request's
+    samples (vLLM's offline loop calls ``update(len(outputs))`` as a request finishes)."""
+    from tqdm import tqdm
+
+    class Reporter(tqdm):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **{**kwargs, "file": io.StringIO()})
+
+        def update(self, n: float | None = 1) -> bool | None:
+            report(int(n or 0))
+            return super().update(n)
+
+    return Reporter
+
+
 class VLLMRolloutEngine:
     """Rollouts with an in-process vLLM engine, kept in sync with the trainer's weights.
 
@@ -94,6 +111,7 @@ class VLLMRolloutEngine:
             # prompt shorter than that would share nothing with its G - 1 siblings. 32 is the
             # smallest the CPU backend prefers (a multiple of 32).
             kwargs["block_size"] = 32
+        self.progress: Progress | None = None
         self.llm = LLM(
             model=model_path,
             dtype="auto" if gpu else "float32",
@@ -151,7 +169,8 @@ class VLLMRolloutEngine:
             detokenize=False,
             logprobs=0,
         )
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
+        bar = _progress_bar(self.progress) if self.progress is not None else False
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=bar)
         width_p, width_c = max(map(len, prompt_ids)), sampling.max_new_tokens
         rows = [
             (ids, list(c.token_ids), c.finish_reason, c.logprobs)

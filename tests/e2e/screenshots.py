@@ -32,7 +32,8 @@ def main(project: Path) -> None:
     with mlflow_ui(store, free_port()) as ui:  # as `make ui` serves it
         base = f"{ui}/#/experiments/{eid}/runs"
         view = f"?{MLFLOW_VIEW}"
-        # A fresh server answers its first chart requests late (it registers its jobs first): a first look warms it.
+        # A fresh server answers its first chart requests late (it registers its jobs first): a first look warms it,
+        # and the charts of a real-model run load in about two minutes of page time (60 s left them spinning).
         screenshot(f"{base}/{grpo.info.run_id}/model-metrics{view}", IMAGES / "warm-up.png").unlink()
         print(screenshot(f"{base}/{pid}{view}", IMAGES / "mlflow-parent-run.png", height=1400))
         print(
@@ -40,7 +41,7 @@ def main(project: Path) -> None:
                 f"{base}/{grpo.info.run_id}/model-metrics{view}",
                 IMAGES / "mlflow-grpo-run.png",
                 height=1400,
-                wait_ms=60000,
+                wait_ms=120000,
             )
         )
         print(screenshot(f"{base}/{pid}/artifacts/run.html{view}", IMAGES / "mlflow-run-html.png", height=1400))

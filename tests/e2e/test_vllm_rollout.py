@@ -123,7 +123,14 @@ def test_a_zero3_policy_reaches_vllm_gathered_module_by_module(tmp_path):
 def test_vllm_and_hf_rollouts_share_one_layout(setup):
     model, tok, engine = setup
     sampling = Sampling(temperature=0.0, max_new_tokens=10)
-    v = engine.generate(PROMPTS, 1, sampling, seed=0)
+    heard: list[int] = []
+    engine.progress = heard.append  # evaluate's heartbeat hears of each request's samples as it finishes
+    try:
+        v = engine.generate(PROMPTS, 1, sampling, seed=0)
+        engine.generate(PROMPTS, 3, Sampling(temperature=1.0, max_new_tokens=4), seed=0)
+    finally:
+        engine.progress = None
+    assert heard == [1, 1, 3, 3], heard
     h = HFRolloutEngine(model, tok).generate(PROMPTS, 1, sampling, seed=0)
     assert torch.equal(v.prompt_ids, h.prompt_ids) and torch.equal(v.prompt_mask, h.prompt_mask)
     assert torch.equal(v.completion_ids, h.completion_ids)  # greedy: the same tokens

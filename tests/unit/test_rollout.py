@@ -105,6 +105,16 @@ def test_shared_prefill_runs_each_prompt_once_within_the_batch_bound(tiny):
     assert seen == [(2, width), (4, 1), (4, 1), (1, width), (2, 1), (2, 1)]
 
 
+def test_the_engine_tells_its_listener_of_each_batch_of_samples_as_it_finishes(tiny):
+    from grpoflow.rollout.hf import HFRolloutEngine
+
+    model, tok = tiny
+    engine, heard = HFRolloutEngine(model, tok, batch_size=4), []
+    engine.progress = heard.append
+    engine.generate(_prompts([3, 8, 6]), 3, Sampling(0.0, 1.0, 3), seed=0)
+    assert heard == [4, 4, 1]  # 9 samples in batches of at most 4
+
+
 def test_sampled_groups_differ_within_and_keep_the_layout(tiny):
     model, tok = tiny
     prompts = _prompts([2, 7])

@@ -62,6 +62,7 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     history.parent.mkdir(parents=True)
     history.write_text("step,reward_mean,kl,val_accuracy\n0,0.2,0.0,0.3\n1,0.4,0.01,0.5\n")
     split = {"rollout": {"mean_s": 1.5, "share": 0.75}, "update": {"mean_s": 0.5, "share": 0.25}}
+    split["old_logprobs"] = {"mean_s": 0.0, "share": 0.0}  # never entered in this run
     cleared = {"name": "reward_flat", "step": 39, "evidence": "0.410 -> 0.419", "cause": "c", "remedy": "r"}
     health = [cleared | {"status": "cleared", "cleared_by": 80}]
     grpo_metrics = {"seconds_per_step": 2.0, "phases": split, "health": health}
@@ -94,6 +95,7 @@ def test_the_page_shows_stages_gates_curves_and_evaluation(tmp_path, monkeypatch
     assert "Where the step time goes" in page
     assert '<td>grpo</td><td>rollout</td><td class="num">1.5</td><td class="num">75</td>' in page
     assert '<td>update</td><td class="num">0.5</td><td class="num">25</td>' in page
+    assert "<td>old_logprobs</td>" not in page  # a phase that took no time is no row
 
 
 def test_with_k_1_the_page_has_no_vote_of_one_sample(tmp_path, monkeypatch):
@@ -176,6 +178,10 @@ def test_the_page_gives_the_health_verdict_and_where_the_validation_curves_start
         '<p class="muted" id="val-start">Validation accuracy at step 0, before training, is the '
         "reference's (SFT): grpo 31.2%, ppo 31.2%.</p>"
     ) in page
+    # A set that starts from a shipped model names it where the curves start, as the headline does.
+    smollm = str(Path(__file__).resolve().parents[2] / "params" / "smollm2-135m.yaml")
+    run_report.write([StageResult("grpo", True, 1.0), StageResult("ppo", True, 1.0)], "t", params_file=smollm)
+    assert "is the reference's (SmolLM2-135M-Instruct): grpo 31.2%" in run_report.REPORT.read_text()
 
 
 def test_the_parent_run_draws_every_models_score_on_one_chart_named_by_model(tmp_path, monkeypatch):
