@@ -239,7 +239,7 @@ def _phases(trains: dict[str, dict]) -> str:
         {"stage": name, "phase": phase, "mean s": round(split["mean_s"], 3), "share %": round(100 * split["share"], 1)}
         for name, m in trains.items()
         for phase, split in (m.get(M.PHASE_SPLIT) or {}).items()
-        if split["mean_s"] > 0  # a phase this run never entered (old log-probs without reuse) is no row
+        if split["mean_s"] > 0  # a phase this run never entered (old_logprobs with one update per rollout)
     ]
     return H.table(rows) if rows else '<p class="muted">No step timing in this run.</p>'
 

@@ -143,6 +143,8 @@ def evaluate_model(
     from grpoflow.rollout import Sampling, build_rollout
 
     cfg = params.evaluate
+    beat = beat or Heartbeat(sum(map(len, sets.values())))  # not started: nobody hears it
+    beat.begin(f"{name}: loading, held-out loss", 0)
     model, tokenizer = load_pretrained(path)
     prompter = prompter_for(model, tokenizer, params.prompt)
     engine = build_rollout(
@@ -158,7 +160,6 @@ def evaluate_model(
     max_new, seed = params.rl.sampling.max_completion_length, params.experiment.seed
     result: dict = {"heldout_loss": heldout_loss(model, prompter, heldout)}
     sampling = Sampling(cfg.temperature, 1.0, max_new)
-    beat = beat or Heartbeat(sum(map(len, sets.values())))  # not started: nobody hears it
     engine.progress = beat.advance
     for set_name, rows in sets.items():
         beat.begin(f"{name} on {set_name}, sampled ({len(rows)} prompts x {cfg.n_samples})", len(rows) * cfg.n_samples)

@@ -100,7 +100,7 @@ def critic_warmup_leaves_policy_steps(params) -> list[str]:
     if warmup >= steps:
         return [
             f"ppo.critic_warmup_steps={warmup} leaves none of rl.steps={steps} to update the policy (the warm-up "
-            f"counts against rl.steps): lower it (--set ppo.critic_warmup_steps={max(steps // 4, 0)}) or raise "
+            f"counts against rl.steps): lower it (--set ppo.critic_warmup_steps={steps // 4}) or raise "
             "rl.steps; --smoke sizes both"
         ]
     return []

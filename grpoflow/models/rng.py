@@ -1,9 +1,11 @@
 """The random state a resumed run needs to draw what the uninterrupted run would have drawn.
 
-Python's generator (prompt order, dropout masks drawn by Python code), torch's CPU generator and,
-once this process uses CUDA, its current device's generator: sampling with ``generate`` on a GPU draws
-from the device's generator, not the CPU's, so a resumed GPU run without it samples other completions.
-Each is a plain value (tuples, numbers, uint8 tensors), so a checkpoint's file of them loads with
+Python's generator (prompt order), torch's CPU generator and, once this process uses CUDA, the
+generator of the device it computes on (:func:`grpoflow.models.device.compute_device`, named: a
+colocated vLLM engine makes ``cuda:0`` current on every rank). On a GPU the update's dropout (LoRA's
+``lora_dropout``) draws from the device's generator, and so does sampling wherever nothing reseeds it
+(the HF engine reseeds every generator at each ``generate``; vLLM seeds its own). Each is a plain value
+(tuples, numbers, uint8 tensors), so a checkpoint's file of them loads with
 ``torch.load(weights_only=True)``. A state saved on a GPU resumes on CPU without its CUDA part (said
 once); one saved on CPU resumes on a GPU with the device's generator as the seed left it.
 """
@@ -17,13 +19,21 @@ import torch
 
 KEYS = {"python", "torch"}
 CUDA = "cuda"
+CUDA_STATE_BYTES = (8, 16)  # what a CUDA generator's set_state accepts (seed, offset; 16 since torch 2.1)
+
+
+def _cuda_device() -> torch.device:
+    from grpoflow.models.device import compute_device
+
+    device = compute_device()
+    return device if device.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
 
 
 def capture() -> dict:
     """This process's generators' states; ``cuda`` only where CUDA is initialised (asking would initialise it)."""
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_initialized():
-        state[CUDA] = torch.cuda.get_rng_state()
+        state[CUDA] = torch.cuda.get_rng_state(_cuda_device())
     return state
 
 
@@ -36,7 +46,7 @@ def restore(state: dict) -> None:
     if CUDA not in state:
         return
     if torch.cuda.is_available():
-        torch.cuda.set_rng_state(state[CUDA])
+        torch.cuda.set_rng_state(state[CUDA], _cuda_device())
     else:
         warnings.warn("the checkpoint's CUDA generator state is not restored: no CUDA device here", stacklevel=2)
 
@@ -54,6 +64,8 @@ def problem(state: object) -> str | None:
     if not isinstance(t, torch.Tensor) or t.dtype != reference.dtype or t.shape != reference.shape:
         return "'torch' is not a torch.get_rng_state() tensor"
     cuda = state.get(CUDA)
-    if CUDA in state and (not isinstance(cuda, torch.Tensor) or cuda.dtype != torch.uint8 or cuda.dim() != 1):
+    if CUDA in state and (
+        not isinstance(cuda, torch.Tensor) or cuda.dtype != torch.uint8 or cuda.numel() not in CUDA_STATE_BYTES
+    ):
         return "'cuda' is not a torch.cuda.get_rng_state() tensor"
     return None

@@ -506,8 +506,7 @@ class PolicyTrainer:
             self.state.step = step + 1
             if on_step:
                 on_step(step, {**metrics, "new_symptoms": [s.to_dict() for s in new]})
-            if on_checkpoint and self.checkpoint_due(self.state.step):
-                self.state.rng = rng.capture()
+            if on_checkpoint and self.checkpoint_due(self.state.step):  # the checkpoint captures the RNG itself
                 on_checkpoint(self.state.step, self.state)
         return self.state
 

@@ -65,7 +65,10 @@ def _reload(worker, state: dict[str, torch.Tensor]) -> bool:
 
 def _progress_bar(report: Progress):
     """A progress bar for ``LLM.generate`` that draws nothing and passes on each finished request's
-    samples (vLLM's offline loop calls ``update(len(outputs))`` as a request finishes)."""
+    samples: vLLM's offline loop calls ``update(len(outputs))`` on its bar of requests as one finishes.
+    vLLM also wraps the prompts it renders in a bar of the same class, whose iteration calls ``update``
+    with prompts rendered: that bar has an iterable, and is not heard. (Not ``disable=True``: vLLM
+    divides by the bar's elapsed time, which a disabled bar leaves at 0.)"""
     from tqdm import tqdm
 
     class Reporter(tqdm):
@@ -73,7 +76,8 @@ def _progress_bar(report: Progress):
             super().__init__(*args, **{**kwargs, "file": io.StringIO()})
 
         def update(self, n: float | None = 1) -> bool | None:
-            report(int(n or 0))
+            if self.iterable is None:
+                report(int(n or 0))
             return super().update(n)
 
     return Reporter

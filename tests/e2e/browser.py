@@ -174,6 +174,9 @@ def mlflow_ui(store: Path, port: int) -> Iterator[str]:
         while True:
             try:
                 urllib.request.urlopen(f"{base}/health", timeout=5)
+                # Answered by this server, not by another one on the port (whose bind ours then lost).
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the MLflow UI exited (exit {proc.poll()}): port {port} is another's")
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:

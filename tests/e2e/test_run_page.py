@@ -176,8 +176,9 @@ def test_the_link_back_opens_mlflows_training_view_of_the_run_with_its_headline_
     # The page and the console's summary link the same run, on the port `make ui` serves.
     assert _said(finished.summary, "MLflow run") == href
     metrics = ["test_pass_at_1/sft", "test_pass_at_1/grpo", "test_pass_at_1/ppo"]
-    with mlflow_ui(work / "mlflow.db", finished.port) as base:
-        text = visible_text(href, until=[HEADLINE, *metrics])
+    # Served on a port free now (the run's may have been taken since): the host is this server's, the path the page's.
+    with mlflow_ui(work / "mlflow.db", free_port()) as base:
+        text = visible_text(href.replace(f"http://127.0.0.1:{finished.port}", base), until=[HEADLINE, *metrics])
         # Every model's score on one chart (tasks.plots.comparison_figure: by name, from 0), among the run's.
         charts_url = f"{base}/#/experiments/{eid}/runs/{pid}/model-metrics"
         charts = visible_text(charts_url, until=[run_report.COMPARISON_CHART], height=3000)

@@ -24,6 +24,7 @@ def _own_files(project: Path) -> str:
     differ (no leak); the params file of a set on them, relative to ``project``."""
     import pandas as pd
 
+    # The labels need not be right: the pipeline's mechanics are under test, not what it learns.
     rows = [
         (f"Tom splits {7 * i + 3} coins among {i % 5 + 2} friends. How many coins are left?", i % 5) for i in range(200)
     ]
@@ -65,4 +66,5 @@ def test_a_smoke_run_on_your_own_files_runs_every_stage_and_leaves_the_workspace
     assert (kept / "metrics" / "evaluate.json").is_file()
     # Every row of both files was read, none quarantined, and the templated siblings are no leak.
     report = (kept / "data" / "prepared" / "report.md").read_text()
+    assert "Rows kept: 350 " in report and "Sources read: {'mine': 200, 'shop': 150}" in report, report
     assert "quarantined: 0" in report and "0 leaking train rows" in report, report

@@ -18,7 +18,7 @@ class FakeDeviceGenerator:
     """The current CUDA device's generator as torch.cuda exposes it: a uint8 state that draws advance."""
 
     def __init__(self) -> None:
-        self.state = torch.arange(16, dtype=torch.uint8)
+        self.state = torch.arange(16, dtype=torch.uint8)  # a CUDA generator's 16 bytes: seed and offset
 
     def draw(self) -> int:
         self.state = (self.state * 5 + 1) % 251
@@ -35,7 +35,8 @@ def _draws(device: FakeDeviceGenerator | None = None) -> tuple:
     return random.random(), torch.rand(3).tolist(), device.draw() if device else None
 
 
-def test_restoring_a_captured_state_draws_the_same_numbers_again():
+def test_restoring_a_captured_state_draws_the_same_numbers_again(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # as on a CPU (another test may have used CUDA)
     random.seed(1)
     torch.manual_seed(1)
     state = rng.capture()
@@ -74,6 +75,7 @@ def test_a_gpu_state_resumes_on_cpu_with_its_cpu_generators_and_says_so(monkeypa
     [
         ({"cuda": torch.zeros(4, dtype=torch.float32)}, "'cuda' is not a torch.cuda.get_rng_state"),
         ({"cuda": None}, "'cuda' is not a torch.cuda.get_rng_state"),
+        ({"cuda": torch.zeros(12, dtype=torch.uint8)}, "'cuda' is not a torch.cuda.get_rng_state"),  # wrong size
         ({"numpy": 1}, "expected a dict with keys"),
         ({"torch": torch.zeros(3, dtype=torch.uint8)}, "'torch' is not a torch.get_rng_state"),
     ],
@@ -81,4 +83,4 @@ def test_a_gpu_state_resumes_on_cpu_with_its_cpu_generators_and_says_so(monkeypa
 def test_a_malformed_state_is_refused_by_what_is_wrong(change, reason):
     state = {**rng.capture(), **change}
     assert reason in (rng.problem(state) or "")
-    assert rng.problem({**rng.capture(), "cuda": torch.zeros(8, dtype=torch.uint8)}) is None
+    assert rng.problem({**rng.capture(), "cuda": torch.zeros(16, dtype=torch.uint8)}) is None

@@ -105,6 +105,21 @@ def test_shared_prefill_runs_each_prompt_once_within_the_batch_bound(tiny):
     assert seen == [(2, width), (4, 1), (4, 1), (1, width), (2, 1), (2, 1)]
 
 
+def test_vllms_bar_passes_on_finished_samples_and_not_the_prompts_it_renders():
+    # vLLM makes two bars of the class it is given: one it iterates over the prompts it renders (tqdm's
+    # iteration calls update), one it updates by each finished request's samples (grpoflow.rollout.vllm_engine).
+    from grpoflow.rollout.vllm_engine import _progress_bar
+
+    heard: list[int] = []
+    bar = _progress_bar(heard.append)
+    for _ in bar(range(5), desc="Rendering prompts", mininterval=0, miniters=1):
+        pass
+    finished = bar(total=2, desc="Processed prompts")
+    finished.update(3)
+    finished.update(3)
+    assert heard == [3, 3] and finished.n == 6
+
+
 def test_the_engine_tells_its_listener_of_each_batch_of_samples_as_it_finishes(tiny):
     from grpoflow.rollout.hf import HFRolloutEngine
 
