@@ -46,10 +46,20 @@ def test_a_hub_model_that_is_not_cached_fails_at_once_when_no_hub_answers(tmp_pa
     problem = model_unavailable("Org/not-cached-model")
     assert time.monotonic() - start < 5
     assert problem is not None and "the hub (127.0.0.1) cannot be reached" in problem and "name_or_path" in problem
-    # A name lookup that hangs is bounded by the probe's own timeout.
-    monkeypatch.setattr(model_source.socket, "create_connection", lambda *a, **k: threading.Event().wait(30))
+    # A name lookup that hangs is bounded by the probe's own timeout. (Released afterwards, as a lookup
+    # that fails: the probe's thread must not outlive the test and fail inside another one.)
+    release = threading.Event()
+
+    def hanging_lookup(*args, **kwargs):
+        release.wait(30)
+        raise OSError("the name lookup gave up")
+
+    monkeypatch.setattr(model_source.socket, "create_connection", hanging_lookup)
     start = time.monotonic()
-    assert model_source.hub_unreachable(timeout_s=0.5) == "127.0.0.1" and time.monotonic() - start < 5
+    try:
+        assert model_source.hub_unreachable(timeout_s=0.5) == "127.0.0.1" and time.monotonic() - start < 5
+    finally:
+        release.set()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert "HF_HUB_OFFLINE is set" in model_unavailable("Org/not-cached-model")
 
