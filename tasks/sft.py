@@ -54,6 +54,15 @@ def fine_tune(params: Params, model, tokenizer, prompter, train: list[dict]) -> 
     return module, history
 
 
+def run_name(params: Params) -> str | None:
+    """The stage's MLflow run name: the stage's own (None) where SFT trains; else the stage only scores and
+    saves the model as shipped, and its run says which (``sft/SmolLM2-135M-Instruct, as shipped``, as
+    evaluate names its runs)."""
+    from tasks.notes import starting_model
+
+    return None if params.sft.enabled else f"sft/{starting_model(params)}, as shipped"
+
+
 def main(args: argparse.Namespace, params: Params) -> None:
     # Here, not above: --help answers without loading torch, DeepSpeed or MLflow.
     import mlflow
@@ -71,7 +80,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     data, out = Path(args.data), Path(args.out)
     train, val = read_jsonl(data / "train.jsonl"), read_jsonl(data / "val.jsonl")
     cfg = params.sft
-    with tracking.stage_run("sft", params, args.params):
+    with tracking.stage_run("sft", params, args.params, run_name(params)):
         start = time.perf_counter()
         model, tokenizer = initial_model(params, train, Path(args.base))
         prompter = prompter_for(model, tokenizer, params.prompt)

@@ -17,3 +17,11 @@ def test_sft_labels_cover_only_the_completion():
     batch = collate([(ids, labels), (ids[:3], labels[:3])], tok.pad_token_id)
     assert batch["attention_mask"][1].tolist() == [1, 1, 1] + [0] * (len(ids) - 3)
     assert math.isclose(float((batch["labels"][1] == -100).sum()), len(ids))
+
+
+def test_the_stage_run_is_named_after_the_shipped_model_where_no_sft_trains():
+    from grpoflow.config import load_params
+    from tasks.sft import run_name
+
+    assert run_name(load_params("params/default.yaml")) is None  # SFT trains: the stage's own name
+    assert run_name(load_params("params/smollm2-135m.yaml")) == "sft/SmolLM2-135M-Instruct, as shipped"
