@@ -37,6 +37,9 @@ from grpoflow.rl.rewards import WeightedReward, overlong_penalty
 from grpoflow.rl.step_timing import PhaseTimer, peak_memory_mb
 from grpoflow.rollout import RolloutEngine, Rollouts, Sampling
 
+# A micro-batch's rollout correction: (token weights or None, the loss mask it leaves).
+Corrected = tuple[torch.Tensor | None, torch.Tensor]
+
 
 def prompt_indices(n_prompts: int, per_step: int, step: int, seed: int) -> list[int]:
     """The prompts of ``step``: consecutive slices of per-epoch permutations, fixed by (seed, step)."""
@@ -206,14 +209,21 @@ class PolicyTrainer:
         )
 
     def _micro_batch(
-        self, b: Batch, sl: slice, old_logp: torch.Tensor | None, seen: dict[str, list[float]], *scales: float
+        self,
+        b: Batch,
+        sl: slice,
+        old_logp: torch.Tensor | None,
+        corrected: Corrected | None,
+        seen: dict[str, list[float]],
+        *scales: float,
     ) -> MicroBatch:
         """Micro-batch ``sl`` as the loss sees it: the policy's log-probs and entropies, the old
         log-probs (the current ones, detached, when the update takes none: with mu = 1 they are
-        equal), the loss mask and token weights after rollout correction, and its ``scales``."""
+        equal), the token weights and loss mask after rollout correction (``corrected``, else made here
+        from those old log-probs), and its ``scales``."""
         logp, ent = self._policy_logprobs(self.engine, b, sl)
         old = old_logp[sl] if old_logp is not None else logp.detach()
-        weights, mask = self._corrected(old, b, sl, seen)
+        weights, mask = corrected if corrected is not None else self._corrected(old, b, sl, seen)
         return MicroBatch(sl, logp, ent, old, mask, weights, *scales)
 
     def _corrected(self, old: torch.Tensor, b: Batch, sl: slice, seen: dict[str, list[float]]):
@@ -227,22 +237,37 @@ class PolicyTrainer:
             seen.setdefault(key, []).append(value)
         return weights, mask
 
-    def _kept_tokens(
-        self, b: Batch, slices: list[slice], old_logp: torch.Tensor | None
-    ) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """``(old log-probs, the loss mask after rollout correction)``. A masking correction decides per
-        token from the old log-probs, so where the step's tokens are split (micro-batches, processes)
-        those are taken first, without gradient, as mu > 1 takes them: a token mean's weights must
-        count the kept tokens of the whole step before its first micro-batch steps."""
+    def _masking_split(self, b: Batch, slices: list[slice]) -> bool:
+        """Whether a masking correction decides per token from the old log-probs while the step's tokens
+        are split (micro-batches, processes): a token mean's weights must then count the kept tokens of
+        the whole step before its first micro-batch steps, so the old log-probs are taken first."""
         masking = b.sampler_logp is not None and self.cfg.rollout_correction.mode.endswith("_mask")
-        if not masking or (len(slices) == 1 and self.world == 1):
-            return old_logp, b.mask
+        return masking and (len(slices) > 1 or self.world > 1)
+
+    def _step_corrections(
+        self, b: Batch, slices: list[slice], old_logp: torch.Tensor | None, seen: dict[str, list[float]]
+    ) -> list[Corrected] | None:
+        """Each micro-batch's ``(token weights or None, loss mask)`` after rollout correction, made once for
+        the step where its old log-probs are known before the update: every pass of mu uses the same.
+        None where the update's own log-probs are the old ones (mu = 1): each micro-batch makes its own."""
         if old_logp is None:
-            old_logp = self._frozen_logprobs(self.engine.module, b)
+            return None
+        return [self._corrected(old_logp[sl], b, sl, seen) for sl in slices]
+
+    def _loss_scales(
+        self, b: Batch, slices: list[slice], gas: int, corrected: list[Corrected] | None, tokens: list[float]
+    ) -> list[float]:
+        """Each micro-batch's factor of its loss. grpo and dr_grpo are row means (dr_grpo's N x T too: every
+        engine pads completions to the cap): its share of the step's rows. bnpo is a token mean: its share
+        of the step's loss tokens, those a masking correction keeps where it decided them up front."""
+        if self.cfg.aggregation != "bnpo":
+            return self.ranks.row_scales(slices, gas)
+        if corrected is None or not self._masking_split(b, slices):
+            return tokens
         kept = b.mask.clone()
-        for sl in slices:
-            kept[sl] = self._corrected(old_logp[sl], b, sl, {})[1]
-        return old_logp, kept
+        for sl, (_, mask) in zip(slices, corrected):
+            kept[sl] = mask
+        return self.ranks.token_scales(kept, slices, gas)
 
     def _micro_batch_loop(
         self,
@@ -262,21 +287,19 @@ class PolicyTrainer:
         eng = self.engine
         engines = (eng,) if critic is None else (eng, critic)
         slices, gas = self._plan(b), eng.gradient_accumulation_steps()
-        rows, tokens = self.ranks.row_scales(slices, gas), self.ranks.token_scales(b.mask, slices, gas)
-        # bnpo is a token mean: each micro-batch counts as its share of the step's loss tokens (those the
-        # rollout correction keeps). grpo and dr_grpo are row means (dr_grpo's N x T too: every engine
-        # pads completions to the cap). The tallies and PPO's value loss are means over every token.
-        scales = rows
-        if self.cfg.aggregation == "bnpo":
-            old_logp, kept = self._kept_tokens(b, slices, old_logp)
-            scales = tokens if kept is b.mask else self.ranks.token_scales(kept, slices, gas)
-        sums = {M.LOSS: 0.0, **dict.fromkeys(tallies, 0.0), M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
+        tokens = self.ranks.token_scales(b.mask, slices, gas)  # the tallies and PPO's value loss: token means
         seen: dict[str, list[float]] = {}
+        if self.cfg.aggregation == "bnpo" and old_logp is None and self._masking_split(b, slices):
+            old_logp = self._frozen_logprobs(self.engine.module, b)
+        corrected = self._step_corrections(b, slices, old_logp, seen)
+        scales = self._loss_scales(b, slices, gas, corrected, tokens)
+        sums = {M.LOSS: 0.0, **dict.fromkeys(tallies, 0.0), M.CLIP_RATIO: 0.0, M.ENTROPY: 0.0}
         for engine in engines:
             engine.train()
         for _ in range(self.cfg.num_iterations):
             for i, sl in enumerate(micro_batches.accumulation(slices, *engines)):
-                mb = self._micro_batch(b, sl, old_logp, seen, scales[i], tokens[i])
+                fixed = corrected[i] if corrected is not None else None
+                mb = self._micro_batch(b, sl, old_logp, fixed, seen, scales[i], tokens[i])
                 loss, tally = policy_loss(mb)
                 self._policy_step(step, loss, mb.scale)
                 if critic_step is not None:
