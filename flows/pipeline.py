@@ -244,14 +244,14 @@ def _metrics_markdown(results: list[StageResult]) -> str:
     return "\n".join(parts)
 
 
-def _publish_run_report(
-    results: list[StageResult], title: str, experiment_id: str, parent_id: str, params_file: str, flow_run_id: str
-) -> None:
-    """reports/run.html, and the headline on the MLflow parent run (metrics, description, report and
-    the comparison's plots as artifacts) and in Prefect (a link and a markdown artifact)."""
+def publish_to_mlflow(
+    results: list[StageResult], title: str, experiment_id: str, parent_id: str, params_file: str, links: dict[str, str]
+) -> str:
+    """reports/run.html, and the headline on the active MLflow parent run (the resolved model's
+    parameters, metrics, description, the page and the comparison's plots as artifacts); the run is
+    recorded as the one ``make ui`` opens next and the summary links. The headline's text."""
     import mlflow
 
-    links = run_links(experiment_id, parent_id, flow_run_id)
     summary.record_last_run(params_file, experiment_id, parent_id, links["MLflow parent run"])
     sft = stage_declaration("sft")
     parameters = json.loads(Path(sft.file("metrics")).read_text()) if Path(sft.file("metrics")).is_file() else {}
@@ -263,6 +263,15 @@ def _publish_run_report(
     for path in (compare_report, *map(Path, REPORT_PLOTS)):
         if path.is_file():
             mlflow.log_artifact(str(path), artifact_path="compare")
+    return text
+
+
+def _publish_run_report(
+    results: list[StageResult], title: str, experiment_id: str, parent_id: str, params_file: str, flow_run_id: str
+) -> None:
+    """:func:`publish_to_mlflow`, and the page and the headline in Prefect (a link and a markdown artifact)."""
+    links = run_links(experiment_id, parent_id, flow_run_id)
+    text = publish_to_mlflow(results, title, experiment_id, parent_id, params_file, links)
     page = run_report.REPORT.resolve()
     create_link_artifact(
         page.as_uri(),

@@ -132,9 +132,7 @@ class Heartbeat:
         self.thread.join()
 
 
-def evaluate_model(
-    name: str, path: str, params: Params, sets: dict, heldout: list, out: Path, beat: Heartbeat | None = None
-) -> dict:
+def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: list, out: Path, beat: Heartbeat) -> dict:
     """One policy's scores on every set, its held-out loss, and its per-example outputs."""
     from grpoflow.evaluation.accuracy import greedy_accuracy, heldout_loss, sampled_metrics
     from grpoflow.models.modeling import load_pretrained
@@ -143,7 +141,6 @@ def evaluate_model(
     from grpoflow.rollout import Sampling, build_rollout
 
     cfg = params.evaluate
-    beat = beat or Heartbeat(sum(map(len, sets.values())))  # not started: nobody hears it
     beat.begin(f"{name}: loading, held-out loss", 0)
     model, tokenizer = load_pretrained(path)
     prompter = prompter_for(model, tokenizer, params.prompt)

@@ -17,14 +17,14 @@ import warnings
 
 import torch
 
+from grpoflow.models.device import compute_device
+
 KEYS = {"python", "torch"}
 CUDA = "cuda"
 CUDA_STATE_BYTES = (8, 16)  # what a CUDA generator's set_state accepts (seed, offset; 16 since torch 2.1)
 
 
 def _cuda_device() -> torch.device:
-    from grpoflow.models.device import compute_device
-
     device = compute_device()
     return device if device.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
 

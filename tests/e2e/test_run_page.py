@@ -86,10 +86,8 @@ def finished(tmp_path_factory) -> Iterator[Finished]:
     """A finished run's workspace: the stages' outputs, and its MLflow parent run in the
     workspace's SQLite store, with the page, the headline and the closing summary as the flow
     makes them, run with ``UI_PORT`` set."""
-    import mlflow
-
     from flows import summary
-    from flows.pipeline import run_links
+    from flows.pipeline import publish_to_mlflow, run_links
     from grpoflow.config import load_params
     from tasks import tracking
 
@@ -112,17 +110,14 @@ def finished(tmp_path_factory) -> Iterator[Finished]:
                 ("compare", True),
             )
         ]
-        # The saved starting model's config, as the sft stage leaves it: the parent names the model that ran.
+        # The saved starting model's config and size, as the sft stage leaves them: the parent names the model that ran.
         config = Path(stage("sft").option("out").path) / "config.json"
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(json.dumps(MODEL_CONFIG))
+        Path(stage("sft").option("metrics").path).write_text(json.dumps({"parameters": 1234567}))
         with tracking.pipeline_run(params, "params/default.yaml", TITLE, "none") as parent:
             eid, pid = parent.info.experiment_id, parent.info.run_id
-            links = run_links(eid, pid, "")
-            summary.record_last_run("params/default.yaml", eid, pid, links["MLflow parent run"])
-            mlflow.log_params(tracking.resolved_model(config.parent, 1234567))
-            head = run_report.write(rows, TITLE, links=links)
-            run_report.log_headline(head)
+            publish_to_mlflow(rows, TITLE, eid, pid, "params/default.yaml", run_links(eid, pid, ""))
         closing = summary.run_summary(rows, params, "params/default.yaml")
         yield Finished(work, eid, pid, closing, port)
 
