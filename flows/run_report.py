@@ -63,6 +63,8 @@ def headline(
         "test_pass@1_se": {m: models[m].get("test", {}).get(M.stderr_of(M.PASS_AT_1)) for m in reference_first(models)},
         "winner": (compare or {}).get("winner_on_test_pass@1"),
         "seconds_per_step": {a: t.get(M.SECONDS_PER_STEP) for a, t in trains.items()},
+        "peak_memory_mb": {a: t.get(M.PEAK_MEMORY_MB) for a, t in trains.items()},
+        "paired": (compare or {}).get("paired", {}),
     }
 
 
@@ -89,13 +91,21 @@ def headline_text(head: dict[str, Any]) -> str:
 
 
 def headline_metrics(head: dict[str, Any]) -> dict[str, float]:
-    """The headline as MLflow metrics for the parent run (``test_pass_at_1/grpo``, ...)."""
-    return {
+    """The headline as MLflow metrics for the parent run (``test_pass_at_1/grpo``, ...), with each
+    paired test's difference and p-value (``paired/grpo_minus_ppo/p_value``), so that the parents
+    of several runs compare in MLflow's UI."""
+    scores = {
         mlflow_name(f"{key}/{name}"): float(v)
-        for key in ("test_pass@1", "seconds_per_step")
-        for name, v in head[key].items()
+        for key in ("test_pass@1", "seconds_per_step", "peak_memory_mb")
+        for name, v in head.get(key, {}).items()
         if v is not None
     }
+    tests = {
+        f"paired/{pair}/{field}": float(t[field])
+        for pair, t in head.get("paired", {}).items()
+        for field in ("difference", "p_value")
+    }
+    return scores | tests
 
 
 # The models' test pass@1 as one chart with their names on its axis (an MLflow image chart: its

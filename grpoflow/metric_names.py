@@ -31,6 +31,7 @@ STEP_SECONDS = "step_seconds"
 ROLLOUT_SECONDS = "rollout_seconds"
 UPDATE_SECONDS = "update_seconds"
 PEAK_MEMORY_MB = "peak_memory_mb"
+MEMORY = "memory"  # a run's memory record (grpoflow.rl.memory): before training, peak, each model's state
 # Where a loop iteration's wall time goes (grpoflow.rl.step_timing.PhaseTimer): exclusive seconds per phase;
 # "other" is the wall minus the named ones (metrics, health, the reference refresh), so they sum to
 # PHASE_WALL: the step, its evaluation and its checkpoint (STEP_SECONDS is the step alone).

@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display, also where one exists
 import matplotlib.pyplot as plt  # noqa: E402
 
-CURVES = ("reward_mean", "kl", "val_accuracy")
+CURVES = ("reward_mean", "kl", "group_reward_std", "val_accuracy")
 
 
 def read_history(path: Path) -> list[dict]:
@@ -43,6 +43,7 @@ def _save(fig, path: Path) -> Path:
 LABELS = {
     "reward_mean": "mean reward per completion",
     "kl": "KL to the reference (per token)",
+    "group_reward_std": "reward std within a prompt's group",
     "val_accuracy": "validation accuracy (greedy)",
 }
 SMOOTHING = 10  # steps in the moving average drawn over the raw per-step points
@@ -62,10 +63,11 @@ def _points(rows: list[dict], key: str) -> list[tuple[int, float]]:
 
 
 def plot_curves(histories: dict[str, list[dict]], out: Path, starts: dict[str, float | None] | None = None) -> Path:
-    """``out/curves.png``: reward and KL per step (the raw points faint, a moving average over
-    them) and validation accuracy, one colour per history. ``starts``: each history's validation
-    accuracy before training (its reference's), drawn at step 0 so the gain shows."""
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    """``out/curves.png``: reward, KL and the reward's spread within a prompt's group per step (the
+    raw points faint, a moving average over them) and validation accuracy, one colour per history.
+    ``starts``: each history's validation accuracy before training (its reference's), drawn at step
+    0 so the gain shows."""
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(18, 4))
     colours = dict(zip(histories, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))
     for ax, key in zip(axes, CURVES):
         for algo, rows in histories.items():
@@ -97,6 +99,24 @@ def plot_bars(summaries: dict[str, dict], out: Path) -> Path:
         ax.set_title(label)
         ax.set_ylabel(label)
     return _save(fig, out / "cost.png")
+
+
+def plot_memory(arms: dict[str, dict], parts: tuple[str, ...], out: Path) -> Path:
+    """``out/memory.png``: each arm's peak memory as one stacked bar of ``parts`` (MiB each,
+    :func:`grpoflow.evaluation.compare.arm_memory`); a note in place of the bars where there are none."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    bottoms = [0.0] * len(arms)
+    for part in parts:
+        values = [max(arms[a][part], 0.0) for a in arms]  # a part measured below zero (noise) draws nothing
+        ax.bar(list(arms), values, bottom=bottoms, label=part.removesuffix("_mb"))
+        bottoms = [b + v for b, v in zip(bottoms, values)]
+    if not arms:
+        ax.text(0.5, 0.5, "no run with a critic: no breakdown", ha="center", va="center", transform=ax.transAxes)
+    ax.set_title("where the peak memory goes")
+    ax.set_ylabel("MiB at the peak")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    return _save(fig, out / "memory.png")
 
 
 # A step's whole wall time (rollout to checkpoint, evaluation included); older histories have only
@@ -144,7 +164,7 @@ def plot_accuracy_by_wall_clock(
             continue
         minutes = [s / 60 for s, _, _ in curve]
         mean = [a for _, a, _ in curve]
-        (line,) = ax.plot(minutes, mean, marker="o", label=f"{arm} ({len(runs)} seeds)")
+        (line,) = ax.plot(minutes, mean, marker="o", label=f"{arm} ({len(runs)} seed{'s' if len(runs) != 1 else ''})")
         low, high = [a - d for _, a, d in curve], [a + d for _, a, d in curve]
         ax.fill_between(minutes, low, high, color=line.get_color(), alpha=0.2)
     ax.set_title("validation accuracy against training time")

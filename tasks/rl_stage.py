@@ -235,6 +235,7 @@ class RunningStage:
     findings: list
     resumed: dict | None
     history: History | None
+    before_training_mb: float = 0.0  # memory in use once the run is built, before step 1 (grpoflow.rl.memory)
 
     @property
     def lead(self) -> bool:
@@ -251,6 +252,7 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm, *, arm: 
     """Train ``algorithm`` as the stage CLI does: resume, train, export, report. An ablation arm
     passes its ``arm`` hooks (:class:`ArmHooks`)."""
     from grpoflow.models.engine import leave_distributed
+    from grpoflow.rl.memory import run_models
     from tasks import tracking
 
     s = _resume(args, params, algorithm)
@@ -260,10 +262,13 @@ def run(args: argparse.Namespace, params: Params, algorithm: Algorithm, *, arm: 
         val_start = _start(s, arm.params if arm else {})
         steps_log = tracking.StepLogger()
         _train(s, val_start, steps_log)
+        models = run_models(s.rl_run)  # before the export, which merges a LoRA policy's adapters in place
         s.rl_run.export(s.out)
+        # An arm scores its policy with the run's rollout engine, so before that engine is released.
+        scores = arm.scores(s.rl_run) if arm and s.lead else {}
         leave_distributed(release=s.rl_run.close_rollouts)
         if s.lead:
-            _report(s, val_start, start, steps_log, arm.scores if arm else None)
+            _report(s, val_start, start, steps_log, scores, models)
 
 
 def _config_check(params: Params, name: str, world: int, lead: bool) -> list:
@@ -283,6 +288,7 @@ def _resume(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> R
     """Check the config, build the run and continue from its newest intact checkpoint, if any."""
     from grpoflow.models.engine import init_distributed
     from grpoflow.rl.kernels import describe_kernels
+    from grpoflow.rl.memory import settled_memory_mb
     from grpoflow.rl.run import build_rl_run
 
     name = algorithm.name
@@ -300,7 +306,7 @@ def _resume(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> R
     if resumed is not None:
         print(f"{name}: resuming from step {rl_run.trainer.state.step} ({ckpt_dir})", flush=True)
     history = History(Path(args.history), (resumed or {}).get("history_rows", []))
-    return RunningStage(name, args, rl_run, findings, resumed, history)
+    return RunningStage(name, args, rl_run, findings, resumed, history, settled_memory_mb())
 
 
 def _start(s: RunningStage, extra_params: dict) -> float | None:
@@ -414,7 +420,7 @@ def _on_checkpoint(s: RunningStage, recorder: StepRecorder | None, val_start: fl
 
 
 def _report(
-    s: RunningStage, val_start: float | None, start: float, steps_log, scores: Callable[[RLRun], dict] | None
+    s: RunningStage, val_start: float | None, start: float, steps_log, scores: dict, models: dict[str, dict]
 ) -> None:
     """The stage's metrics JSON (its seconds counted from ``start``) and report.md, their MLflow
     copies, and the closing line (first process)."""
@@ -423,6 +429,7 @@ def _report(
     from grpoflow.config.advice import format_findings
     from grpoflow.io import atomic_write, write_json
     from grpoflow.rl.health import STANDING
+    from grpoflow.rl.memory import memory_record
     from tasks import tracking
 
     rl_run, name, history, args = s.rl_run, s.name, s.history, s.args
@@ -434,8 +441,8 @@ def _report(
         M.HEALTH: verdict,
         "seconds": round(time.perf_counter() - start, 1),
     }
-    if scores:
-        metrics |= scores(rl_run)
+    metrics[M.MEMORY] = memory_record(models, s.before_training_mb, metrics[M.PEAK_MEMORY_MB])
+    metrics |= scores  # an ablation arm's test scores (ArmHooks.scores)
     write_json(args.metrics, metrics)
     report = (
         f"# {name.upper()} run\n\nval accuracy {val_start} -> {metrics[M.VAL_ACCURACY]}\n\n"

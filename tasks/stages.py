@@ -191,7 +191,7 @@ STAGES: list[Stage] = [
         "tasks.compare",
         (
             _io("evaluation", "metrics/evaluate.json", "dep", "the evaluate stage's metrics"),
-            _io("sft-metrics", "metrics/sft.json", "dep", "the sft stage's metrics"),
+            _io("outputs", "data/evaluation", "dep", "the evaluate stage's per-prompt outputs (the paired tests)"),
             *(_io(None, f"metrics/{a}.json", "dep", f"the {a} stage's metrics") for a in catalog.names()),
             *(_io(None, f"metrics/{a}_history.csv", "dep", f"the {a} stage's history") for a in catalog.names()),
             _io("out", "reports/compare", "report", "directory for the report and plots"),
@@ -259,7 +259,7 @@ def ablation_stages(arms: list[str], seeds: list[int], custom_arms: Collection[s
 
 # Written by the Prefect flow when it saves a run as a DVC experiment (flows/experiments.py).
 RUN_RECORD = "metrics/run.json"
-REPORT_PLOTS = ["reports/compare/curves.png", "reports/compare/cost.png"]
+REPORT_PLOTS = [f"reports/compare/{name}" for name in ("curves.png", "cost.png", "wall_clock.png", "memory.png")]
 TRAINING = [s for s in STAGES if s.name in catalog.ALGORITHMS]  # the RL stages, one per algorithm
 ABLATION_OUT = ablation_report_stage([], []).file("out")
 ABLATION_METRICS = ablation_report_stage([], []).file("metrics")

@@ -27,8 +27,9 @@ def linear_names(model: torch.nn.Module) -> list[str]:
     return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
 
 
-def add_adapters(model: torch.nn.Module, cfg: LoraConfig) -> torch.nn.Module:
-    """``model`` wrapped with trainable adapters on ``cfg.target_modules``; everything else frozen."""
+def add_adapters(model: torch.nn.Module, cfg: LoraConfig, task_type: str = "CAUSAL_LM") -> torch.nn.Module:
+    """``model`` wrapped with trainable adapters on ``cfg.target_modules``; everything else frozen.
+    ``task_type``: peft's, ``FEATURE_EXTRACTION`` for a bare trunk (a critic's) without a LM head."""
     import peft
 
     available = linear_names(model)
@@ -43,7 +44,7 @@ def add_adapters(model: torch.nn.Module, cfg: LoraConfig) -> torch.nn.Module:
         lora_dropout=cfg.dropout,
         target_modules=list(cfg.target_modules),
         bias="none",
-        task_type="CAUSAL_LM",
+        task_type=task_type,
     )
     return peft.get_peft_model(model, config)
 

@@ -22,6 +22,7 @@ from grpoflow import metric_names as M
 from grpoflow.config import RM_REWARD, Params, PPOConfig
 from grpoflow.models.attention import use_own_attention
 from grpoflow.models.engine import build_engine, optimizer_step
+from grpoflow.models.lora import add_adapters
 from grpoflow.rl import micro_batches
 from grpoflow.rl import shared_prefix as sp
 from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS, masked_whiten
@@ -280,12 +281,18 @@ class PPOTrainer(PolicyTrainer):
 def initial_critic(params: Params, reference_dir: Path) -> ValueModel:
     """The critic as ``ppo.critic_init`` says: the SFT policy's trunk with a zero head (``policy``),
     or the reward model that ``rewards`` names (``reward_model``; the schema's rules make sure there
-    is one), which must read the policy's tokens."""
+    is one), which must read the policy's tokens. Where the policy trains LoRA adapters
+    (``model.lora``), so does the critic's trunk, with the same rank and targets, and its value head
+    trains in full (as OpenRLHF and verl set up a LoRA critic): the trunk's own weights stay frozen."""
     if params.ppo.critic_init == "policy":
-        return ValueModel.from_pretrained(str(reference_dir))
-    path = next(r.model_path for r in params.rewards if r.name == RM_REWARD)
-    _check_same_vocabulary(path, reference_dir)
-    return ValueModel.from_reward_model(path)
+        critic = ValueModel.from_pretrained(str(reference_dir))
+    else:
+        path = next(r.model_path for r in params.rewards if r.name == RM_REWARD)
+        _check_same_vocabulary(path, reference_dir)
+        critic = ValueModel.from_reward_model(path)
+    if params.model.lora:
+        critic.trunk = add_adapters(critic.trunk, params.model.lora, task_type="FEATURE_EXTRACTION")
+    return critic
 
 
 def _check_same_vocabulary(rm_dir: str | Path, reference_dir: str | Path) -> None:

@@ -28,6 +28,31 @@ TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 STAGES = tuple(s.name for s in select(None))  # the default set's stages (no opt-in reward_model)
 
 
+def assert_the_comparison_is_complete(project: Path, client: MlflowClient, runs: list) -> None:
+    """#48 at smoke size: both arms' memory split and the critic's share, paired tests on the same
+    test prompts, and every chart, in the compare stage's files and its MLflow run."""
+    compare = json.loads((project / "metrics" / "compare.json").read_text())
+    memory = compare["memory"]
+    for arm in ("grpo", "ppo"):
+        split = memory["arms"][arm]
+        assert split["weights_mb"] > 0 and split["gradients_mb"] > 0 and split["optimizer_mb"] > 0, (arm, split)
+        assert split["runtime_mb"] > 0 and split["peak_mb"] >= split["weights_mb"], (arm, split)
+    # The tiny default trains every weight: the critic's are all trained, its states counted from AdamW's tensors.
+    assert memory["critic_trainable_parameters"] == memory["critic_parameters"] > 0
+    assert memory["critic_optimizer_mb"] == pytest.approx(memory["critic_parameters"] * 8 / 2**20, rel=0.01)
+    assert 0 < memory["grpo_over_ppo_theory_model_state"] < 1 and memory["grpo_over_ppo"] > 0
+    prompts = json.loads((project / "metrics" / "evaluate.json").read_text())["models"]["sft"]["test"]["examples"]
+    assert set(compare["paired"]) == {"grpo_minus_sft", "ppo_minus_sft", "grpo_minus_ppo"}
+    assert {t["prompts"] for t in compare["paired"].values()} == {prompts}
+    assert set(compare["models"]) == {"sft", "grpo", "ppo"}
+    plots = ("curves.png", "cost.png", "wall_clock.png", "memory.png")
+    for name in plots:
+        assert (project / "reports" / "compare" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    run_ = next(r for r in runs if r.data.tags.get("grpoflow.stage") == "compare")
+    assert set(plots) <= {a.path for a in client.list_artifacts(run_.info.run_id)}
+    assert run_.data.metrics["summary/memory.critic_model_state_mb"] == pytest.approx(memory["critic_model_state_mb"])
+
+
 @pytest.fixture
 def served(smoke, run_env, tmp_path):
     """`python -m flows.serve` on the smoke project: server, pool, limit, deployments, worker."""
@@ -195,6 +220,7 @@ return ([[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {
     assert grpo.data.params["summary/steps"] == "3" and "summary/steps" not in grpo.data.metrics
     assert json.loads((project / "metrics" / "grpo.json").read_text())["steps"] == 3
     assert (project / "models" / "grpo" / "model.safetensors").is_file()
+    assert_the_comparison_is_complete(project, client, runs)
 
     # Each good run is a DVC experiment that names its MLflow run, and the MLflow run names it back.
     shown = run([PY, "-m", "dvc", "exp", "show", "--json"], project, env)

@@ -16,6 +16,7 @@ from tests.e2e.conftest import run
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SMOL = "params/smollm2-135m.yaml"
+PAIR = "params/smollm2-135m-grpo-vs-ppo.yaml"
 QWEN = "params/gsm8k-qwen2.5-0.5b.yaml"
 GSM8K = "tests/fixtures/gsm8k"  # the MIT slice the project ships, as a user's clone has it
 
@@ -35,6 +36,25 @@ def test_the_smollm2_set_rehearses_every_stage(project: Path, run_env: dict[str,
         assert f"Running stage '{stage}'" in ran.stdout + ran.stderr, ran
     # The set's real outputs are untouched: the rehearsal ran in a scratch copy.
     assert not (project / "models").exists() and not (project / "metrics").exists()
+
+
+def test_the_grpo_vs_ppo_set_trains_both_arms_with_lora_and_compares_them(
+    project: Path, run_env: dict[str, str]
+) -> None:
+    """#48 at smoke size on the real model: both arms, PPO's critic a LoRA trunk of the policy's size
+    beside vLLM rollouts, the paired tests on the same prompts and the memory split, kept where
+    ``--smoke`` keeps a run's metrics."""
+    import json
+
+    ran = run(["python", "-m", "flows.pipeline", "--params", PAIR, "--smoke"], project, run_env, timeout=1800)
+    assert ran.returncode == 0, ran
+    kept = project / ".grpoflow" / "smoke" / Path(PAIR).stem / "metrics"
+    compare = json.loads((kept / "compare.json").read_text())
+    memory = compare["memory"]
+    # The critic's trunk is SmolLM2's (134.5M weights), its adapters and head all it trains.
+    assert memory["critic_parameters"] > 130e6 and 0 < memory["critic_trainable_parameters"] < 0.1 * 130e6
+    assert memory["critic_weights_mb"] > 500 and memory["critic_optimizer_mb"] < 0.1 * memory["critic_weights_mb"]
+    assert set(memory["arms"]) == {"grpo", "ppo"} and set(compare["paired"]) >= {"grpo_minus_ppo"}
 
 
 def test_the_qwen_set_rehearses_with_a_local_smollm2_folder(

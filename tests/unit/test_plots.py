@@ -18,11 +18,15 @@ def test_curves_start_validation_at_the_reference_and_label_every_axis(tmp_path,
     drawn = {}
     real_close = plt.close
     monkeypatch.setattr(plots.plt, "close", lambda fig: drawn.setdefault("fig", fig))
-    rows = [{"step": str(s), "reward_mean": str(0.1 * s), "kl": "0.01", "val_accuracy": ""} for s in range(12)]
+    rows = [
+        {"step": str(s), "reward_mean": str(0.1 * s), "kl": "0.01", "group_reward_std": str(0.2), "val_accuracy": ""}
+        for s in range(12)
+    ]
     rows[9]["val_accuracy"] = "0.47"
     path = plots.plot_curves({"grpo": rows}, tmp_path, {"grpo": 0.31})
     assert path.is_file()
-    reward_ax, kl_ax, val_ax = drawn["fig"].axes
+    reward_ax, kl_ax, spread_ax, val_ax = drawn["fig"].axes
+    assert spread_ax.get_title() == "reward std within a prompt's group" and len(spread_ax.get_lines()) == 2
     (val_line,) = val_ax.get_lines()
     assert list(val_line.get_xdata()) == [0, 9] and list(val_line.get_ydata()) == [0.31, 0.47]
     raw, smooth = reward_ax.get_lines()  # raw points faint, the moving average over them
@@ -65,4 +69,24 @@ def test_wall_clock_plot_draws_a_band_per_arm_in_minutes(tmp_path, monkeypatch):
     assert list(grpo.get_xdata()) == pytest.approx([0.0, 3.0]) and list(grpo.get_ydata()) == pytest.approx([0.3, 0.6])
     assert list(ppo.get_xdata()) == pytest.approx([2.0]) and grpo.get_label() == "grpo (2 seeds)"
     assert len(ax.collections) == 2 and ax.get_xlabel() and ax.get_ylabel()  # a band per arm
+    real_close(drawn["fig"])
+
+
+def test_the_memory_chart_stacks_each_arms_parts_to_its_peak(tmp_path, monkeypatch):
+    drawn = {}
+    real_close = plt.close
+    monkeypatch.setattr(plots.plt, "close", lambda fig: drawn.setdefault("fig", fig))
+    parts = ("runtime_mb", "weights_mb", "activations_mb")
+    arms = {
+        "grpo": {"runtime_mb": 1000.0, "weights_mb": 500.0, "activations_mb": 300.0},
+        "ppo": {"runtime_mb": 1000.0, "weights_mb": 1000.0, "activations_mb": -5.0},  # noise below 0 draws nothing
+    }
+    assert plots.plot_memory(arms, parts, tmp_path).is_file()
+    (ax,) = drawn["fig"].axes
+    tops = {}
+    for bar in ax.patches:
+        x = round(bar.get_x() + bar.get_width() / 2)
+        tops[x] = max(tops.get(x, 0.0), bar.get_y() + bar.get_height())
+    assert tops == {0: 1800.0, 1: 2000.0}
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["runtime", "weights", "activations"]
     real_close(drawn["fig"])

@@ -185,3 +185,36 @@ def test_a_reward_model_of_another_vocabulary_cannot_host_the_critic(workspace, 
 )
 def test_the_critics_curves_are_charted_in_mlflow(key, name):
     assert M.tracked(key) == name and key in M.HISTORY_FIELDS
+
+
+def test_a_lora_policys_critic_trains_adapters_and_its_head_and_leaves_its_trunk_frozen(workspace):
+    """#48: with ``model.lora`` the critic gets adapters like the policy's (a second trunk of the
+    policy's size whose own weights stay frozen), the value head trains in full, and the policy's
+    reference is its own model with the adapters off."""
+    from grpoflow.models.lora import AdaptersDisabled, has_adapters
+    from grpoflow.rl.ppo import completion_values
+
+    params = validate_params({**TINY, "model": {"lora": {"rank": 4, "alpha": 8}}})
+    run = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
+    run.trainer.reward = by_prompt
+    critic = run.trainer.critic
+    trainable = {n for n, p in critic.module.named_parameters() if p.requires_grad}
+    assert has_adapters(critic.module.trunk) and isinstance(run.reference, AdaptersDisabled)
+    assert {"head.weight", "head.bias"} <= trainable
+    assert all(n.startswith("head.") or ".lora_" in n for n in trainable), sorted(trainable)
+    frozen_before = {n: p for n, p in weights(critic.module).items() if n not in trainable}
+    lora_before = {n: p for n, p in weights(critic.module).items() if ".lora_B" in n}
+    assert frozen_before and lora_before
+    scored = run.trainer._scored(0, 2)
+    ids, attn, _, start = run.trainer._inputs(scored.rollouts)
+    # Each group's prompt encoded once gives the values one row per sample gives, through peft's wrapper.
+    with torch.no_grad():
+        packed = completion_values(critic.module, ids, attn, start, shared_prefix=True)
+        rows = completion_values(critic.module, ids, attn, start, shared_prefix=False)
+    torch.testing.assert_close(packed, rows)
+    for step in range(3):  # two warm-up steps, then one that updates the policy too
+        run.trainer.step(step)
+    after = weights(critic.module)
+    assert all(torch.equal(after[n], p) for n, p in frozen_before.items())
+    assert any(not torch.equal(after[n], p) for n, p in lora_before.items())
+    assert after["head.weight"].any()

@@ -27,13 +27,17 @@ EVALUATION = {
 
 
 def test_the_headline_names_each_models_score_the_winner_and_the_step_time():
-    head = run_report.headline(EVALUATION, {"winner_on_test_pass@1": "grpo"}, {"grpo": {"seconds_per_step": 1.25}})
+    paired = {"grpo_minus_sft": {"difference": 0.1875, "p_value": 0.03, "se": 0.05}}
+    compare = {"winner_on_test_pass@1": "grpo", "paired": paired}
+    head = run_report.headline(EVALUATION, compare, {"grpo": {"seconds_per_step": 1.25, "peak_memory_mb": 900.0}})
     assert head == {
         "start": "SFT",
         "test_pass@1": {"sft": 0.3125, "grpo": 0.5},
         "test_pass@1_se": {"sft": None, "grpo": 0.0625},
         "winner": "grpo",
         "seconds_per_step": {"grpo": 1.25},
+        "peak_memory_mb": {"grpo": 900.0},
+        "paired": paired,
     }
     assert list(head["test_pass@1"]) == ["sft", "grpo"]  # the reference first, whatever the file's order
     # each score with its standard error over prompts, where the evaluation has one
@@ -47,6 +51,9 @@ def test_the_headline_names_each_models_score_the_winner_and_the_step_time():
         "test_pass_at_1/sft": 0.3125,
         "test_pass_at_1/grpo": 0.5,
         "seconds_per_step/grpo": 1.25,
+        "peak_memory_mb/grpo": 900.0,
+        "paired/grpo_minus_sft/difference": 0.1875,
+        "paired/grpo_minus_sft/p_value": 0.03,
     }
 
 
