@@ -28,18 +28,22 @@ def tiny_folder(examples: list[tuple[str, str]]) -> Path:
     return path
 
 
-def smollm_folder() -> Path | None:
+def smollm_folder(into: Path | None = None) -> Path | None:
     """The converted model's folder, or None when its packages are not installed (make demo
-    PARAMS=params/smollm2-135m.yaml installs them)."""
+    PARAMS=params/smollm2-135m.yaml installs them). Converted once into the benchmarks' cache, or,
+    where that has none, into ``into`` (a scratch folder its caller removes: 517 MB of weights)."""
     params = load_params(PARAMS)
     name = params.model.name_or_path or ""
     if gguf_problem(name):
         return None
-    if not (FOLDER / "config.json").is_file():
+    if (FOLDER / "config.json").is_file():
+        return FOLDER
+    dest = into or FOLDER
+    if not (dest / "config.json").is_file():
         from grpoflow.models.base_model import convert_gguf
 
-        convert_gguf(resolve_file(name), FOLDER)
-    return FOLDER
+        convert_gguf(resolve_file(name), dest)
+    return dest
 
 
 def smollm_prompt():

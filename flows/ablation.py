@@ -33,13 +33,14 @@ from flows import serve, summary
 from flows.pipeline import (
     checked_params_file,
     cli_exit,
+    hear_interrupts,
     held_workspace,
     parse_overrides,
     precheck,
     run_stages,
 )
 from flows.rehearse import add_smoke, rehearse
-from flows.stage_run import StageVerdict, verdict_state
+from flows.stage_run import StageFailed, StageVerdict, verdict_state
 from grpoflow import catalog
 from grpoflow.config import ARMS, ConfigError, load_params
 from grpoflow.tuning.overlay import overlay_budget, overlay_path, read_overlay, shown, tuned_arm_overrides
@@ -130,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    hear_interrupts()
     if args.tune:
         from flows import tune
 
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                     tuned=not args.untuned,
                 ),
             )
-    except (ConfigError, StageVerdict, KeyboardInterrupt) as exc:  # a verdict's report is in the log above
+    except (ConfigError, StageFailed, KeyboardInterrupt) as exc:  # a verdict's report is in the log above
         return cli_exit(exc)
     for arm in result["order"]:
         score, verdict = result["arms"][arm]["test_pass@1"], result["verdicts"].get(arm)

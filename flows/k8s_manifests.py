@@ -37,6 +37,11 @@ MODELS: dict[str, type[Any]] = {
     "Service": client.V1Service,
     "Role": client.V1Role,
     "RoleBinding": client.V1RoleBinding,
+    # and what deploy/k8s/cluster.yaml brings up besides
+    "Namespace": client.V1Namespace,
+    "ServiceAccount": client.V1ServiceAccount,
+    "PersistentVolumeClaim": client.V1PersistentVolumeClaim,
+    "Deployment": client.V1Deployment,
 }
 # What the flow's pod does with the API (flows/k8s_watch.py), and nothing more.
 FLOW_RULES = [

@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +34,7 @@ from flows.dag import pipeline_params_file, run_order
 from flows.kept_outputs import kept_outputs
 from flows.links import MLFLOW_VIEW, _mlflow_link, _mlflow_ui, run_links  # noqa: F401 - MLFLOW_VIEW: API
 from flows.run_report import STAGE_LOGS, StageResult
-from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
+from flows.stage_run import StageFailed, StageInterrupted, StageVerdict, run_dvc_stage, verdict_state
 from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_dotted, validate_params
 from grpoflow.config.launch import DISTRIBUTED_STAGES
 from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short_repr
@@ -53,12 +55,24 @@ INTERRUPTED = (
 )
 
 
+def hear_interrupts() -> None:
+    """Make SIGINT stop this flow also where it started ignored: a non-interactive shell starts its
+    background jobs so (``cmd &`` in a script, some CI runners), and Python then never raises
+    KeyboardInterrupt, while each stage, which listens for it, stops: the flow would retry it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def cli_exit(exc: BaseException, interrupted: str = INTERRUPTED) -> int:
     """A flow command's one line and exit code for how it ended: a Ctrl-C (``interrupted``), bad input
     (2), or a failure the log above already reported, a gate or a stage (1)."""
-    if isinstance(exc, KeyboardInterrupt):
+    if isinstance(exc, (KeyboardInterrupt, StageInterrupted)):
         print(interrupted, file=sys.stderr)
         return EXIT_INTERRUPTED
+    if isinstance(exc, StageFailed) and not isinstance(exc, StageVerdict):
+        # Its log tail is in the log above: the run ends on its last line, the stage, its error and its log.
+        print(f"error: {str(exc).splitlines()[-1]}", file=sys.stderr)
+        return 1
     print(f"error: {exc}", file=sys.stderr)
     return 2 if isinstance(exc, ConfigError) else 1
 
@@ -370,7 +384,12 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None, overr
     ) as parent:
         parent_id = parent.info.run_id
         experiment_id = parent.info.experiment_id
-        print(f"MLflow run: {_mlflow_link(experiment_id, parent_id)} (served by `{summary.ui_command(params_file)}`)")
+        served = (
+            "in the smoke run's scratch copy, deleted once it ends"
+            if os.environ.get(summary.SMOKE_KEPT_ENV)
+            else f"served by `{summary.ui_command(params_file)}`"
+        )
+        print(f"MLflow run: {_mlflow_link(experiment_id, parent_id)} ({served})")
         create_link_artifact(
             _mlflow_link(experiment_id, parent_id),
             link_text="MLflow parent run",
@@ -515,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         "checkout: nothing here changes (flows/rehearse.py; --rehearse is the same)",
     )
     args = parser.parse_args(argv)
+    hear_interrupts()
     try:
         overrides = parse_overrides(args.overrides)
         precheck(args.params, overrides, args.stages)  # before the Prefect server starts: bad input fails in a second
@@ -527,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
             results = cast(
                 list[StageResult], pipeline(params_file=args.params, overrides=overrides or None, stages=args.stages)
             )
-    except (ConfigError, StageVerdict, KeyboardInterrupt) as exc:  # a verdict's report is in the log above
+    except (ConfigError, StageFailed, KeyboardInterrupt) as exc:  # a verdict's report is in the log above
         return cli_exit(exc)
     print(summary.run_summary(results, load_params(args.params, overrides), args.params), end="")
     print(experiments.overrides_note(overrides, [r.stage for r in results if r.ran]) or "", end="")

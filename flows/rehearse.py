@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from flows.summary import SMOKE_KEPT_ENV as KEPT_ENV
 from grpoflow.config import load_params, set_dotted
 from grpoflow.config.rules import launched_world_size
 from grpoflow.provenance import copy_checkout
@@ -168,6 +169,8 @@ def rehearse(
         subprocess.run(cmd, cwd=project, check=True, capture_output=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_"))}
     env["PREFECT_HOME"] = str(scratch / "prefect-home")
+    if not keep:  # the run's closing lines name where its page will be kept, not the copy deleted after it
+        env[KEPT_ENV] = str((Path(KEPT_DIR) / Path(params_file).stem).resolve())
     env.setdefault("TORCH_EXTENSIONS_DIR", str(OP_CACHE))  # the user's choice (the Makefile's) wins
     print(f"rehearsal of {params_file} at smoke scale in {project}", flush=True)
     cmd = [sys.executable, "-m", *flow, "--params", str(rel), *(["--stages", *stages] if stages else [])]
@@ -198,14 +201,14 @@ def shrink_overlays(tuned: Path) -> None:
 
 def keep_results(project: Path, dest: Path) -> Path:
     """Copy what a user opens after a run (the run page, the metrics, the data report and quarantine) from the
-    scratch copy to ``dest`` in this workspace (under .grpoflow/, which git ignores), replacing an earlier
-    smoke run's; its absolute path."""
+    scratch copy to ``dest`` in this workspace (under .grpoflow/, which git ignores), over an earlier smoke
+    run's files of the same names; what this run did not write stays (a smoke ``make tune``'s report); its
+    absolute path."""
     dest = dest.resolve()
-    shutil.rmtree(dest, ignore_errors=True)
     for rel in KEPT_RESULTS:
         src = project / rel
         if src.is_dir():
-            shutil.copytree(src, dest / rel)
+            shutil.copytree(src, dest / rel, dirs_exist_ok=True)
         elif src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)

@@ -36,7 +36,7 @@ from flows.process_tree import stop_tree
 from flows.run_report import STAGE_LOGS, StageResult
 from grpoflow.guard import redact_text
 from tasks import events
-from tasks.cli import EXIT_BAD_INPUT, EXIT_VERDICT
+from tasks.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_VERDICT
 from tasks.stages import Stage
 
 STAGE_GRACE_S = 10.0  # for a stage command to stop by itself, before each firmer signal
@@ -49,6 +49,11 @@ class StageFailed(RuntimeError):
 
 class StageVerdict(StageFailed):
     """A failure a retry would repeat: bad input, a gate's verdict, a diagnosed stop."""
+
+
+class StageInterrupted(StageVerdict):
+    """The stage command was interrupted (SIGINT, exit 130): the run stops, it is not retried. A SIGINT to the
+    process group without a terminal reaches the stage, which stops on it, whether or not the flow heard it."""
 
 
 def _worth_retrying(task, task_run, state) -> bool:
@@ -307,6 +312,8 @@ def _fail(name: str, log: StageLog, reports: str = "", final: bool = True, repor
     A verdict's message is one line (:func:`verdict_message`): the stage printed its report once
     already, and Prefect repeats a failed task's message in the task's and the flow's final state.
     An unexpected failure keeps the log tail, for its traceback."""
+    if _stage_exit(log) == EXIT_INTERRUPTED:
+        raise StageInterrupted(f"stage {name!r} was interrupted (exit {EXIT_INTERRUPTED})")
     verdict = _stage_exit(log) in (EXIT_BAD_INPUT, EXIT_VERDICT)
     final = final or verdict
     log_tail = "\n".join(log.tail)
@@ -322,7 +329,24 @@ def _fail(name: str, log: StageLog, reports: str = "", final: bool = True, repor
         )
     if verdict:
         raise StageVerdict(verdict_message(name, log, report_paths))
-    raise StageFailed(f"stage {name!r} failed with exit code {_stage_exit(log)}:\n{log_tail}")
+    # The tail keeps the traceback; the last line says what failed, whatever the stage printed after its error.
+    raise StageFailed(
+        f"stage {name!r} failed with exit code {_stage_exit(log)}:\n{log_tail}\n{failure_line(name, log)}"
+    )
+
+
+# A Python exception's last line ("ValueError: ...", a rank's "[rank0]: AssertionError: ..."), as a traceback ends.
+_EXCEPTION_LINE = re.compile(
+    r"^(?:\[rank\d+\]:\s*)?(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failed)\b"
+)
+
+
+def failure_line(name: str, log: StageLog) -> str:
+    """One line for an unexpected failure: the stage, its exit code, the exception's last line (the last
+    line of the tail that reads like one: MLflow's monitor and DVC speak after it) and the full log."""
+    said = [line for line in log.tail if not line.startswith(DVC_FAILED)]
+    error = next((line for line in reversed(said) if _EXCEPTION_LINE.match(line)), said[-1] if said else "no output")
+    return f"stage {name!r} failed (exit {_stage_exit(log)}): {error.strip()} (full log: {STAGE_LOGS / f'{name}.log'})"
 
 
 def verdict_state(exc: StageVerdict) -> State:

@@ -20,6 +20,9 @@ from grpoflow.io import write_json
 from tasks.notes import clock, model_name, starting_model
 
 LAST_RUN = Path(".grpoflow/last_run.json")
+# Set by a smoke run (flows/rehearse.py) for the flow it runs in a scratch copy: the folder of this
+# workspace its page and metrics will be kept in once it ends, the copy and its MLflow store deleted.
+SMOKE_KEPT_ENV = "GRPOFLOW_SMOKE_KEPT_IN"
 
 
 def headline_rows(evaluation: dict | None, start: str) -> list[str]:
@@ -76,6 +79,9 @@ def where_next(params_file: str, page: Path | None = None) -> dict[str, str]:
     from flows.run_report import REPORT
 
     page = page or REPORT
+    kept = os.environ.get(SMOKE_KEPT_ENV)
+    if kept:  # a smoke run, in a scratch copy deleted once it ends: its page is kept, its MLflow store is not
+        return {"Run page": str(Path(kept) / page) if page.is_file() else ""}
     last = last_run() or {}
     return {
         "Run page": str(page.resolve()) if page.is_file() else "",

@@ -36,10 +36,10 @@ from flows import serve, summary, tune_study
 from flows.ablation import SHARED_STAGES
 from flows.dag import run_order
 from flows.kept_outputs import kept_outputs
-from flows.pipeline import INTERRUPTED, cli_exit, held_workspace, parse_overrides, precheck
+from flows.pipeline import INTERRUPTED, cli_exit, hear_interrupts, held_workspace, parse_overrides, precheck
 from flows.rehearse import add_smoke, rehearse
 from flows.run_report import StageResult
-from flows.stage_run import StageVerdict, run_dvc_stage, verdict_state
+from flows.stage_run import StageFailed, StageVerdict, run_dvc_stage, verdict_state
 from grpoflow import catalog
 from grpoflow.config import ConfigError, Params, arm_params, load_params
 from grpoflow.io import atomic_write
@@ -217,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     add_overrides(parser, "tune.steps=40")
     add_smoke(parser, "the arms' overlays here")
     args = parser.parse_args(argv)
+    hear_interrupts()
     try:
         overrides = parse_overrides(args.overrides)
         if args.smoke:
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                     replace_overlay=args.replace_overlay,
                 ),
             )
-    except (ConfigError, StageVerdict, tune_study.TrialCrashed, KeyboardInterrupt) as exc:
+    except (ConfigError, StageFailed, tune_study.TrialCrashed, KeyboardInterrupt) as exc:
         return cli_exit(exc, INTERRUPTED.replace("training resumes from its last checkpoint", "the studies resume"))
     for arm, r in result.items():
         best = (

@@ -160,14 +160,13 @@ def _without_secrets(pairs: str) -> str:
 
 # ---------------------------------------------------------------- pip requirements
 
-_LOWER, _UPPER = {">=", ">"}, {"<", "<="}  # a bounded range needs one of each
 _INSTALLERS = {"pip", "setuptools", "wheel"}  # a parameter set installs packages, never the installer
 _REQUIREMENT_CHARS = re.compile(r"[A-Za-z0-9._\-\[\],=<>~!*+]+")  # a normalised name[extras] and specifiers
 
 
 def check_requirement(text: str) -> str:
-    """``text`` as pip may take it from a parameter set: a PEP 508 requirement with a name and an
-    exact or bounded version (``gguf==0.19.0``, ``pkg>=1,<2``), no URL, no environment marker and
+    """``text`` as pip may take it from a parameter set: a PEP 508 requirement with a name pinned to
+    one exact version (``gguf==0.19.0``), no URL, no environment marker and
     nothing pip would read as an option; returned in its normal form. Else :class:`InputError`."""
     from packaging.requirements import InvalidRequirement, Requirement
 
@@ -182,8 +181,10 @@ def check_requirement(text: str) -> str:
         raise InputError(f"{shown}: a URL requirement is not allowed, only name==version from the package index")
     if req.marker is not None:
         raise InputError(f"{shown}: environment markers (after ';') are not allowed: write name==version")
-    if not _pinned_or_bounded(req.specifier):
-        raise InputError(f"{shown}: needs an exact or bounded version (name==1.2.3, or name>=1,<2)")
+    if not _pinned(req.specifier):
+        raise InputError(
+            f"{shown}: needs one exact version (name==1.2.3): a range lets a run install what no one chose"
+        )
     if req.name.lower() in _INSTALLERS:
         raise InputError(f"{shown}: a parameter set may not replace pip's own tools ({', '.join(sorted(_INSTALLERS))})")
     normal = str(req)
@@ -192,13 +193,14 @@ def check_requirement(text: str) -> str:
     return normal
 
 
-def _pinned_or_bounded(specifier) -> bool:
-    """An exact version (``==1.2.3``, no wildcard), a compatible release (``~=1.4``: bounded both ways),
-    or a range with a lower and an upper bound (``>=1,<2``)."""
-    ops = {spec.operator for spec in specifier}
-    if "===" in ops or any(spec.operator == "==" and "*" in spec.version for spec in specifier):
-        return False
-    return "==" in ops or "~=" in ops or bool(ops & _LOWER and ops & _UPPER)
+def _pinned(specifier) -> bool:
+    """One exact version and nothing else: ``==1.2.3`` (a local label such as ``+cpu`` allowed; no
+    wildcard, no ``===``). A range, however narrow it is written (``>0,<999999``, ``~=0.0``, ``>=1,<2``),
+    names every version the index holds or will hold inside it: a run would install whatever is newest
+    there, and two runs of one set could differ. The same rule as a lock file's, and the pip
+    requirement this project's own pyproject.toml writes for each runtime dependency."""
+    (spec, *others) = list(specifier) or [None]
+    return spec is not None and not others and spec.operator == "==" and "*" not in spec.version
 
 
 _USERINFO_IN_TEXT = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s?#]*@")

@@ -59,20 +59,47 @@ def code_hash(*paths: str | Path, root: str | Path = ".") -> str:
 
 def copy_checkout(src: str | Path, dest: str | Path) -> Path:
     """Copy what a clone of ``src`` would hold, plus untracked files git does not ignore, to
-    ``dest``: a scratch project for end-to-end tests and benchmarks, without run outputs."""
+    ``dest``: a scratch project for end-to-end tests and benchmarks, without run outputs. An
+    untracked file that a run wrote (``dvc.lock``, a stage's outputs, metrics and plots as dvc.yaml
+    declares them, the ``.gitignore`` files DVC adds beside them) is left out: after ``make demo``
+    the copy still starts as a clone does."""
     src, dest = Path(src), Path(dest)
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=src,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\n")
-    for rel in filter(None, listed):
+
+    def listed(*which: str) -> list[str]:
+        out = subprocess.run(["git", "ls-files", *which], cwd=src, capture_output=True, text=True, check=True)
+        return [rel for rel in out.stdout.split("\n") if rel]
+
+    outputs = run_outputs(src)
+    untracked = [
+        rel
+        for rel in listed("--others", "--exclude-standard")
+        if not (rel == "dvc.lock" or Path(rel).name == ".gitignore" or _under(rel, outputs))
+    ]
+    for rel in [*listed("--cached"), *untracked]:
         if (src / rel).is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src / rel, dest / rel)
     return dest
+
+
+def run_outputs(root: Path) -> list[str]:
+    """The paths dvc.yaml's stages write (outs, metrics, plots, each a file or a folder), and its top level's
+    metrics and plots."""
+    import yaml
+
+    path = root / "dvc.yaml"
+    spec = yaml.safe_load(path.read_text()) if path.is_file() else None
+    found: list[str] = []
+    for stage in (spec or {}).get("stages", {}).values():
+        for key in ("outs", "metrics", "plots"):
+            found += [next(iter(e)) if isinstance(e, dict) else e for e in stage.get(key) or []]
+    for key in ("metrics", "plots"):  # the top level's: the flow's run record, the plots' sources
+        found += [next(iter(e)) if isinstance(e, dict) else e for e in (spec or {}).get(key) or []]
+    return [str(p).rstrip("/") for p in found if isinstance(p, str) and "${" not in p]
+
+
+def _under(rel: str, paths: list[str]) -> bool:
+    return any(rel == p or rel.startswith(p + "/") for p in paths)
 
 
 # The project's own top-level packages: the import graph is followed inside them only.

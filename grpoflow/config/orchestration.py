@@ -14,7 +14,11 @@ from grpoflow.config.base import AlgorithmName, _Section, unknown_name
 class ExperimentConfig(_Section):
     """Identity and seed of a parameter set."""
 
-    name: str = Field("default", description="Name of this parameter set; the MLflow experiment is grpoflow-<name>.")
+    name: str = Field(
+        "default",
+        description="Name of this parameter set; the MLflow experiment is grpoflow-<name>. Left out of a file: the "
+        "file's name (params/mine.yaml: mine).",
+    )
     seed: int = Field(
         0, ge=0, description="Global seed: data generation, splits, model init and sampling derive from it."
     )

@@ -47,8 +47,9 @@ PHONE_LENIENCY = 2
 MIN_PHONE_DIGITS = 9
 # An IPv6 address written with fewer hextets is a Python slice as often as an address: l[::3], l[1::2].
 MIN_IPV6_GROUPS = 3
-# The row fields a person's data can be in (ids, sources and licences are the pipeline's own).
-TEXT_FIELDS = ("prompt", "reference_answer", "solution", "tests", "chosen", "rejected")
+# Every text field of a row is scanned, the id included (a user's own data may use an e-mail address as
+# one); a redacted id keeps a number that makes it unique again (ID_SUFFIX).
+ID_SUFFIX = "#pii{}"
 REASON = "personal_data"  # the quarantine reason's prefix, counted in the stage's metrics
 
 
@@ -190,13 +191,25 @@ def redact(text: str, matches: Sequence[Match]) -> str:
 
 
 def _texts(row: Record | PairRecord) -> dict[str, list[str]]:
-    """The row's text fields by name, each as a list of strings (``tests`` has several)."""
+    """Every text field of the row by name, each as a list of strings (``tests`` has several)."""
     out = {}
     for f in fields(row):
         value = getattr(row, f.name)
-        if f.name in TEXT_FIELDS and value is not None:
-            out[f.name] = list(value) if isinstance(value, tuple) else [value]
+        if isinstance(value, str):
+            out[f.name] = [value]
+        elif isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+            out[f.name] = list(value)
     return out
+
+
+def _as_text(value: Any) -> str | None:
+    """A number as the text a scan reads (a card number given as an integer), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return str(value)
+    except ValueError:  # an integer past Python's digit limit: no card, phone or key is that long
+        return None
 
 
 @dataclass
@@ -222,9 +235,9 @@ class PiiScan:
             got.rejected[:] = [self._redacted_rejection(r) for r in got.rejected]
         kept: list[Record | PairRecord] = []
         for row in got.records:
+            source_file, line = got.origin.get(row.id, (got.source_file, None))
             row, found = self._scan(row)
             if found and self.config.mode == "quarantine":
-                source_file, line = got.origin.get(row.id, (got.source_file, None))
                 got.rejected.append(Rejected(source_file, line, self._reason(found), row.to_dict()))
                 continue
             kept.append(row)
@@ -244,6 +257,8 @@ class PiiScan:
                 redacted[name] = tuple(clean) if isinstance(getattr(row, name), tuple) else clean[0]
         if found:
             self.rows_with_pii += 1
+            if "id" in redacted:
+                redacted["id"] += ID_SUFFIX.format(self.rows_with_pii)
             every = [m.entity for ms in found.values() for m in ms]
             self.matches.update(every)
             self.rows_by_type.update(set(every))
@@ -251,18 +266,29 @@ class PiiScan:
 
     def _redacted_rejection(self, rejected: Rejected) -> Rejected:
         """A rejected row as written, and its reason (which may quote it), with personal data redacted
-        wherever it is: any field, any depth."""
+        wherever it is: any field, any depth, keys and numbers too (a number with data in it becomes
+        its redacted text; two keys that redact alike stay apart by a number)."""
         found: list[Match] = []
+
+        def text(value: str) -> str:
+            matches = find(value, self.config.entities)
+            found.extend(matches)
+            return redact(value, matches) if matches else value
 
         def clean(value: Any) -> Any:
             if isinstance(value, str):
-                matches = find(value, self.config.entities)
-                found.extend(matches)
-                return redact(value, matches) if matches else value
+                return text(value)
             if isinstance(value, dict):
-                return {k: clean(v) for k, v in value.items()}
+                out: dict[Any, Any] = {}
+                for k, v in value.items():
+                    key = text(k) if isinstance(k, str) else k
+                    out[key if key not in out else f"{key}#{len(out)}"] = clean(v)
+                return out
             if isinstance(value, list):
                 return [clean(v) for v in value]
+            number = _as_text(value)
+            if number is not None and (redacted := text(number)) != number:
+                return redacted
             return value
 
         row, reason = clean(rejected.row), clean(rejected.reason)

@@ -4,8 +4,9 @@ Two prompts that differ only in case, whitespace, punctuation or number formatti
 (``1,000`` vs ``1000``, ``3.50`` vs ``3.5``) normalise to the same string, so they hash to the
 same split and count as exact duplicates.
 
-What a reader cannot see must not tell two texts apart either: :func:`fold` removes format
-characters (Unicode category Cf: zero-width spaces and joiners, soft hyphens, bidi controls), applies
+What a reader cannot see must not tell two texts apart either: :func:`fold` removes every default
+ignorable code point (Unicode's Default_Ignorable_Code_Point: zero-width spaces and joiners, soft
+hyphens, bidi controls, variation selectors, Hangul fillers) and any other format character (Cf), applies
 NFKC (full-width forms) and maps each character that Unicode's confusables data (UTS #39) lists as
 the look-alike of exactly one ASCII character to it (Cyrillic ``а``, Greek ``Ο``). :func:`match_key`
 (fold, then :func:`normalize_text`) is what de-duplication and the leakage gate compare, and the
@@ -27,6 +28,8 @@ import re
 import unicodedata
 from importlib import resources
 from itertools import repeat
+
+import regex
 
 _THOUSANDS = re.compile(r",(?<=\d,)(?=\d{3}\b)")
 # A decimal point after a digit, and a fraction that ends in zeros.
@@ -132,14 +135,28 @@ def _ascii_prototypes() -> dict[int, str]:
     return table
 
 
+@functools.cache
+def _ignorables() -> dict[int, None]:
+    """Unicode's Default_Ignorable_Code_Point property (DerivedCoreProperties.txt, as the ``regex``
+    package reads it), as a ``str.translate`` table that deletes them: the characters a renderer
+    shows as nothing. Category Cf alone misses 4,036 of them, among them variation selectors
+    (U+FE00-FE0F, U+E0100-E01EF, Mn), the combining grapheme joiner U+034F, the Mongolian free
+    variation selectors and the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0 (Lo)."""
+    runs = regex.compile(r"\p{Default_Ignorable_Code_Point}+").finditer("".join(map(chr, range(0x110000))))
+    return {code: None for m in runs for code in range(m.start(), m.end())}
+
+
 def _fold_char(char: str) -> str:
-    if unicodedata.category(char) == "Cf":
+    ignorable = _ignorables()
+    if ord(char) in ignorable or unicodedata.category(char) == "Cf":
         return ""
-    return unicodedata.normalize("NFKC", char).translate(_ascii_prototypes())
+    folded = unicodedata.normalize("NFKC", char).translate(_ascii_prototypes())
+    # NFKC can make an ignorable of a visible-looking one (U+3164 HANGUL FILLER -> U+1160): fold those too.
+    return folded if folded.isascii() else folded.translate(ignorable)
 
 
 def fold(text: str) -> str:
-    """``text`` as a reader sees it: format characters removed, NFKC, ASCII look-alikes made ASCII."""
+    """``text`` as a reader sees it: ignorable and format characters removed, NFKC, ASCII look-alikes made ASCII."""
     if text.isascii():
         return text
     return "".join(map(_fold_char, text))

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from grpoflow.config import EngineConfig
+from grpoflow.models.build_lock import check_build_locks
 from grpoflow.models.device import compute_device
 from grpoflow.ports import free_port
 
@@ -38,8 +39,11 @@ def import_deepspeed():
 
 def _announce_first_build() -> None:
     """Say so before DeepSpeed compiles its CPU communication op: the first time, a minute or two
-    passes with nothing else on the console."""
+    passes with nothing else on the console. A build lock a killed run left is removed first, and a
+    live one named (:mod:`grpoflow.models.build_lock`): without that, the build waits on it forever."""
     cache = Path(os.environ.get("TORCH_EXTENSIONS_DIR", EXTENSIONS_DIR))
+    for line in check_build_locks(cache):
+        print(line, flush=True)
     if compute_device().type == "cpu" and not any(cache.glob("deepspeed_shm_comm/*.so")):
         print(
             f"building DeepSpeed's CPU communication op into {cache} (a minute or two, once; later runs reuse it)",

@@ -15,6 +15,20 @@ def test_default_params_validate_and_match_the_schema_defaults_where_unset():
     assert p.mlflow_experiment == "grpoflow-default"
 
 
+def test_a_set_that_names_no_experiment_is_named_after_its_file(tmp_path, monkeypatch):
+    """#51: such a set logged to grpoflow-default, among the default set's runs."""
+    monkeypatch.chdir(tmp_path)
+    raw = yaml.safe_load(DEFAULT.read_text())
+    del raw["experiment"]["name"]
+    Path("params").mkdir()
+    Path("params/mine.yaml").write_text(yaml.safe_dump(raw))
+    Path("params/named.yaml").write_text(yaml.safe_dump({**raw, "experiment": {**raw["experiment"], "name": "x"}}))
+    Path("params/bare.yaml").write_text(yaml.safe_dump({k: v for k, v in raw.items() if k != "experiment"}))
+    assert load_params("params/mine.yaml").mlflow_experiment == "grpoflow-mine"
+    assert load_params("params/bare.yaml").experiment.name == "bare"
+    assert load_params("params/named.yaml").mlflow_experiment == "grpoflow-x"  # a name given is kept
+
+
 def test_every_field_is_documented():
     undocumented = [key for key, _, desc in describe_schema() if not desc.strip()]
     assert undocumented == []
@@ -231,7 +245,7 @@ def test_a_bad_value_is_echoed_short_in_the_error():
         ("-e .", "pip options are not allowed"),
         ("git+https://example.com/x.git", "not a PEP 508 requirement"),
         ("*.whl", "not a PEP 508 requirement"),
-        ("gguf", "needs an exact or bounded version"),
+        ("gguf", "needs one exact version"),
     ],
 )
 def test_model_packages_are_pinned_requirements_only(package, message):

@@ -62,3 +62,17 @@ def test_docker_build_check_passes_where_a_daemon_runs():
         [docker, "build", "--check", "-f", str(DOCKERFILE), str(ROOT)], capture_output=True, text=True, timeout=300
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_the_build_context_holds_what_the_dockerfile_copies_and_nothing_else():
+    """#51: with no .dockerignore `docker build` sent 741 MB (the venv, caches, models and runs)."""
+    ignore = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    rules = [line for line in ignore if line and not line.startswith("#")]
+    copied = {
+        src
+        for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines()
+        if line.startswith("COPY ")
+        for src in line.split()[1:-1]
+        if not src.startswith("--")
+    }
+    assert rules[0] == "*" and {r.removeprefix("!") for r in rules[1:]} == copied == {"pyproject.toml", "README.md"}

@@ -7,9 +7,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -528,3 +530,60 @@ def test_a_set_run_says_which_stages_dvc_status_will_show_and_how_to_make_it_cle
         "dvc status now shows evaluate as changed"
     )
     assert overrides_note(None, ["grpo"]) is None and overrides_note({"rl.steps": 3}, ["prepare"]) is None
+
+
+def test_an_unexpected_failure_ends_on_the_stage_its_exception_and_its_log():
+    """#51: the last line of a failed run was MLflow's system-metrics monitor shutting down."""
+    from flows.stage_run import StageLog, failure_line
+
+    tail = [
+        "Traceback (most recent call last):",
+        '  File "tasks/arm.py", line 35, in score',
+        "[rank0]: AssertionError: pipeline model parallel group is not initialized",
+        "2026/12/05 18:26:58 INFO mlflow.system_metrics.system_metrics_monitor: Stopping system metrics monitoring...",
+        "ERROR: failed to reproduce 'arm_grpo_s0': failed to run: python -m tasks.arm, exited with 1",
+    ]
+    line = failure_line("arm_grpo_s0", StageLog(code=1, stage_code=1, tail=tail))
+    assert line == (
+        "stage 'arm_grpo_s0' failed (exit 1): [rank0]: AssertionError: pipeline model parallel group is not "
+        "initialized (full log: reports/logs/arm_grpo_s0.log)"
+    )
+    no_exception = StageLog(code=1, tail=["Killed"])
+    assert failure_line("grpo", no_exception).startswith("stage 'grpo' failed (exit 1): Killed (full log:")
+
+
+def test_a_stage_that_was_interrupted_stops_the_run_instead_of_being_retried(capsys):
+    """#51: SIGINT to the process group without a terminal stopped the stage (exit 130), and the flow retried it."""
+    from flows.pipeline import EXIT_INTERRUPTED, cli_exit
+    from flows.stage_run import StageInterrupted, StageLog, StageVerdict, _fail, _worth_retrying
+
+    with pytest.raises(StageInterrupted) as stopped:
+        _fail("grpo", StageLog(code=1, stage_code=130, tail=["tasks.grpo: interrupted"]), final=False)
+    assert isinstance(stopped.value, StageVerdict)  # a verdict: Prefect's retry condition passes it over
+    assert not _worth_retrying(None, None, types.SimpleNamespace(data=stopped.value))
+    assert cli_exit(stopped.value) == EXIT_INTERRUPTED and "interrupted" in capsys.readouterr().err
+
+
+def test_a_flow_started_with_sigint_ignored_still_stops_on_it(tmp_path):
+    """A non-interactive shell starts background jobs with SIGINT ignored; the flow then never heard it."""
+    code = (
+        "import signal, sys, time\n"
+        "from flows.pipeline import hear_interrupts\n"
+        "hear_interrupts()\n"
+        "print('ready', flush=True)\n"
+        "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    sys.exit(130)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+    finally:
+        proc.kill()
+        proc.wait()

@@ -173,3 +173,24 @@ def test_two_ranks_on_one_gpu_get_the_backend_the_environment_names(monkeypatch)
     monkeypatch.setenv(engine.DIST_BACKEND_ENV, "gloo")
     engine.init_distributed()
     assert asked == ["nccl", "gloo"]
+
+
+def test_the_bundle_converts_smollm2_into_a_scratch_folder_unless_the_benchmarks_have_it(tmp_path, monkeypatch):
+    """#51: `make gpu-bundle` left the 517 MB conversion in .cache/bench; it bundles no weights."""
+    import benchmarks.models as models
+    from grpoflow.models import base_model
+
+    converted: list[Path] = []
+
+    def convert(gguf, dest):
+        converted.append(Path(dest))
+        Path(dest).mkdir(parents=True)
+        (Path(dest) / "config.json").write_text("{}")
+
+    monkeypatch.setattr(models, "FOLDER", tmp_path / "cache" / "smollm2")
+    monkeypatch.setattr(models, "gguf_problem", lambda name: None)
+    monkeypatch.setattr(models, "resolve_file", lambda name: "model.gguf")
+    monkeypatch.setattr(base_model, "convert_gguf", convert)
+    assert models.smollm_folder(tmp_path / "scratch") == tmp_path / "scratch" and not models.FOLDER.exists()
+    assert models.smollm_folder() == models.FOLDER  # the benchmarks' own conversion, cached
+    assert models.smollm_folder(tmp_path / "elsewhere") == models.FOLDER and len(converted) == 2

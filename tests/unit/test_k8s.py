@@ -416,3 +416,72 @@ def test_a_flow_run_with_the_switch_on_sends_its_training_stages_to_the_cluster(
     for name in ("grpo", "ppo"):
         assert on[name]["cmd"].startswith(f"python -m flows.k8s --params '${{params_file}}' --submit {name} -- ")
     assert on["sft"]["cmd"].startswith("python -m tasks.sft ")
+
+
+CLUSTER = ROOT / "deploy" / "k8s" / "cluster.yaml"
+
+
+def test_the_cluster_manifests_are_valid_objects_whose_shared_names_agree():
+    """#51: `kubectl apply -f deploy/k8s/cluster.yaml` on an empty cluster brings up what the work pool's
+    Jobs expect: each object read by the kubernetes client's model of its kind (an unknown field or a
+    value it would not send back is an error), and every name one object gives another defined here."""
+    import json
+
+    docs = [d for d in yaml.safe_load_all(CLUSTER.read_text()) if d]
+    models = [k8s_manifests.validate(d) for d in docs]
+    by_kind: dict[str, dict[str, dict]] = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
+    assert len(models) == len(docs) and set(by_kind) == {
+        "Namespace",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "PersistentVolumeClaim",
+        "Deployment",
+        "Service",
+        "Job",
+    }
+    (namespace,) = by_kind["Namespace"]
+    assert {d["metadata"].get("namespace") for d in docs if d["kind"] != "Namespace"} == {namespace}
+    template = json.loads((ROOT / "deploy" / "k8s" / "base-job-template.json").read_text())
+    defaults = k8s_manifests.template_defaults(template)
+    assert defaults["namespace"] == namespace and defaults["service_account_name"] in by_kind["ServiceAccount"]
+    assert defaults["shared_volume_claim"] in by_kind["PersistentVolumeClaim"]
+    pods = [d["spec"]["template"]["spec"] for kind in ("Job", "Deployment") for d in by_kind[kind].values()]
+    for pod in pods:
+        assert pod["serviceAccountName"] in by_kind["ServiceAccount"]
+        claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
+        assert claims == {defaults["shared_volume_claim"]}
+        assert {c["image"] for c in pod["containers"]} == {defaults["image"]}
+    # MLflow keeps its store on the volume, at the address the template gives every Job.
+    (mlflow,) = by_kind["Deployment"].values()
+    service = by_kind["Service"]["mlflow"]
+    assert service["spec"]["selector"].items() <= mlflow["spec"]["template"]["metadata"]["labels"].items()
+    uri = defaults["env"]["MLFLOW_TRACKING_URI"]
+    assert uri == f"http://{service['metadata']['name']}.{namespace}.svc:{service['spec']['ports'][0]['port']}"
+    args = mlflow["spec"]["template"]["spec"]["containers"][0]["command"]
+    mount = mlflow["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
+    stores = [a.removeprefix("sqlite:///") for a in args if "/mlflow" in a]
+    assert len(stores) == 2 and all(path.startswith(mount + "/") for path in stores), stores
+    # One working directory for the image, the template's Jobs and this Job.
+    (job,) = by_kind["Job"].values()
+    workdir = job["spec"]["template"]["spec"]["containers"][0]["workingDir"]
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert workdir == defaults["workspace_path"] == defaults["env"]["GRPOFLOW_WORKSPACE"]
+    assert dockerfile.rstrip().splitlines()[-2] == f"WORKDIR {workdir}"
+    # The service account may do what the worker and a launching pipeline pod do.
+    binding = by_kind["RoleBinding"]["grpoflow-worker"]
+    role = by_kind["Role"][binding["roleRef"]["name"]]
+    assert binding["subjects"][0]["name"] == defaults["service_account_name"]
+    granted = {
+        (g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+    }
+    needed = {
+        (g, r, v)
+        for rule in k8s_manifests.FLOW_RULES
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert needed <= granted, needed - granted

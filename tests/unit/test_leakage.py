@@ -67,6 +67,11 @@ DISGUISED = [
     QUESTION.replace("ducks", "du\u200bcks").replace("breakfast", "break\u200bfast"),
     QUESTION.replace("breakfast", "break\u00adfast").replace("morning", "mor\u00adning"),
     QUESTION.replace("a", "\u0430").replace("e", "\u0435").replace("o", "\u043e"),
+    # The fourth review's (#50): default ignorables outside category Cf, after every letter e.
+    *(
+        QUESTION.replace("e", "e" + hidden)
+        for hidden in ("\ufe0f", "\ufe00", "\U000e0100", "\u034f", "\u180b", "\u3164", "\u115f")
+    ),
 ]
 
 

@@ -3,6 +3,7 @@ the default synthetic data clean, the counts recorded beside the data hash."""
 
 import json
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,24 @@ DISGUISED = [
     ),
     ("email", "Write to j\u0430ne.doe@example.com now", "Write to <email> now"),
 ]
+
+
+# The fourth review's disguises (#50): default ignorable characters outside category Cf, each between
+# every two characters of the data: an emoji and a text variation selector, a supplementary one, the
+# combining grapheme joiner, a Mongolian free variation selector, and the Hangul fillers.
+IGNORABLES = ["\ufe0f", "\ufe00", "\U000e0100", "\u034f", "\u180b", "\u3164", "\u115f", "\uffa0"]
+PLAIN = [
+    (entity, text, expected) for entity, text, expected in FOUND if entity in ("email", "phone", "card", "api_key")
+]
+
+
+@pytest.mark.parametrize("hidden", IGNORABLES, ids=lambda c: f"U+{ord(c):04X}")
+@pytest.mark.parametrize("entity, text, expected", PLAIN, ids=lambda v: v if isinstance(v, str) and len(v) < 9 else "")
+def test_default_ignorable_characters_do_not_hide_personal_data(hidden, entity, text, expected):
+    disguised = text.replace(expected, hidden.join(expected))
+    matches = pii.find(disguised, EVERY)
+    assert [m.entity for m in matches] == [entity]
+    assert pii.redact(disguised, matches) == text.replace(expected, f"<{entity}>")
 
 
 @pytest.mark.parametrize("entity, text, redacted", DISGUISED)
@@ -128,6 +147,51 @@ def test_rows_rejected_for_other_reasons_reach_quarantine_redacted_field_reason_
     assert q.row == {"question": "Mail <email>, card <card>", "answer": "", "meta": {"keys": ["<api_key>"], "n": 3}}
     assert (q.source_file, q.line) == ("rows.jsonl", 7) and q.reason == "empty_answer: 'answer' is '' (near <email>)"
     assert scan.summary()["rejected_rows_redacted"] == 1 and [r.id for r in got.records] == ["r0"]
+
+
+@pytest.mark.parametrize(
+    "raw, written",
+    [  # the fourth review's rows (#50): data in a key, and a card number given as a number
+        ({"question": "", "answer": "4", "note": {"jane.roe@example.com": "contact"}}, {"<email>": "contact"}),
+        ({"question": "", "answer": 4111111111111111}, "<card>"),
+        ({"question": "", "notes": {"a@example.org": 1, "b@example.org": 2}}, {"<email>": 1, "<email>#1": 2}),
+    ],
+)
+def test_keys_and_numbers_of_a_rejected_row_reach_quarantine_redacted(raw, written):
+    from grpoflow.data.records import Rejected
+
+    got, scan = _ingested([]), pii.PiiScan(PiiConfig(mode="quarantine"))
+    got.rejected.append(Rejected("rows.jsonl", 3, "empty_question", raw))
+    scan.screen(got)
+    (q,) = got.rejected
+    assert not any(s in json.dumps(q.to_dict()) for s in ("example.", "4111111111111111")), q.row
+    assert written in q.row.values() and q.row["question"] == ""
+
+
+def test_a_plain_number_in_a_rejected_row_stays_a_number():
+    from grpoflow.data.records import Rejected
+
+    got, scan = _ingested([]), pii.PiiScan(PiiConfig(mode="quarantine"))
+    got.rejected.append(Rejected("rows.jsonl", 3, "empty_question", {"question": "", "answer": 42, "ok": True}))
+    scan.screen(got)
+    assert (
+        got.rejected[0].row == {"question": "", "answer": 42, "ok": True}
+        and scan.summary()["rejected_rows_redacted"] == 0
+    )
+
+
+@pytest.mark.parametrize("mode", ["quarantine", "redact"])
+def test_personal_data_in_a_rows_id_is_found_and_never_reaches_a_split(mode):
+    rows = [record(0, "How many apples?"), replace(record(1, "How many pears?"), id="jane.doe@example.com")]
+    rows.append(replace(record(2, "How many plums?"), id="john.roe@example.com"))
+    got, scan = _ingested(rows), pii.PiiScan(PiiConfig(mode=mode))
+    scan.screen(got)
+    assert "example.com" not in json.dumps([r.to_dict() for r in got.records] + [q.to_dict() for q in got.rejected])
+    if mode == "quarantine":
+        assert [r.id for r in got.records] == ["r0"] and [q.line for q in got.rejected] == [2, 3]
+        assert got.rejected[0].reason.startswith("personal_data: email in id")
+    else:  # each redacted id stays unique
+        assert [r.id for r in got.records] == ["r0", "<email>#pii1", "<email>#pii2"]
 
 
 def test_pass_leaves_rejected_rows_as_written():

@@ -254,12 +254,17 @@ def mismatches(run: Run, reference: tuple[dict, list[dict]]) -> list[str]:
     out = []
     for model, lr, k in (("policy", actor_lr(p), policy_steps), ("critic", p.ppo.critic_engine.lr, critic_steps)):
         for name, w in weights[model].items():
-            # AdamW moves each weight by about lr * g / (|g| + 1e-8): where a gradient is ~1e-9 (its fp32
-            # rounding differs: the trainer packs each group's prompt, the reference does not), the move
-            # differs by a few % of lr (6.6% at most, measured); each step may add as much. A wrong sign: 2 lr.
-            ours = run.trained[model][name]
-            if not torch.allclose(ours, w, rtol=1e-5, atol=0.1 * lr * max(k, 1)):
-                out.append(f"{model}.{name}: {(ours - w).abs().max():.3g} apart, lr {lr} x {k} steps")
+            # AdamW moves each weight by lr * m / (sqrt(v) + 1e-8), at most lr a step whatever the gradient.
+            # Where a weight's gradient is no larger than fp32's rounding of the sums that make it (the
+            # trainer packs each group's prompt, the reference does not; another CPU sums in another order),
+            # its move is rounding's, anywhere in [-lr, lr]: up to 2 lr a step apart. Such weights are few:
+            # a bug moves most of a tensor. So: every weight within 2 lr a step; all but one in a thousand
+            # (and at least one: a 0.000231 apart v_proj weight on an AVX-512 Xeon, #51) within 0.1 lr a step.
+            ours, bound = run.trained[model][name], 0.1 * lr * max(k, 1)
+            apart = (ours - w).abs() - 1e-5 * w.abs()
+            outside = int((apart > bound).sum())
+            if outside > max(1, w.numel() // 1000) or bool((apart > 20 * bound).any()):
+                out.append(f"{model}.{name}: {apart.max():.3g} apart ({outside} weights), lr {lr} x {k} steps")
     for step, (ours, theirs) in enumerate(zip(run.metrics, metrics)):
         rel = 1e-5 if step == 0 else 1e-4  # a later step starts from weights equal up to the noise above
         for key in METRICS:

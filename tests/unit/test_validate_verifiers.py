@@ -78,3 +78,24 @@ def test_cases_by_kind_are_one_table_not_a_chart_each():
         "accepted": [3, 0],
         "rejected": [0, 5],
     }
+
+
+def test_the_report_training_depends_on_changes_with_the_verdict_not_the_timings():
+    """#51: re-validating unchanged verifiers staled every training stage through checks/s in this file."""
+    from tasks.validate_verifiers import report
+
+    def result(speed: float, precision: float = 1.0) -> dict:
+        return {
+            "cases": 10,
+            "precision": precision,
+            "recall": 1.0,
+            "accuracy": 1.0,
+            "checks_per_second": speed,
+            "confusions": [],
+            "reference_errors": [],
+        }
+
+    slow, fast = {"math.val": result(100.0)}, {"math.val": result(250.5)}
+    assert report(slow, [], timings=False) == report(fast, [], timings=False)
+    assert "checks/s" not in report(slow, [], timings=False) and "250.5" in report(fast, [])
+    assert report({"math.val": result(100.0, 0.9)}, [], timings=False) != report(slow, [], timings=False)
