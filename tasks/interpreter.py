@@ -27,11 +27,15 @@ def missing(names: tuple[str, ...] = NEEDED) -> list[str]:
 def ensure_project_env(root: Path = ROOT, argv: list[str] | None = None) -> None:
     """Return if this interpreter has the project's packages; else run ``argv`` (this process's command
     line) under ``root/.venv/bin/python`` in place of this process, or exit 2 naming what to run."""
+    argv = list(sys.orig_argv if argv is None else argv)
+    # Only a stage command (`python -m tasks.<stage>`): a tool that imports tasks (the GPU check on a bare
+    # image) is left alone.
+    if not any(a == "-m" and b.startswith("tasks.") for a, b in zip(argv, argv[1:])):
+        return
     lacking = missing()
     if not lacking:
         return
     venv = root / ".venv" / "bin" / "python"
-    argv = list(sys.orig_argv if argv is None else argv)
     # A venv's python links to its base interpreter: the venv is known by its prefix, not the binary.
     if venv.is_file() and os.access(venv, os.X_OK) and Path(sys.prefix).resolve() != venv.parents[1].resolve():
         os.execv(venv, [str(venv), *argv[1:]])
@@ -39,3 +43,7 @@ def ensure_project_env(root: Path = ROOT, argv: list[str] | None = None) -> None
         f"error: {sys.executable} lacks this project's packages ({', '.join(lacking)}), and {venv} is not there: "
         "run `make setup`, then `source .venv/bin/activate` (or run the command through make)"
     )
+
+
+if __name__ == "__main__":  # python -m tasks.interpreter: the environment a stage runs in
+    print(sys.prefix)

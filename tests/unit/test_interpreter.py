@@ -38,7 +38,7 @@ def test_a_stage_started_by_a_bare_python_runs_under_the_checkouts_venv():
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if ".venv" not in p)
     ran = subprocess.run(
-        [bare, "-c", "import sys, tasks; print(sys.prefix)"],
+        [bare, "-m", "tasks.interpreter"],
         cwd=ROOT,
         env=env,
         capture_output=True,
