@@ -369,6 +369,22 @@ def _finish_stage_runs(parent_id: str, since_ms: int, seconds: float, name: str)
         get_run_logger().warning(f"{name}: its log and duration could not be added to MLflow ({exc})")
 
 
+def _announce_parent_run(experiment_id: str, parent_id: str, params_file: str) -> None:
+    """Print and link the MLflow parent run, saying where it can be opened."""
+    served = (
+        "in the smoke run's scratch copy, deleted once it ends"
+        if os.environ.get(summary.SMOKE_KEPT_ENV)
+        else f"served by `{summary.ui_command(params_file)}`"
+    )
+    print(f"MLflow run: {_mlflow_link(experiment_id, parent_id)} ({served})")
+    create_link_artifact(
+        _mlflow_link(experiment_id, parent_id),
+        link_text="MLflow parent run",
+        key="mlflow-run",
+        description=f"This run's MLflow parent run, in {_mlflow_ui()[1]}",
+    )
+
+
 def run_stages(params: Params, params_file: str, stages: list[str] | None, overrides: dict | None = None):
     """Run dvc.yaml stages under one MLflow parent run, record the run as a DVC experiment, and
     publish the stage table, metrics and MLflow link.
@@ -384,18 +400,7 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None, overr
     ) as parent:
         parent_id = parent.info.run_id
         experiment_id = parent.info.experiment_id
-        served = (
-            "in the smoke run's scratch copy, deleted once it ends"
-            if os.environ.get(summary.SMOKE_KEPT_ENV)
-            else f"served by `{summary.ui_command(params_file)}`"
-        )
-        print(f"MLflow run: {_mlflow_link(experiment_id, parent_id)} ({served})")
-        create_link_artifact(
-            _mlflow_link(experiment_id, parent_id),
-            link_text="MLflow parent run",
-            key="mlflow-run",
-            description=f"This run's MLflow parent run, in {_mlflow_ui()[1]}",
-        )
+        _announce_parent_run(experiment_id, parent_id, params_file)
         env = {tracking.PARENT_ENV: parent_id, tracking.FLOW_RUN_ENV: flow_run_id}
         for stage in order:
             gpu = gpu_limit if stage.name in orch.gpu_stages else None

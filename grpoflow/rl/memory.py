@@ -61,19 +61,24 @@ def _state_bytes(optimizer: torch.optim.Optimizer | None) -> int:
     )
 
 
+MODEL_STATE_KEYS = ("parameters", "trainable_parameters", "weights_mb", "gradients_mb", "optimizer_mb")
+"""What :func:`model_state` counts of one model, in its order."""
+
+
 def model_state(module: torch.nn.Module, engine: Any = None) -> dict[str, float]:
     """One model's parameters (all, and those it trains) and the MiB of its weights, of the gradients
     of its trained parameters (one per trained weight, in its dtype) and of its optimizer's states
     as they stand (measured: zero before the first step, when AdamW has made none yet)."""
     params = list(module.parameters())
     trained = [p for p in params if p.requires_grad]
-    return {
-        "parameters": sum(p.numel() for p in params),
-        "trainable_parameters": sum(p.numel() for p in trained),
-        "weights_mb": sum(p.numel() * p.element_size() for p in params) / MIB,
-        "gradients_mb": sum(p.numel() * p.element_size() for p in trained) / MIB,
-        "optimizer_mb": _state_bytes(_optimizer(engine)) / MIB,
-    }
+    counts = (
+        sum(p.numel() for p in params),
+        sum(p.numel() for p in trained),
+        sum(p.numel() * p.element_size() for p in params) / MIB,
+        sum(p.numel() * p.element_size() for p in trained) / MIB,
+        _state_bytes(_optimizer(engine)) / MIB,
+    )
+    return dict(zip(MODEL_STATE_KEYS, counts, strict=True))
 
 
 def run_models(rl_run: Any) -> dict[str, dict[str, float]]:

@@ -14,6 +14,7 @@ import pytest
 
 from grpoflow.evaluation.compare import VERDICT_TEST
 from grpoflow.ports import free_port
+from grpoflow.rl.memory import MODEL_STATE_KEYS
 from tests.e2e.conftest import run
 
 pytestmark = pytest.mark.e2e
@@ -122,6 +123,8 @@ def test_arms_over_seeds_give_intervals_verdicts_and_comparable_runs_and_cache_p
         "learning/returns_std",
         "schedule/critic_warmup",  # the smoke sizes' one warm-up step: 1, then 0, so a schedule, not a param
         "perf/phase/old_logprobs_s",  # a phase is charted where it takes time: PPO's old log-probs, not GRPO's
+        # the critic's model state, counted from its tensors: the memory GRPO does not spend
+        *(f"summary/memory.models.critic.{k}" for k in MODEL_STATE_KEYS),
     }
     assert {"learning/reward_mean", "learning/kl", "learning/grad_norm", "summary/test_pass_at_1"} <= keys["grpo"]
     assert {params(r)["algorithm"] for r in arms if params(r)["arm"] == "rloo"} == {"grpo"}
