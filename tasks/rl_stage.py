@@ -296,6 +296,8 @@ def _resume(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> R
     findings = _config_check(params, name, world, lead=rank == 0)
     rl_run = build_rl_run(params, algorithm, data_dir=args.data, reference_dir=args.reference, seed=args.seed)
     ckpt_dir = Path(args.checkpoints)
+    # Before the resume: a checkpoint brings optimizer states back, which the split counts on their own.
+    before_training_mb = settled_memory_mb()
     resumed, skipped = rl_run.resume(ckpt_dir)
     if not rl_run.lead:
         return RunningStage(name, args, rl_run, findings, resumed, None)
@@ -306,7 +308,7 @@ def _resume(args: argparse.Namespace, params: Params, algorithm: Algorithm) -> R
     if resumed is not None:
         print(f"{name}: resuming from step {rl_run.trainer.state.step} ({ckpt_dir})", flush=True)
     history = History(Path(args.history), (resumed or {}).get("history_rows", []))
-    return RunningStage(name, args, rl_run, findings, resumed, history, settled_memory_mb())
+    return RunningStage(name, args, rl_run, findings, resumed, history, before_training_mb)
 
 
 def _start(s: RunningStage, extra_params: dict) -> float | None:

@@ -1387,8 +1387,8 @@ def run_session(conn: socket.socket, cfg: dict) -> None:
             if go == b"m":
                 try:
                     if cgroups:  # the next sandbox is born in the other slot: its own memory budget
-                        slot ^= 1
-                        join_cgroups(slot_dirs(cgroups, slot))
+                        slot ^= 1  # (the session's pids and cpu cgroups hold the supervisor already)
+                        join_cgroups([p for p in cgroups if os.path.basename(p) == SLOTS[slot]])
                     live.append(Sandbox(cfg, own))
                 except Exception as exc:  # reported once this check is done, in place of the next sandbox
                     failure = f"sandbox setup failed: {type(exc).__name__}: {exc}"

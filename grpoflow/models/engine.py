@@ -42,8 +42,7 @@ def _announce_first_build() -> None:
     passes with nothing else on the console. A build lock a killed run left is removed first, and a
     live one named (:mod:`grpoflow.models.build_lock`): without that, the build waits on it forever."""
     cache = Path(os.environ.get("TORCH_EXTENSIONS_DIR", EXTENSIONS_DIR))
-    for line in check_build_locks(cache):
-        print(line, flush=True)
+    check_build_locks(cache, say=lambda line: print(line, flush=True))
     if compute_device().type == "cpu" and not any(cache.glob("deepspeed_shm_comm/*.so")):
         print(
             f"building DeepSpeed's CPU communication op into {cache} (a minute or two, once; later runs reuse it)",

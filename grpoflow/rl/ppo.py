@@ -19,10 +19,10 @@ import torch
 from transformers import AutoModel
 
 from grpoflow import metric_names as M
-from grpoflow.config import RM_REWARD, Params, PPOConfig
+from grpoflow.config import RM_REWARD, LoraConfig, Params, PPOConfig
 from grpoflow.models.attention import use_own_attention
 from grpoflow.models.engine import build_engine, optimizer_step
-from grpoflow.models.lora import add_adapters
+from grpoflow.models.lora import LoraTargetError, add_adapters, linear_names
 from grpoflow.rl import micro_batches
 from grpoflow.rl import shared_prefix as sp
 from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS, masked_whiten
@@ -291,8 +291,21 @@ def initial_critic(params: Params, reference_dir: Path) -> ValueModel:
         _check_same_vocabulary(path, reference_dir)
         critic = ValueModel.from_reward_model(path)
     if params.model.lora:
-        critic.trunk = add_adapters(critic.trunk, params.model.lora, task_type="FEATURE_EXTRACTION")
+        critic.trunk = add_adapters(critic.trunk, trunk_lora(params.model.lora, critic.trunk), "FEATURE_EXTRACTION")
     return critic
+
+
+def trunk_lora(lora: LoraConfig, trunk: torch.nn.Module) -> LoraConfig:
+    """The policy's LoRA settings for the critic's trunk: only the targets the trunk has (a policy that
+    adapts its ``lm_head`` gives a critic whose trunk has none: its value head trains in full)."""
+    available = set(linear_names(trunk))
+    targets = [t for t in lora.target_modules if t in available]
+    if not targets:
+        raise LoraTargetError(
+            f"model.lora.target_modules: none of {lora.target_modules} is a linear layer of the critic's trunk "
+            f"(it has {sorted(available)}); name at least one of them"
+        )
+    return lora.model_copy(update={"target_modules": targets})
 
 
 def _check_same_vocabulary(rm_dir: str | Path, reference_dir: str | Path) -> None:

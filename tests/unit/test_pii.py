@@ -194,6 +194,19 @@ def test_personal_data_in_a_rows_id_is_found_and_never_reaches_a_split(mode):
         assert [r.id for r in got.records] == ["r0", "<email>#pii1", "<email>#pii2"]
 
 
+def test_an_id_is_checked_for_what_an_id_can_leak_and_a_redacted_one_keeps_its_line():
+    """#50 review: a row number is not a phone number, an e-mail address in an id is still found, and
+    a redacted id still names its row's file and line for the checks after the scan."""
+    number = "2125550123"  # ten digits, a valid US number: in a prompt it is one
+    rows = [replace(record(0, "How many apples?"), id=number), replace(record(1, "How many?"), id="a@example.com")]
+    rows.append(record(2, f"Call {number}"))
+    got, scan = _ingested(rows), pii.PiiScan(PiiConfig(mode="redact"))
+    scan.screen(got)
+    assert [r.id for r in got.records] == [number, "<email>#pii1", "r2"]
+    assert got.records[2].prompt == "Call <phone>"
+    assert got.origin["<email>#pii1"] == got.origin["a@example.com"] == ("rows.jsonl", 2)
+
+
 def test_pass_leaves_rejected_rows_as_written():
     from grpoflow.data.records import Rejected
 

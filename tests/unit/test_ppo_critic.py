@@ -218,3 +218,20 @@ def test_a_lora_policys_critic_trains_adapters_and_its_head_and_leaves_its_trunk
     assert all(torch.equal(after[n], p) for n, p in frozen_before.items())
     assert any(not torch.equal(after[n], p) for n, p in lora_before.items())
     assert after["head.weight"].any()
+
+
+def test_a_critic_trunk_takes_only_the_lora_targets_it_has():
+    """#48 review: a policy that also adapts its ``lm_head`` gives a critic (a trunk without one) the
+    other targets; a set whose targets are all missing from the trunk is refused with its name."""
+    from grpoflow.config import LoraConfig
+    from grpoflow.models.lora import LoraTargetError
+    from grpoflow.rl.ppo import trunk_lora
+
+    trunk = torch.nn.Sequential()
+    trunk.add_module("q_proj", torch.nn.Linear(2, 2))
+    trunk.add_module("v_proj", torch.nn.Linear(2, 2))
+    lora = LoraConfig(rank=2, alpha=4, target_modules=["q_proj", "lm_head", "v_proj"])
+    assert trunk_lora(lora, trunk).target_modules == ["q_proj", "v_proj"]
+    assert lora.target_modules == ["q_proj", "lm_head", "v_proj"]  # the policy's own, untouched
+    with pytest.raises(LoraTargetError, match="lm_head"):
+        trunk_lora(LoraConfig(target_modules=["lm_head"]), trunk)
