@@ -37,6 +37,7 @@ from flows.run_report import STAGE_LOGS, StageResult
 from flows.stage_run import StageFailed, StageInterrupted, StageVerdict, run_dvc_stage, verdict_state
 from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_dotted, validate_params
 from grpoflow.config.launch import DISTRIBUTED_STAGES
+from grpoflow.config.yaml_edit import set_keys
 from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short_repr
 from grpoflow.models.model_source import has_chat_template, model_unavailable
 from tasks import tracking
@@ -226,17 +227,19 @@ def run_edits(params_file: str, overrides: dict[str, Any] | None) -> dict[str, s
         # Another set, another choice of stages or arms, or another launch (launch.*: torchrun or not):
         # dvc.yaml is generated, so the same text for them, and a training stage runs as `dvc repro` runs it.
         changes[DVC_YAML] = generated
-    raw = load_yaml(Path(params_file).read_text()) or {}
-    edited = copy.deepcopy(raw)
-    for key, value in (overrides or {}).items():
+    text = Path(params_file).read_text()
+    raw = load_yaml(text) or {}
+    edited, values = copy.deepcopy(raw), dict(overrides or {})
+    for key, value in values.items():
         set_dotted(edited, key, value)
     dumped = params.model_dump(mode="json")
     for key in dict.fromkeys(k for s in stages for k in s.params):
         if not has_dotted(edited, key):  # DVC fails on a params key the file lacks: its default, written out
-            set_dotted(edited, key, _dotted_value(dumped, key))
-    if edited != raw:
+            values[key] = _dotted_value(dumped, key)
+            set_dotted(edited, key, values[key])
+    if edited != raw:  # the set's own text and comments kept (dvc exp apply brings this text back)
         header = f"# {params_file} as one flow run ran it; overrides: {json.dumps(overrides or {})}\n"
-        changes[params_file] = header + yaml.safe_dump(edited, sort_keys=False)
+        changes[params_file] = header + set_keys(text, values)
     return changes
 
 

@@ -168,6 +168,16 @@ def test_edits_point_dvc_at_another_set_and_carry_the_overrides(project):
     assert yaml.safe_load(edits["params/gsm8k-qwen2.5-0.5b.yaml"])["rl"]["steps"] == 7
 
 
+def test_an_override_keeps_the_sets_comments_which_the_saved_experiment_then_carries(project):
+    """#51: the set as a run with overrides ran it is what DVC saves and `dvc exp apply` brings back."""
+    text = (project / "params" / "default.yaml").read_text()
+    edited = run_edits("params/default.yaml", {"rl.steps": 70})["params/default.yaml"]
+    header, _, body = edited.partition("\n")
+    assert header.startswith("# params/default.yaml as one flow run ran it") and '"rl.steps": 70' in header
+    assert [line for line in body.splitlines() if line not in text.splitlines()] == ["  steps: 70"]
+    assert len(body.splitlines()) == len(text.splitlines())
+
+
 def test_the_mlflow_link_points_at_the_tracking_server_in_use(monkeypatch):
     from flows.pipeline import _mlflow_link
 
@@ -570,8 +580,8 @@ def test_a_flow_started_with_sigint_ignored_still_stops_on_it(tmp_path):
         "import signal, sys, time\n"
         "from flows.pipeline import hear_interrupts\n"
         "hear_interrupts()\n"
-        "print('ready', flush=True)\n"
-        "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    sys.exit(130)\n"
+        # 'ready' inside the try: the interrupt may land while print is still returning (a loaded machine)
+        "try:\n    print('ready', flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    sys.exit(130)\n"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
