@@ -13,7 +13,7 @@ from pathlib import Path
 from grpoflow import catalog
 from grpoflow import metric_names as M
 from grpoflow.config import Params
-from grpoflow.evaluation.compare import memory_breakdown, summarize, winner
+from grpoflow.evaluation.compare import memory_breakdown, ratio_key, summarize, winner
 from grpoflow.io import atomic_write, write_json
 from tasks import html_report
 from tasks.cli import run_stage_cli, stage_parser
@@ -35,11 +35,11 @@ def _memory_sentence(memory: dict) -> str:
     if not memory or pair is None:
         return "No algorithm trains a critic (or a run kept no memory record): there is no memory to attribute to one."
     a, b = pair
-    ta, tb = catalog.title(a), catalog.title(b)
+    ta, tb, ratio = catalog.title(a), catalog.title(b), ratio_key(a, b)
     return (
-        f"{ta} / {tb} peak = {memory[f'{a}_over_{b}']:.3f} as measured; {memory[f'{a}_over_{b}_theory_peak']:.3f} "
+        f"{ta} / {tb} peak = {memory[ratio]:.3f} as measured; {memory[f'{ratio}_theory_peak']:.3f} "
         f"predicted by adding only the critic's model state to {ta}'s peak, and "
-        f"{memory[f'{a}_over_{b}_theory_model_state']:.3f} for the two runs' model states alone (the limit where "
+        f"{memory[f'{ratio}_theory_model_state']:.3f} for the two runs' model states alone (the limit where "
         f"the models are all the memory). {tb} needs {memory['difference_mb']:.1f} MiB more: the critic's model state "
         f"({memory['critic_parameters']:,} parameters, {memory['critic_trainable_parameters']:,} trained: weights "
         f"{memory['critic_weights_mb']:.1f} + gradients {memory['critic_gradients_mb']:.1f} + optimizer states "

@@ -12,7 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from grpoflow import catalog
 from grpoflow import metric_names as M
+from grpoflow.evaluation.compare import ratio_key
 from tasks.html_report import percent
 
 SPLITS = ("train", "val", "test")
@@ -96,8 +98,11 @@ def compare_note(metrics: dict[str, Any]) -> str:
         f"{a} {percent(s['test_pass@1'])}" for a, s in summaries.items() if s.get("test_pass@1") is not None
     )
     line = f"winner on test pass@1: {metrics['winner_on_test_pass@1']}" + (f" ({scores})" if scores else "")
-    ratio = (metrics.get("memory") or {}).get("grpo_over_ppo")
-    return line + (f"; peak memory GRPO / PPO {ratio:.2f}" if ratio is not None else "")
+    memory = metrics.get("memory") or {}
+    if "pair" not in memory:
+        return line
+    a, b = memory["pair"]
+    return line + f"; peak memory {catalog.title(a)} / {catalog.title(b)} {memory[ratio_key(a, b)]:.2f}"
 
 
 def reward_model_note(metrics: dict[str, Any]) -> str:

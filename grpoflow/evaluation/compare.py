@@ -65,6 +65,11 @@ def arm_memory(record: dict) -> dict:
     }
 
 
+def ratio_key(a: str, b: str) -> str:
+    """The key of ``a``'s peak memory over ``b``'s in a :func:`memory_breakdown` (``grpo_over_ppo``)."""
+    return f"{a}_over_{b}"
+
+
 def memory_breakdown(base: dict, critic_run: dict, names: tuple[str, str]) -> dict:
     """The peak memory of a run without a critic (``base``'s memory record) against one with one
     (``critic_run``'s), named ``names``: each run's split (:func:`arm_memory`), the critic's share
@@ -79,12 +84,14 @@ def memory_breakdown(base: dict, critic_run: dict, names: tuple[str, str]) -> di
     critic_state = critic["weights_mb"] + critic["gradients_mb"] + critic["optimizer_mb"]
     state = {n: arms[n]["weights_mb"] + arms[n]["gradients_mb"] + arms[n]["optimizer_mb"] for n in names}
     peak_a, peak_b = arms[a]["peak_mb"], arms[b]["peak_mb"]
+    ratio = ratio_key(a, b)
     return {
+        "pair": [a, b],
         f"{a}_peak_mb": peak_a,
         f"{b}_peak_mb": peak_b,
-        f"{a}_over_{b}": peak_a / peak_b,
-        f"{a}_over_{b}_theory_peak": peak_a / (peak_a + critic_state),
-        f"{a}_over_{b}_theory_model_state": state[a] / state[b],
+        ratio: peak_a / peak_b,
+        f"{ratio}_theory_peak": peak_a / (peak_a + critic_state),
+        f"{ratio}_theory_model_state": state[a] / state[b],
         "difference_mb": peak_b - peak_a,
         "critic_parameters": critic["parameters"],
         "critic_trainable_parameters": critic["trainable_parameters"],

@@ -46,6 +46,7 @@ def test_the_memory_breakdown_names_the_critics_share_and_both_predictions_by_ha
     assert m["grpo_over_ppo_theory_peak"] == pytest.approx(2000 / 2509)
     assert m["grpo_over_ppo_theory_model_state"] == pytest.approx(506 / 1015)
     assert m["critic_parameters"] == 101 and m["critic_trainable_parameters"] == 11
+    assert m["pair"] == ["grpo", "ppo"] and "rloo_over_ppo" in memory_breakdown(GRPO, PPO, ("rloo", "ppo"))
 
 
 def test_a_paired_test_on_one_sample_per_prompt_is_mcnemars_exact_test_by_hand():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from grpoflow import catalog
 from tasks import notes
 
 
@@ -77,12 +78,24 @@ def test_evaluate_lists_every_models_score_the_reference_first():
 def test_compare_names_the_winner_its_scores_and_the_memory_ratio():
     metrics = {
         "summaries": {"grpo": {"test_pass@1": 0.4375}, "ppo": {"test_pass@1": 0.375}},
-        "memory": {"grpo_over_ppo": 0.8712},
+        "memory": {"pair": ["grpo", "ppo"], "grpo_over_ppo": 0.8712},
         "winner_on_test_pass@1": "grpo",
     }
     assert notes.compare_note(metrics) == (
         "winner on test pass@1: grpo (grpo 43.8%, ppo 37.5%); peak memory GRPO / PPO 0.87"
     )
+
+
+def test_the_memory_ratio_of_another_pair_is_read_under_that_pairs_key():
+    """#52: the key is the pair's, not a hand-typed grpo_over_ppo."""
+    metrics = {
+        "summaries": {"rloo": {"test_pass@1": 0.5}, "ppo": {"test_pass@1": 0.25}},
+        "memory": {"pair": ["rloo", "ppo"], "rloo_over_ppo": 0.9049, "grpo_over_ppo": 0.1},
+        "winner_on_test_pass@1": "rloo",
+    }
+    note = notes.compare_note(metrics)
+    assert note.endswith(f"peak memory {catalog.title('rloo')} / PPO 0.90"), note
+    assert notes.compare_note({**metrics, "memory": {}}) == "winner on test pass@1: rloo (rloo 50.0%, ppo 25.0%)"
 
 
 def test_the_reward_model_and_the_base_model_in_one_line():
