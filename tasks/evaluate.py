@@ -152,6 +152,7 @@ def evaluate_model(name: str, path: str, params: Params, sets: dict, heldout: li
         seed=params.experiment.seed,
         max_model_len=params.model.max_length,
         stop_ids=prompter.stop_ids,
+        decode=params.rl.decode,
     )
     score = correctness_scorer(params)
     max_new, seed = params.rl.sampling.max_completion_length, params.experiment.seed

@@ -56,6 +56,7 @@ def self_built_pairs(params: Params, policy_dir: Path, train: list[dict]) -> lis
         seed=seed,
         max_model_len=params.model.max_length,
         stop_ids=prompter.stop_ids,
+        decode=params.rl.decode,
     )
     n = cfg.samples_per_prompt
     sampling = Sampling(cfg.temperature, 1.0, params.rl.sampling.max_completion_length)

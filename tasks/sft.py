@@ -96,6 +96,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
             seed=params.experiment.seed,
             max_model_len=params.model.max_length,
             stop_ids=prompter.stop_ids,
+            decode=params.rl.decode,
         )
         result = greedy_accuracy(
             engine,

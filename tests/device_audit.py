@@ -7,8 +7,11 @@ and that PyTorch's CPU build constructs without a driver). :class:`DeviceAudit`,
 sees every operator:
 
 - an operator given tensors of both kinds raises :class:`DeviceMixError`, as CUDA would ("Expected
-  all tensors to be on the same device"); a 0-dim CPU tensor may join, as a scalar may on CUDA;
-  ``copy_`` may cross, as it does on CUDA;
+  all tensors to be on the same device"); a 0-dim CPU tensor may join, as a scalar may on CUDA's
+  element-wise operators, but not the operators CUDA refuses one in (:data:`NO_HOST_SCALARS`:
+  ``cat``, ``stack``, matrix products, gathers); ``copy_`` may cross, as it does on CUDA;
+- a random operator drawing with a CPU ``torch.Generator`` for a tensor on the device raises too
+  (CUDA: "Expected a 'cuda' device type for generator");
 - an operator asked for the stand-in device (``.to(device)``, ``torch.zeros(..., device=device)``)
   computes on the CPU and hands back :class:`OnDevice` tensors; so does any operator of on-device
   tensors; ``.cpu()`` / ``.to("cpu")`` hands back plain ones.
@@ -37,6 +40,25 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 STAND_IN = torch.device("lazy", 0)
 _CPU = torch.device("cpu")
+_aten = torch.ops.aten
+# The operators that take no CPU tensor at all beside CUDA ones, a 0-dim one included: those outside
+# CUDA's element-wise machinery (TensorIterator), which alone lifts a CPU scalar onto the device.
+NO_HOST_SCALARS = frozenset(
+    {
+        _aten.cat,
+        _aten.stack,
+        _aten.mm,
+        _aten.bmm,
+        _aten.addmm,
+        _aten.dot,
+        _aten.gather,
+        _aten.scatter,
+        _aten.index_select,
+        _aten.embedding,
+        _aten.searchsorted,
+        _aten.isin,
+    }
+)
 
 
 class DeviceMixError(RuntimeError):
@@ -72,9 +94,14 @@ class OnDevice(torch.Tensor):
         raise RuntimeError(f"{func} on a stand-in device tensor outside the device audit")
 
 
-def _is_host(t) -> bool:
-    """A plain tensor that counts as the CPU's in a mix (a 0-dim one joins as a scalar)."""
-    return isinstance(t, torch.Tensor) and not isinstance(t, OnDevice) and t.dim() > 0
+def _is_host(t, scalars_join: bool = True) -> bool:
+    """A plain tensor that counts as the CPU's in a mix (a 0-dim one joins as a scalar where ``scalars_join``)."""
+    return isinstance(t, torch.Tensor) and not isinstance(t, OnDevice) and (t.dim() > 0 or not scalars_join)
+
+
+def _host_generator(kwargs: dict) -> bool:
+    generator = kwargs.get("generator")
+    return isinstance(generator, torch.Generator) and generator.device.type == "cpu"
 
 
 def _unwrap(t):
@@ -126,13 +153,16 @@ class DeviceAudit(TorchDispatchMode):
         leaves, _ = tree_flatten((args, kwargs))
         on_device = any(isinstance(t, OnDevice) for t in leaves)
         crossing = func in (torch.ops.aten.copy_.default, torch.ops.aten._copy_from.default)
-        if on_device and not crossing and any(_is_host(t) for t in leaves):
+        scalars_join = func.overloadpacket not in NO_HOST_SCALARS
+        if on_device and not crossing and any(_is_host(t, scalars_join) for t in leaves):
             raise DeviceMixError(f"{func} mixes devices: {_shapes(leaves)}")
         wanted = kwargs.get("device")
         to_device = on_device and not crossing
         if wanted is not None:
             to_device = torch.device(wanted).type == STAND_IN.type
             kwargs["device"] = _CPU
+        if to_device and _host_generator(kwargs):
+            raise DeviceMixError(f"{func} draws with a CPU generator for a tensor on the device: {_shapes(leaves)}")
         self.ops += int(to_device)
         out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
         written = _written_arguments(func, args, kwargs)
@@ -152,6 +182,12 @@ class _NewTensors(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         if func is torch.Tensor.tolist and isinstance(args[0], OnDevice):
             return args[0].elem.tolist()
+        if func is torch.Tensor.new_tensor and isinstance(args[0], OnDevice):
+            # Built with the tensor's options below the dispatch modes, as torch.tensor is: build it here.
+            kwargs.setdefault("dtype", args[0].dtype)
+            device = kwargs.pop("device", None)
+            made = torch.tensor(args[1], **kwargs)
+            return made.to(STAND_IN) if device is None or torch.device(device) == STAND_IN else made.to(device)
         if func is torch.Tensor.to and isinstance(args[0], OnDevice):
             # Under inference_mode PyTorch copies a tensor "to" its own device below the dispatch modes.
             device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args[1:], **kwargs)
@@ -178,13 +214,26 @@ def audited() -> Iterator[DeviceAudit | None]:
         if torch.cuda.is_available():
             yield None
             return
-        with _deepspeed_on_stand_in(), DeviceAudit() as mode, _NewTensors():
+        with _deepspeed_on_stand_in(), _static_decode_strict(), DeviceAudit() as mode, _NewTensors():
             yield mode
     finally:
         if saved is None:
             os.environ.pop(DEVICE_ENV, None)
         else:
             os.environ[DEVICE_ENV] = saved
+
+
+@contextlib.contextmanager
+def _static_decode_strict() -> Iterator[None]:
+    """A failure of the static decode step raises under the audit instead of falling back to the
+    growing cache (which would hide a device bug in the GPU's default decode path)."""
+    from grpoflow.rollout import static_decode
+
+    saved, static_decode.FALL_BACK = static_decode.FALL_BACK, False
+    try:
+        yield
+    finally:
+        static_decode.FALL_BACK = saved
 
 
 @contextlib.contextmanager

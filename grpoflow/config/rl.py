@@ -154,6 +154,11 @@ class RLConfig(_Section):
     )
     adaptive_kl: AdaptiveKLConfig = Field(default_factory=AdaptiveKLConfig, description="Adaptive KL control.")
     rollout_engine: Literal["hf", "vllm"] = Field("hf", description="Rollouts with transformers generate or vLLM.")
+    decode: Literal["auto", "static", "dynamic"] = Field(
+        "auto",
+        description="The transformers engine's decode loop: a static KV cache (each step a CUDA graph replay on "
+        "CUDA), the growing cache, or auto: static on an accelerator, growing on CPU (a failed capture falls back).",
+    )
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Rollout sampling.")
     engine: EngineConfig = Field(
         default_factory=lambda: EngineConfig(lr=2e-4, micro_batch_size=64),

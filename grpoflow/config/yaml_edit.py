@@ -23,9 +23,7 @@ def _round_trip() -> YAML:
     yaml.preserve_quotes = True
     yaml.width = 4096  # never fold a long value onto a second line
     yaml.indent(mapping=2, sequence=4, offset=2)  # "  - name: math" under "rewards:", as the sets write it
-    yaml.representer.add_representer(
-        type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null")
-    )
+    yaml.representer.add_representer(type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
     yaml.representer.add_representer(str, _string)
     return yaml
 

@@ -204,6 +204,7 @@ def _rollout(params: Params, engine: Any, tokenizer: Any, reference_dir: Path, p
         seed=params.experiment.seed,
         max_model_len=params.model.max_length,
         stop_ids=prompter.stop_ids,
+        decode=params.rl.decode,
     )
 
 

@@ -137,13 +137,16 @@ def build_rollout(
     seed: int,
     max_model_len: int,
     stop_ids: list[int] | None = None,
+    decode: str = "auto",
 ) -> RolloutEngine:
     """The ``rl.rollout_engine`` named ``kind``: vLLM loads ``model_path`` itself (and is kept in
-    sync with ``model`` through :meth:`RolloutEngine.sync_weights`); transformers samples ``model``."""
+    sync with ``model`` through :meth:`RolloutEngine.sync_weights`); transformers samples ``model``,
+    with the decode loop ``rl.decode`` names (``decode``)."""
     if kind == "vllm":
         from grpoflow.rollout.vllm_engine import VLLMRolloutEngine
 
         return VLLMRolloutEngine(str(model_path), tokenizer, seed=seed, max_model_len=max_model_len, stop_ids=stop_ids)
     from grpoflow.rollout.hf import HFRolloutEngine
 
-    return HFRolloutEngine(model, tokenizer, batch_size=128, stop_ids=stop_ids)
+    static = {"auto": None, "static": True, "dynamic": False}[decode]
+    return HFRolloutEngine(model, tokenizer, batch_size=128, stop_ids=stop_ids, static=static)

@@ -19,8 +19,9 @@ import torch
 
 from grpoflow.models.device import model_device
 from grpoflow.models.lora import is_zero3, merged_for_sampling
-from grpoflow.rollout import Progress, Rollouts, Sampling, completion_mask
+from grpoflow.rollout import Progress, Rollouts, Sampling, completion_mask, static_decode
 from grpoflow.rollout.decode import decode
+from grpoflow.rollout.static_decode import StaticDecodeFailed
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +30,13 @@ class HFRolloutEngine:
     """Rollouts with transformers ``generate`` on the training model itself (no copy, no sync).
 
     ``share_prefill=False`` prefills every sample's prompt on its own (the path before shared
-    prefills; kept to compare them). ``static``: decode over a static KV cache with each step a CUDA
-    graph's replay (:mod:`grpoflow.rollout.static_decode`); None (the default) chooses it on CUDA,
-    where a step is launch-bound, unless the model is partitioned by ZeRO-3 (its weights are gathered
-    by hooks a graph cannot replay). ``True`` on a CPU runs the same static step eagerly."""
+    prefills; kept to compare them). ``static``: decode over a static KV cache
+    (:mod:`grpoflow.rollout.static_decode`), each step a CUDA graph's replay on CUDA; None (the
+    default, ``rl.decode: auto``) chooses it on any accelerator, where a step is launch-bound, unless
+    the model is partitioned by ZeRO-3 (its weights are gathered by hooks a graph cannot replay);
+    the device audit's stand-in takes it too, eagerly. ``True`` on a CPU runs the same static step
+    eagerly; ``False`` always steps over the growing cache. A static step that fails to build,
+    capture or replay hands the rest of the run to the growing cache, with one warning naming why."""
 
     def __init__(
         self,
@@ -121,6 +125,15 @@ class HFRolloutEngine:
                     static=static,
                     graph=graph,
                 )
+            except StaticDecodeFailed as exc:
+                if not static_decode.FALL_BACK:
+                    raise exc.__cause__ or exc from None
+                log.warning(
+                    "rollout: the static decode failed (%s); this run decodes over the growing KV cache from now on",
+                    exc,
+                )
+                self.static = False
+                return self._batch(prompt_ids, prompt_mask, rows, sampling)
             except (AttributeError, NotImplementedError, TypeError) as exc:
                 if static and isinstance(exc, NotImplementedError):
                     log.warning("rollout: decode steps over the growing KV cache (no static one here: %s)", exc)
@@ -134,8 +147,9 @@ class HFRolloutEngine:
 
     def _static(self) -> tuple[bool, bool]:
         """``(static cache, CUDA graph)`` for this model (see the class docstring)."""
-        cuda = model_device(self.model).type == "cuda"
-        static = (cuda and not is_zero3(self.model)) if self.static is None else self.static
+        device = model_device(self.model).type
+        cuda = device == "cuda"
+        static = (device != "cpu" and not is_zero3(self.model)) if self.static is None else self.static
         if static and cuda and not self._said:
             log.info("rollout: static KV cache, each decode step a CUDA graph replay")
             self._said = True

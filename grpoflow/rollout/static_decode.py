@@ -29,6 +29,20 @@ from transformers.cache_utils import StaticLayer
 WARMUP_STEPS = 2  # eager steps on a side stream before the capture (cuBLAS workspaces, lazy inits)
 
 
+# Whether a failed static step hands the run to the growing cache. The device audit (tests/device_audit.py)
+# turns it off: there a failure of the static step is a device bug to report, not a path to leave.
+FALL_BACK = True
+
+
+class StaticDecodeFailed(RuntimeError):
+    """The static step could not be built, captured or replayed; its cause is chained. The rollout
+    engine then decodes over the growing cache for the rest of the run (:mod:`grpoflow.rollout.hf`)."""
+
+
+def _failed(what: str, exc: Exception) -> StaticDecodeFailed:
+    return StaticDecodeFailed(f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
 def static_cache(config, prefill, inverse: torch.Tensor, length: int) -> StaticCache:
     """A :class:`StaticCache` of ``length`` positions holding ``prefill``'s keys and values (one row per
     distinct prompt), row ``inverse[i]`` copied to row ``i``. NotImplementedError for models whose
@@ -51,7 +65,12 @@ def static_cache(config, prefill, inverse: torch.Tensor, length: int) -> StaticC
 def static_step(model, prefill, inverse: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, graph: bool):
     """The decode loop's step over a :func:`static_cache` holding ``prefill``'s keys and values (row
     ``inverse[i]`` of the distinct prompts' ``mask`` for sample ``i``), a CUDA graph's replay when ``graph``."""
-    cache = static_cache(model.config, prefill, inverse, mask.shape[1] + max_new_tokens)
+    try:
+        cache = static_cache(model.config, prefill, inverse, mask.shape[1] + max_new_tokens)
+    except (NotImplementedError, torch.OutOfMemoryError):  # no static step for this model; or memory: the caller's
+        raise
+    except Exception as exc:  # noqa: BLE001 - any other failure: the growing cache takes over
+        raise _failed("static KV cache", exc) from exc
     return StaticStep(model, cache, mask[inverse], max_new_tokens, graph)
 
 
@@ -68,7 +87,18 @@ class StaticStep:
         self.token = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.position = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.logits: torch.Tensor | None = None
-        self.graph = self._capture() if graph else None
+        self.graph = self._guarded("CUDA graph capture", self._capture) if graph else None
+
+    @staticmethod
+    def _guarded(what: str, run):
+        """``run()``, its failure a :class:`StaticDecodeFailed` (out of memory stays itself: the
+        caller's backoff answers it, not another decode path)."""
+        try:
+            return run()
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a capture or replay CUDA refuses, whatever its type
+            raise _failed(what, exc) from exc
 
     def _forward(self) -> torch.Tensor:
         out = self.model(
@@ -104,7 +134,7 @@ class StaticStep:
         self.mask[:, 0, 0, self.start + self.fed] = True
         self.fed += 1
         if self.graph is None:
-            return self._forward()
-        self.graph.replay()
+            return self._guarded("static decode step", self._forward)
+        self._guarded("CUDA graph replay", self.graph.replay)
         assert self.logits is not None
         return self.logits

@@ -215,7 +215,90 @@ def test_evaluation_generates_scores_and_measures_held_out_loss_on_the_device(wo
         model, tok = _tiny_policy(workspace)
         prompter = Prompter(tok)
         engine = HFRolloutEngine(model, tok)
+        # The accelerator's decode: the static KV cache (#49), run eagerly here; a graph only on CUDA.
+        assert engine._static() == ((True, True) if torch.cuda.is_available() else (True, False))
         greedy = greedy_accuracy(engine, rows, score, prompter, max_new_tokens=4)
         sampled = sampled_metrics(engine, rows, score, str, prompter, n=2, k=2, sampling=Sampling(1.0, 1.0, 4), seed=0)
         loss = heldout_loss(model, prompter, rows)
+        assert engine.static is None  # no fallback was taken: the static step ran under the audit
     assert len(greedy.outputs) == 3 and 0.0 <= sampled.pass_at_1 <= 1.0 and loss > 0
+
+
+# -- mutants: device bugs put back one at a time, each caught (#49) ------------------------------------
+
+
+class _TorchWithout:
+    """The ``torch`` a module sees, with ``name`` forgetting its ``device`` argument: the bug of a
+    buffer or constant built on the host."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr):
+        real = getattr(torch, attr)
+        if attr != self._name:
+            return real
+        return lambda *args, device=None, **kwargs: real(*args, **kwargs)
+
+
+def _static_generation(workspace):
+    from grpoflow.rollout import Sampling
+    from grpoflow.rollout.hf import HFRolloutEngine
+
+    model, tok = _tiny_policy(workspace)
+    engine = HFRolloutEngine(model, tok, static=True)
+    return engine.generate(["Tom has 3 apples.", "Ann has 12."], 2, Sampling(1.0, 1.0, 4), seed=0)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the audit is CUDA itself")
+@pytest.mark.parametrize(
+    "module, name",
+    [
+        ("grpoflow.rollout.static_decode", "zeros"),  # the static step's mask, token and position buffers
+        ("grpoflow.rollout.decode", "zeros"),  # the loop's done flags
+        ("grpoflow.rollout.decode", "tensor"),  # the stop ids
+        ("grpoflow.rollout", "arange"),  # the completion mask's positions
+        ("grpoflow.rollout.hf", "arange"),  # sample -> prompt rows
+    ],
+)
+def test_a_host_buffer_in_the_gpus_decode_path_fails_the_audit(workspace, monkeypatch, module, name):
+    import importlib
+
+    with audited():
+        _static_generation(workspace)  # as written: passes
+        monkeypatch.setattr(importlib.import_module(module), "torch", _TorchWithout(name))
+        with pytest.raises(DeviceMixError):
+            _static_generation(workspace)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the audit is CUDA itself")
+def test_what_cuda_refuses_and_the_old_audit_let_through_is_caught():
+    """Three device bugs the audit missed on ae1589d (each passed it then): a CPU generator drawing for
+    a device tensor, and a 0-dim host tensor in ``stack`` / ``cat``; CUDA refuses all three."""
+    from grpoflow.rollout import Sampling
+    from grpoflow.rollout.decode import next_tokens
+
+    with audited():
+        logits = torch.randn(2, 5, device=compute_device())
+        loss = logits.sum()
+        with pytest.raises(DeviceMixError, match="generator"):
+            next_tokens(logits, Sampling(1.0, 1.0, 4), generator=torch.Generator().manual_seed(0))
+        with pytest.raises(DeviceMixError, match="generator"):
+            logits.clone().uniform_(generator=torch.Generator())
+        with pytest.raises(DeviceMixError, match="stack"):
+            torch.stack([loss, torch.tensor(0.0)])
+        with pytest.raises(DeviceMixError, match="cat"):
+            torch.cat([logits.flatten(), torch.tensor([0.0])])
+        # Still let through where CUDA lets them: a 0-dim host tensor in element-wise arithmetic.
+        assert isinstance(loss * torch.tensor(2.0) + torch.where(logits > 0, logits, torch.tensor(0.0)).sum(), OnDevice)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the audit is CUDA itself")
+def test_new_tensor_of_a_device_tensor_is_on_the_device_without_a_false_alarm():
+    with audited():
+        x = torch.ones(3, device=compute_device())
+        made = x.new_tensor([1.0, 2.0, 3.0])
+        assert isinstance(made, OnDevice) and made.dtype == x.dtype and (x + made).tolist() == [2.0, 3.0, 4.0]
+        assert x.new_tensor([1, 2], dtype=torch.long).dtype == torch.long
+        host = x.new_tensor([1.0], device="cpu")
+        assert not isinstance(host, OnDevice) and host.device.type == "cpu"

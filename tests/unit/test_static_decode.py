@@ -41,16 +41,82 @@ def test_greedy_static_decoding_is_generates(tiny):  # noqa: F811
     assert torch.equal(static.completion_ids, plain.completion_ids)
 
 
-def test_the_static_step_is_chosen_on_cuda_only_and_unpartitioned(tiny, monkeypatch):  # noqa: F811
+def test_the_static_step_is_chosen_on_an_accelerator_unpartitioned_and_a_graph_on_cuda_only(tiny, monkeypatch):  # noqa: F811
     from grpoflow.rollout import hf
 
     model, tok = tiny
     assert HFRolloutEngine(model, tok)._static() == (False, False)  # CPU: nothing changes
     assert HFRolloutEngine(model, tok, static=True)._static() == (True, False)  # eager on CPU, never a graph
+    monkeypatch.setattr(hf, "model_device", lambda m: torch.device("lazy", 0))  # the device audit's stand-in
+    assert HFRolloutEngine(model, tok)._static() == (True, False)  # the static cache, eagerly: audited
     monkeypatch.setattr(hf, "model_device", lambda m: torch.device("cuda", 0))
     assert HFRolloutEngine(model, tok)._static() == (True, True)
+    assert HFRolloutEngine(model, tok, static=False)._static() == (False, False)  # rl.decode: dynamic
     monkeypatch.setattr(hf, "is_zero3", lambda m: True)
     assert HFRolloutEngine(model, tok)._static() == (False, False)  # ZeRO-3 gathers weights by hooks
+
+
+@pytest.mark.parametrize("where", ["capture", "replay", "cache"])
+def test_a_static_step_that_fails_hands_the_run_to_the_growing_cache_with_one_warning(
+    tiny,  # noqa: F811
+    monkeypatch,
+    caplog,
+    where,
+):
+    """#49: a CUDA graph that cannot be captured or replayed (or a static cache that cannot be made)
+    no longer crashes step 1: the batch is decoded again over the growing cache, and so is the rest of
+    the run, with one warning line naming the cause."""
+    from grpoflow.rollout import hf, static_decode
+
+    model, tok = tiny
+    sampling = Sampling(temperature=0.0, max_new_tokens=6)
+    calls = {"n": 0}
+
+    def fail(*args, **kwargs):
+        calls["n"] += 1
+        raise RuntimeError(f"injected {where} failure\nsecond line")
+
+    if where == "capture":
+        monkeypatch.setattr(static_decode.StaticStep, "_capture", fail)
+        monkeypatch.setattr(
+            HFRolloutEngine, "_static", lambda self: (self.static is not False, self.static is not False)
+        )
+    elif where == "replay":
+        monkeypatch.setattr(static_decode.StaticStep, "_forward", fail)
+    else:
+        monkeypatch.setattr(static_decode.StaticCache, "__init__", fail)
+    engine = HFRolloutEngine(model, tok, static=True, batch_size=2)
+    with caplog.at_level("WARNING", logger=hf.__name__):
+        out = engine.generate(_prompts([3, 4]), 2, sampling, seed=0)  # two batches: the second never tries
+    expected = HFRolloutEngine(model, tok, static=False).generate(_prompts([3, 4]), 2, sampling, seed=0)
+    assert torch.equal(out.completion_ids, expected.completion_ids)
+    assert engine.static is False and calls["n"] == 1
+    (line,) = [r.getMessage() for r in caplog.records if "static decode failed" in r.getMessage()]
+    assert f"injected {where} failure" in line and "second line" not in line and "RuntimeError" in line
+
+
+def test_out_of_memory_in_the_static_step_is_not_taken_for_a_capture_failure(tiny, monkeypatch):  # noqa: F811
+    from grpoflow.rollout import static_decode
+
+    model, tok = tiny
+
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("injected")
+
+    monkeypatch.setattr(static_decode.StaticStep, "_forward", oom)
+    engine = HFRolloutEngine(model, tok, static=True)
+    with pytest.raises(torch.OutOfMemoryError):
+        engine.generate(_prompts([3]), 2, Sampling(temperature=0.0, max_new_tokens=4), seed=0)
+    assert engine.static is True  # the OOM backoff answers it; the decode path stays
+
+
+@pytest.mark.parametrize("setting, static", [("auto", None), ("static", True), ("dynamic", False)])
+def test_rl_decode_chooses_the_engines_loop(tiny, setting, static):  # noqa: F811
+    from grpoflow.rollout import build_rollout
+
+    model, tok = tiny
+    engine = build_rollout("hf", model, tok, "unused", seed=0, max_model_len=64, decode=setting)
+    assert engine.static is static
 
 
 def test_a_model_without_static_layers_falls_back_to_the_growing_cache(tiny, monkeypatch):  # noqa: F811

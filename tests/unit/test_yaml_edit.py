@@ -31,7 +31,9 @@ def test_every_committed_set_comes_back_byte_for_byte(path):
 def test_an_override_changes_its_own_line_and_nothing_else():
     text = (ROOT / "params" / "default.yaml").read_text()
     after = set_keys(text, {"rl.steps": 20, "grpo.beta": 0.02})
-    assert sorted(changed_lines(text, after)) == sorted(["-  steps: 150", "+  steps: 20", "-  beta: 0.04", "+  beta: 0.02"])
+    assert sorted(changed_lines(text, after)) == sorted(
+        ["-  steps: 150", "+  steps: 20", "-  beta: 0.04", "+  beta: 0.02"]
+    )
 
 
 def test_a_missing_section_is_made_and_a_null_written_out():
@@ -43,8 +45,13 @@ def test_a_missing_section_is_made_and_a_null_written_out():
 @given(
     st.dictionaries(
         st.sampled_from(["rl.steps", "grpo.beta", "data.synthetic.ops", "experiment.seed", "new.key"]),
-        st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False), st.none(),
-                  st.lists(st.sampled_from(["+", "-", "*"]), max_size=3), st.text(max_size=12)),
+        st.one_of(
+            st.integers(-(10**6), 10**6),
+            st.floats(allow_nan=False, allow_infinity=False),
+            st.none(),
+            st.lists(st.sampled_from(["+", "-", "*"]), max_size=3),
+            st.text(max_size=12),
+        ),
         max_size=4,
     )
 )
