@@ -169,14 +169,14 @@ def run_gpu_tests(plan: Plan | None = None) -> dict:
     return part | {"counts": counts, "ok": part["ok"] and counts.get("passed", 0) > 0}
 
 
-def run_grpo(scratch: Path) -> dict:
+def run_grpo(scratch: Path, timeout: float | None = None) -> dict:
     """Part 2: the rehearsal of the set with :func:`check_sizes`, its workspace kept under ``scratch``."""
     cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--rehearse-into", str(scratch)]
-    part, _ = gpu_parts.run_part("grpo", cmd)
+    part, _ = gpu_parts.run_part("grpo", cmd, timeout=timeout)
     return _with_history(part, scratch / "project" / "metrics" / "grpo_history.csv")
 
 
-def run_two_ranks(project: Path) -> dict:
+def run_two_ranks(project: Path, timeout: float | None = None) -> dict:
     """Part 3: the grpo stage as two torchrun agents of one process each (both ``LOCAL_RANK`` 0, so
     both on the one GPU) meeting on 127.0.0.1, over gloo, in the rehearsal's workspace: started as
     ``launch.local_nodes`` starts them (flows/local_nodes.py)."""
@@ -191,7 +191,7 @@ def run_two_ranks(project: Path) -> dict:
     agents = [sys.executable, "-m", "flows.local_nodes", "--nnodes", "2", "--", torchrun, *launch]
     cmd = [*agents, "-m", "tasks.grpo", "--params", SET, *outputs]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_"))}
-    part, _ = gpu_parts.run_part(TWO_RANKS, cmd, cwd=project, env=env | {DIST_BACKEND_ENV: "gloo"})
+    part, _ = gpu_parts.run_part(TWO_RANKS, cmd, timeout=timeout, cwd=project, env=env | {DIST_BACKEND_ENV: "gloo"})
     return _with_history(part, project / TWO_RANK_OUTPUTS["--history"])
 
 
@@ -210,14 +210,15 @@ def full_stack_missing() -> list[str]:
     return [name for name in FULL_STACK if importlib.util.find_spec(name) is None]
 
 
-def _rehearsals(gpu: dict[str, Any], scratch: Path) -> dict[str, dict]:
+def _rehearsals(gpu: dict[str, Any], plan: Plan) -> dict[str, dict]:
     """Parts 5 and 6, where the full stack is installed."""
+    scratch = plan.scratch
     if missing := full_stack_missing():
         why = f"needs {', '.join(missing)}, not installed here (the bare image has none of {', '.join(FULL_STACK)})"
         return {"grpo": {"skipped": why}, TWO_RANKS: {"skipped": why}}
-    parts = {"grpo": run_grpo(scratch)}
+    parts = {"grpo": run_grpo(scratch, plan.timeouts["grpo"])}
     if gpu["count"] == 1:
-        parts[TWO_RANKS] = run_two_ranks(scratch / "project")
+        parts[TWO_RANKS] = run_two_ranks(scratch / "project", plan.timeouts[TWO_RANKS])
     else:
         parts[TWO_RANKS] = {"skipped": f"{gpu['count']} GPUs: the gpu tests' two-GPU run is the multi-rank check"}
     return parts
@@ -240,12 +241,25 @@ def run_parts(plan: Plan, gpu: dict[str, Any]) -> dict[str, dict]:
     floor = gpu_parts.floor_and_efficiency(parts["step_timing"], parts["matmul_bf16"])
     if floor is not None:
         parts["step_timing"]["floor"] = floor
-    return parts | _rehearsals(gpu, plan.scratch)
+    return parts | _rehearsals(gpu, plan)
+
+
+def clear_build_locks() -> None:
+    """A compiled-op build lock left by a part killed mid-build hangs every later DeepSpeed start:
+    remove the stale ones of each extensions folder the parts may use (:mod:`grpoflow.models.build_lock`)."""
+    from grpoflow.models.build_lock import check_build_locks
+    from grpoflow.models.engine import EXTENSIONS_DIR
+
+    default = Path.home() / ".cache" / "torch_extensions"  # torch's own, where TORCH_EXTENSIONS_DIR is unset
+    folders = {Path(os.environ.get("TORCH_EXTENSIONS_DIR", default)), EXTENSIONS_DIR}
+    for folder in sorted(folders):
+        check_build_locks(folder, say=lambda line: print(f"gpu-check: {line}", flush=True))
 
 
 def run_check(out: Path = OUT, *, dry: bool = False, bundle: Path = BUNDLE) -> int:
     """Every part, the summary printed and written to ``out``; 0 when all passed."""
     gpu = gpu_info() if not dry else {"count": 0, "name": "cpu (dry run)", "memory_mib": 0.0}
+    clear_build_locks()
     plan = gpu_parts.plan(dry, bundle)
     try:
         parts = run_parts(plan, gpu)

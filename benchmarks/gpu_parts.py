@@ -44,6 +44,13 @@ TIMEOUTS = {
 }
 # On the lent machine's image and not in the bundle: the dry run makes them unimportable.
 ABSENT = ("prefect", "mlflow", "dvc", "vllm", "optuna")
+# What the lent machine's bare image has of what the checks import (../shared/device-kit's facts: Python
+# 3.12, torch 2.11 + CUDA, transformers 5.17, accelerate, peft, numpy, pyarrow, pytest, and their own
+# dependencies); everything else they import comes from the bundle (benchmarks/gpu/wheels.txt).
+IMAGE_HAS = (
+    "torch", "transformers", "accelerate", "peft", "numpy", "pyarrow", "pytest", "packaging", "tqdm", "psutil",
+    "ninja", "py-cpuinfo", "safetensors", "tokenizers", "huggingface-hub", "pyyaml", "filelock", "requests",
+)  # fmt: skip
 # The dry run's child processes start with this sitecustomize (this module is standard library only).
 BLOCKER = "from benchmarks.gpu_parts import block_absent\nblock_absent()\n"
 
@@ -73,14 +80,35 @@ FULL = Shape(16, 8, 256, 3, 1, ("ours", "trl", "ours", "trl"))
 DRY = Shape(2, 2, 8, 1, 1, ("ours", "trl"), ("--examples", "200", "--rl-steps", "2", "--eval-prompts", "8"))
 
 
+def load_factor(cpus: int | None = None, load: float | None = None) -> float:
+    """How many times longer a part may take on this machine than on a quiet one: the processes
+    waiting for a CPU per CPU (the 1-minute load average), at least 1. A GPU part's time is mostly
+    the device's, but a busy host delays every launch and every stage process's start."""
+    cpus = cpus or os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = 0.0
+    return max(1.0, load / cpus)
+
+
+def budgets(factor: float) -> dict[str, float]:
+    """Each part's seconds: :data:`TIMEOUTS` (on a quiet machine) times the load ``factor``."""
+    return {name: round(seconds * factor, 1) for name, seconds in TIMEOUTS.items()}
+
+
 @dataclass(frozen=True)
 class Plan:
-    """One check's settings: the shape, the bundle, a scratch folder and the parts' environment."""
+    """One check's settings: the shape, the bundle, a scratch folder, the parts' environment and
+    their time budgets (:func:`budgets`, scaled to the load the check started under)."""
 
     dry: bool
     bundle: Path
     scratch: Path
     env: dict[str, str]
+    timeouts: dict[str, float] = field(default_factory=lambda: dict(TIMEOUTS))
+    factor: float = 1.0  # the load factor the budgets were scaled by
 
     @property
     def shape(self) -> Shape:
@@ -96,7 +124,11 @@ def plan(dry: bool, bundle: Path) -> Plan:
         blocker.mkdir()
         (blocker / "sitecustomize.py").write_text(BLOCKER)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(blocker), os.getcwd(), env.get("PYTHONPATH")]))
-    return Plan(dry, bundle, scratch, env)
+    factor = load_factor()
+    timeouts = budgets(factor)
+    said = ", ".join(f"{name} {seconds:g} s" for name, seconds in timeouts.items())
+    print(f"gpu-check budgets (x{factor:.2f} for the load this check starts under): {said}", flush=True)
+    return Plan(dry, bundle, scratch, env, timeouts, factor)
 
 
 class PeakMemory:
@@ -144,7 +176,7 @@ def run_part(
     error, tail]}, output)``; the output goes to the part's log. Over its time, the command and all it
     started are killed: its process group, and descendants in sessions of their own (torchrun's agents)."""
     LOGS.mkdir(parents=True, exist_ok=True)
-    limit = timeout if timeout is not None else TIMEOUTS[name]
+    limit = timeout if timeout is not None else (plan_.timeouts if plan_ is not None else TIMEOUTS)[name]
     start = time.perf_counter()
     with PeakMemory() as memory:
         proc = subprocess.Popen(
@@ -219,7 +251,7 @@ def _random_smollm(plan_: Plan) -> Path:
     """SmolLM2-135M's shape with seeded random weights, from the bundle's config and tokenizer."""
     out = plan_.scratch / "smollm2-random"
     cmd = [sys.executable, "-m", "benchmarks.random_model", str(plan_.bundle / "smollm2"), str(out), "0"]
-    part, _ = run_part("step_timing", cmd, plan_, timeout=90)
+    part, _ = run_part("step_timing", cmd, plan_, timeout=90 * plan_.factor)
     if not part["ok"]:
         raise RuntimeError(f"the random SmolLM2 was not built: {part.get('error')}: {part.get('tail', '')[-400:]}")
     return out
@@ -254,7 +286,7 @@ def run_kernels(plan_: Plan, model: Path) -> dict:
     device: what PyTorch picks and what ran in one packed pass (``python -m grpoflow.rl.kernels``).
     A probe that fails says why, and the part goes on."""
     cmd = [sys.executable, "-m", "grpoflow.rl.kernels", str(model), "--bf16"]
-    part, output = run_part("step_timing", cmd, plan_, timeout=KERNELS_TIMEOUT)
+    part, output = run_part("step_timing", cmd, plan_, timeout=KERNELS_TIMEOUT * plan_.factor)
     found = tagged(output, "KERNELS ")
     return found or {"error": part.get("error") or "no KERNELS line", "tail": output[-400:]}
 
@@ -277,9 +309,10 @@ def run_step_timing(plan_: Plan) -> dict:
     args = ["--model", "smollm", "--model-dir", str(model), "--sizes", sizes, "--bf16"]
     args += ["--steps", str(shape.steps), "--warmup", str(shape.warmup)]
     results: dict[str, list[dict]] = {"ours": [], "trl": []}
-    runs, last = [], {}
+    runs: list[dict] = []
+    last: dict[str, float] = {}
     for impl in shape.order:
-        left = TIMEOUTS["step_timing"] - (time.perf_counter() - start)
+        left = plan_.timeouts["step_timing"] - (time.perf_counter() - start)
         if impl in last and left < last[impl] * 1.1 + 5:
             runs.append({"impl": impl, "skipped": f"{left:.0f} s left, its last run took {last[impl]:.0f} s"})
             continue

@@ -106,8 +106,8 @@ def test_the_check_writes_its_json_and_shares_one_gpu_between_two_ranks_only_whe
     monkeypatch.setattr(gpu_check, "gpu_info", lambda: {"name": "NVIDIA H200", "count": count, "memory_mib": 1.0})
     monkeypatch.setattr(gpu_check, "run_gpu_tests", lambda plan: parts["gpu_tests"])
     monkeypatch.setattr(gpu_check, "full_stack_missing", lambda: [])
-    monkeypatch.setattr(gpu_check, "run_grpo", lambda scratch: parts["grpo"])
-    monkeypatch.setattr(gpu_check, "run_two_ranks", lambda project: ran.append(project) or {**parts["grpo"]})
+    monkeypatch.setattr(gpu_check, "run_grpo", lambda scratch, timeout: parts["grpo"])
+    monkeypatch.setattr(gpu_check, "run_two_ranks", lambda project, timeout: ran.append(project) or {**parts["grpo"]})
     for name in ("run_matmul", "run_chain", "run_step_timing"):
         monkeypatch.setattr(gpu_check.gpu_parts, name, lambda plan, name=name: {"ok": True, "seconds": 1.0, "by": name})
     out = tmp_path / "metrics" / "gpu_check.json"

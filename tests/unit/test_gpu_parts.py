@@ -3,6 +3,7 @@ sides' summaries and table, the dry run's absent packages, and the core chain at
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,53 @@ def test_the_core_chain_runs_every_stage_core_and_scores_each_model(tmp_path):
     assert list(record["stage_seconds"]) == ["sft", "grpo", "ppo", "evaluate"]
     assert set(record["test_pass_at_1"]) == {"sft", "grpo", "ppo"} and record["device"] == "cpu"
     assert all((tmp_path / name / "config.json").is_file() for name in ("sft", "grpo", "ppo"))
+
+
+def test_the_bundle_carries_what_import_deepspeed_needs_beyond_the_image():
+    """#49: the dry run found `import deepspeed` failing on a bare image for want of einops and msgpack:
+    every requirement DeepSpeed declares (its extras aside) is on the image or in the bundle."""
+    import importlib.metadata as metadata
+    import re
+    from pathlib import Path
+
+    from benchmarks.gpu_parts import IMAGE_HAS
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    wheels = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "wheels.txt"
+    bundled = {norm(line.split("-")[0]) for line in wheels.read_text().split()}
+    needs = {
+        norm(re.split(r"[ <>=!;\[]", req, maxsplit=1)[0])
+        for req in metadata.requires("deepspeed") or []
+        if "extra ==" not in req
+    }
+    assert {"einops", "msgpack"} <= needs  # the two the dry run missed are among what is checked
+    assert needs - bundled - {norm(n) for n in IMAGE_HAS} == set()
+
+
+def test_the_bundle_carries_the_regex_the_project_pins():
+    """The text folding's Default_Ignorable_Code_Point needs the pinned regex, on the image too."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    pinned = next(line for line in (root / "pyproject.toml").read_text().splitlines() if '"regex==' in line)
+    version = pinned.split("==")[1].strip('",')
+    wheels = (root / "benchmarks" / "gpu" / "wheels.txt").read_text().split()
+    assert any(w.startswith(f"regex-{version}-") for w in wheels)
+
+
+def test_part_budgets_scale_with_the_load_the_check_starts_under(monkeypatch, capsys):
+    """#49: the dry run's parts timed out on a loaded machine; each budget now grows with the load."""
+    from benchmarks import gpu_parts
+
+    assert gpu_parts.load_factor(cpus=2, load=1.0) == 1.0  # a quiet machine: the budgets as written
+    assert gpu_parts.load_factor(cpus=2, load=7.0) == 3.5
+    assert gpu_parts.budgets(2.0)["core_chain"] == 2 * gpu_parts.TIMEOUTS["core_chain"]
+    monkeypatch.setattr(gpu_parts, "load_factor", lambda: 1.5)
+    plan = gpu_parts.plan(True, Path("unused"))
+    try:
+        assert plan.timeouts["step_timing"] == 1.5 * gpu_parts.TIMEOUTS["step_timing"] and plan.factor == 1.5
+        assert "x1.50 for the load" in capsys.readouterr().out
+    finally:
+        shutil.rmtree(plan.scratch)
