@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import Counter
 from collections.abc import Iterator
 
 import torch
@@ -140,16 +141,39 @@ def _written_arguments(func, args, kwargs) -> list | None:
     return written
 
 
+# Operators whose result a host must wait for: a value read from the device, or an output whose size
+# depends on the device's data. On CUDA each one stalls the host until the stream has caught up.
+SYNCING = frozenset(
+    {_aten._local_scalar_dense, _aten.nonzero, _aten.masked_select, _aten._unique2, _aten.unique_consecutive}
+)
+
+
 class DeviceAudit(TorchDispatchMode):
     """The dispatch mode of the audit (see the module's docstring); ``ops`` counts operators seen on
-    the stand-in device, so that a test can tell the audit saw its passes."""
+    the stand-in device, so that a test can tell the audit saw its passes; ``syncs`` counts the
+    device-to-host waits by operator (:data:`SYNCING`, copies to the host, ``tolist``), the stalls a
+    GPU step pays for."""
 
     def __init__(self):
         super().__init__()
         self.ops = 0
+        self.syncs: Counter[str] = Counter()
+
+    def _count_sync(self, func, args, kwargs) -> None:
+        device_in = any(isinstance(t, OnDevice) for t in tree_flatten((args, kwargs))[0])
+        if not device_in:
+            return
+        if func.overloadpacket in SYNCING:
+            self.syncs[func.overloadpacket.__name__] += 1
+        elif func is _aten._to_copy.default and kwargs.get("device") is not None:
+            if torch.device(kwargs["device"]).type == "cpu":
+                self.syncs["to_host"] += 1
+        elif func in (_aten.copy_.default, _aten._copy_from.default) and not isinstance(args[0], OnDevice):
+            self.syncs["to_host"] += 1
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
+        self._count_sync(func, args, kwargs)
         leaves, _ = tree_flatten((args, kwargs))
         on_device = any(isinstance(t, OnDevice) for t in leaves)
         crossing = func in (torch.ops.aten.copy_.default, torch.ops.aten._copy_from.default)
@@ -178,9 +202,15 @@ class _NewTensors(TorchFunctionMode):
 
     # ``memory_format`` is ignored: the audit checks placement, and the wrapped tensor's layout is the CPU's.
 
+    def __init__(self, audit: DeviceAudit | None = None):
+        super().__init__()
+        self.audit = audit  # where a ``tolist`` of a device tensor is counted as a sync
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         if func is torch.Tensor.tolist and isinstance(args[0], OnDevice):
+            if self.audit is not None:
+                self.audit.syncs["tolist"] += 1
             return args[0].elem.tolist()
         if func is torch.Tensor.new_tensor and isinstance(args[0], OnDevice):
             # Built with the tensor's options below the dispatch modes, as torch.tensor is: build it here.
@@ -214,7 +244,7 @@ def audited() -> Iterator[DeviceAudit | None]:
         if torch.cuda.is_available():
             yield None
             return
-        with _deepspeed_on_stand_in(), _static_decode_strict(), DeviceAudit() as mode, _NewTensors():
+        with _deepspeed_on_stand_in(), _static_decode_strict(), DeviceAudit() as mode, _NewTensors(mode):
             yield mode
     finally:
         if saved is None:

@@ -69,6 +69,7 @@ class Ranks:
         """:func:`~grpoflow.rl.micro_batches.loss_scales` of losses that are means over the tokens
         ``mask`` keeps: the step's token mean over every process (DAPO's token-level loss), however
         its tokens fall into micro-batches and processes."""
-        sizes = [float(mask[sl].sum()) for sl in slices]
+        # One read of the device for every micro-batch's token count (a read each would stall a GPU each time).
+        sizes = [float(n) for n in torch.stack([mask[sl].sum() for sl in slices]).tolist()]
         total = float(self.summed(torch.tensor(sum(sizes), dtype=torch.float64)))
         return micro_batches.loss_scales(slices, gas, sizes=sizes, total=max(total, 1.0), world=self.world)

@@ -143,10 +143,18 @@ def _dynamic_step(model, cache, inverse: torch.Tensor, mask: torch.Tensor, max_n
     return step
 
 
+# On an accelerator, whether every row has stopped is asked once per this many tokens: the answer is a
+# device-to-host read, which stalls the host until the device has caught up (a GPU step then waits on
+# its own launches). Rows that stopped are fed padding until then, as they are anyway. On a CPU a read
+# costs nothing, and asking every token draws no random numbers past the last stop (the CPU's digits).
+STOP_CHECK_EVERY = 8
+
+
 def _sample(logits, position, step, sampling: Sampling, stop_ids: list[int], pad_id: int):
     """The loop: sample a token per row, feed it, until every row has stopped or the cap."""
     stops = torch.tensor(stop_ids, device=logits.device)
     done = torch.zeros(len(logits), dtype=torch.bool, device=logits.device)
+    check_every = 1 if logits.device.type == "cpu" else STOP_CHECK_EVERY
     tokens, logprobs = [], []
     for i in range(sampling.max_new_tokens):
         token = next_tokens(logits, sampling).masked_fill(done, pad_id)
@@ -154,7 +162,7 @@ def _sample(logits, position, step, sampling: Sampling, stop_ids: list[int], pad
         if sampling.logprobs:
             logprobs.append(logits.float().log_softmax(-1).gather(-1, token.unsqueeze(-1)).squeeze(-1))
         done |= torch.isin(token, stops)
-        if bool(done.all()) or i == sampling.max_new_tokens - 1:
+        if i == sampling.max_new_tokens - 1 or ((i + 1) % check_every == 0 and bool(done.all())):
             break
         position = position + 1
         logits = step(token, position)

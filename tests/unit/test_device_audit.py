@@ -302,3 +302,52 @@ def test_new_tensor_of_a_device_tensor_is_on_the_device_without_a_false_alarm():
         assert x.new_tensor([1, 2], dtype=torch.long).dtype == torch.long
         host = x.new_tensor([1.0], device="cpu")
         assert not isinstance(host, OnDevice) and host.device.type == "cpu"
+
+
+# -- host syncs (#49) ------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the audit is CUDA itself")
+def test_the_accelerators_decode_reads_the_device_once_per_chunk_of_tokens(workspace):
+    """A device-to-host read per generated token stalls a GPU rollout at every step: the static decode
+    (the accelerator's) asks whether every row stopped once per STOP_CHECK_EVERY tokens, and the
+    prefill's grouping of samples by prompt once per batch."""
+    from grpoflow.rollout import Sampling
+    from grpoflow.rollout.decode import STOP_CHECK_EVERY
+    from grpoflow.rollout.hf import HFRolloutEngine
+
+    tokens = 4 * STOP_CHECK_EVERY
+    with audited() as mode:
+        model, tok = _tiny_policy(workspace)
+        engine = HFRolloutEngine(model, tok)
+        mode.syncs.clear()
+        out = engine.generate(["Tom has 3 apples.", "Ann has 12."], 2, Sampling(1.0, 1.0, tokens), seed=0)
+    chunks = -(-out.completion_ids.shape[1] // STOP_CHECK_EVERY)
+    # One read per chunk, and per batch: transformers' check of the prefill's padding mask (two reads in
+    # masking_utils._ignore_causal_mask_sdpa), the samples' prompt groups (unique_consecutive) and the
+    # texts' decoding (tolist). Per token, 32 here, there used to be one read or two.
+    assert mode.syncs["_local_scalar_dense"] <= chunks + 2, dict(mode.syncs)
+    assert mode.syncs["unique_consecutive"] == 1 and mode.syncs["tolist"] == 1, dict(mode.syncs)
+    assert sum(mode.syncs.values()) <= tokens // STOP_CHECK_EVERY + 4 < tokens, dict(mode.syncs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the audit is CUDA itself")
+def test_a_training_steps_device_reads_are_counted_and_bounded(workspace):
+    """The reads of the device a GRPO step makes, counted by the audit (#49), a bound that a new read
+    in the hot path breaks. Per step, 17: the rollout's (prompt groups, the prefill's mask check, one
+    per chunk of tokens, the texts), the reward check, the optimizer's, the batch's metrics and the
+    micro-batches' token counts (one read for all of them). Per micro-batch, 6: the non-finite loss
+    guard (before any weight moves), the loss, its three metrics (clip ratio, KL, ratio mean) and its
+    entropy. Per shared-prefix pack (policy and reference log-probs), 7: its data-dependent layout
+    (group starts, fed tokens, widths)."""
+    params = validate_params(TINY)
+    with audited() as mode:
+        run = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
+        run.trainer.step(0)
+        mode.syncs.clear()
+        run.trainer.step(1)
+    micro_batches = 2  # prompts_per_step 2 x G 2 rows, micro-batches of 2
+    packs = 4
+    reads = dict(mode.syncs)
+    assert reads.get("nonzero", 0) <= 2 * packs, reads
+    assert sum(reads.values()) <= 17 + 6 * micro_batches + 7 * packs, reads
