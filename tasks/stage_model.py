@@ -15,7 +15,7 @@ from grpoflow.provenance import PROJECT_PACKAGES, module_files
 from verifiers.catalog import BUILTIN
 
 Kind = Literal["dep", "out", "persist", "report", "metric", "history"]
-# dep: read; out: written and cached by DVC; persist: kept across runs, uncached (checkpoints);
+# dep: read; out: written and cached by DVC; persist: kept across runs, not a DVC output (checkpoints);
 # report: written, uncached (small files git or an experiment can carry); metric: a metrics JSON;
 # history: a per-step CSV, uncached, plotted.
 ROOT = Path(__file__).resolve().parents[1]  # the checkout this code runs from: its import graph is the deps

@@ -299,8 +299,9 @@ def _dvc_stage(s: Stage, launcher: list[str] | None = None, built: Mapping[str, 
         for p in i.paths:
             if i.kind == "out":
                 outs.append(p)
-            elif i.kind == "persist":
-                outs.append({p: {"persist": True, "cache": False}})
+            # "persist" (training checkpoints) is left out: a resume cache, guarded by its run's fingerprint
+            # (grpoflow/rl/run.py), not an output. As an uncached out, DVC could neither restore it nor keep
+            # it off `dvc status`: going back to a baseline left it "modified" (#51).
             elif i.kind in ("history", "report"):
                 outs.append({p: {"cache": False}})
     if outs:
