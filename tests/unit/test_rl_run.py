@@ -219,3 +219,25 @@ def test_a_lora_reference_cannot_be_refreshed():
 
     with pytest.raises(ConfigError, match="rl.ref_sync_every needs a reference of its own weights"):
         validate_params({"rl": {"ref_sync_every": 10}, "model": {"lora": {"rank": 4}}})
+
+
+def test_a_lora_critic_checkpoints_its_adapters_and_head_only_and_resumes_them(workspace, tmp_path):
+    """#48 review: a LoRA critic's frozen trunk (SmolLM2's 532 MiB) is rebuilt from the reference, not
+    saved in every checkpoint: its adapters, value head and optimizer state are, and a new run resumes them."""
+    import torch
+
+    params = validate_params({**TINY, "model": {"lora": {"rank": 4, "alpha": 8}}, "ppo": {"critic_warmup_steps": 0}})
+    run = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
+    state = run.trainer.train()
+    critic = run.trainer.critic.module
+    trained = {n: p.detach().clone() for n, p in critic.named_parameters() if p.requires_grad}
+    frozen = sum(p.numel() * p.element_size() for p in critic.parameters() if not p.requires_grad)
+    run.save(tmp_path / "ckpt", state, {})
+    saved = sum(f.stat().st_size for f in (tmp_path / "ckpt" / "critic").rglob("*model_states.pt"))
+    assert 0 < saved < frozen  # the adapters and the head, not the trunk
+
+    again = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
+    _, skipped = again.resume(tmp_path / "ckpt")
+    assert skipped == []
+    resumed = dict(again.trainer.critic.module.named_parameters())
+    assert all(torch.equal(resumed[n].detach(), p) for n, p in trained.items())
