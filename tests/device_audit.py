@@ -244,13 +244,31 @@ def audited() -> Iterator[DeviceAudit | None]:
         if torch.cuda.is_available():
             yield None
             return
-        with _deepspeed_on_stand_in(), _static_decode_strict(), DeviceAudit() as mode, _NewTensors(mode):
+        with _deepspeed_on_stand_in(), _static_decode_strict(), _no_autocast_on_stand_in(), DeviceAudit() as mode, _NewTensors(mode):
             yield mode
     finally:
         if saved is None:
             os.environ.pop(DEVICE_ENV, None)
         else:
             os.environ[DEVICE_ENV] = saved
+
+
+@contextlib.contextmanager
+def _no_autocast_on_stand_in() -> Iterator[None]:
+    """``torch.is_autocast_enabled(device_type)`` answers False for the stand-in's type, as for any
+    device without autocast: torch 2.11 (the lent GPU image's) raises "unknown device type" for it,
+    and transformers asks it in every rotary embedding (torch 2.13 answers False itself)."""
+    asked = torch.is_autocast_enabled
+
+    def is_autocast_enabled(*args, **kwargs):
+        device_type = args[0] if args else kwargs.get("device_type")
+        return False if device_type == STAND_IN.type else asked(*args, **kwargs)
+
+    torch.is_autocast_enabled = is_autocast_enabled
+    try:
+        yield
+    finally:
+        torch.is_autocast_enabled = asked
 
 
 @contextlib.contextmanager

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The device audit's tests on the lent GPU image's versions (torch 2.11, transformers 5.17: see
+# ../shared/device-kit), here on CPU, in a throw-away venv: an API that moved between those and the
+# versions the project pins (torch 2.13, transformers 5.19) is found before a device call is spent.
+# `bash benchmarks/gpu/old_versions.sh` (part of the GPU check's dry run, issue #49). PyPI's torch
+# 2.11.0 is its CUDA build (4.6 GB installed); it runs on a CPU all the same.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+VENV=${VENV:-$(mktemp -d)/venv}
+PYTHON=${PYTHON:-python3.11}
+"$PYTHON" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q torch==2.11.0
+# The project's pins, but the image's torch and transformers.
+"$VENV/bin/python" - > "$VENV/requirements.txt" <<'PY'
+import re, tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+for req in project["dependencies"] + project.get("optional-dependencies", {}).get("dev", []):
+    if re.split(r"[=<>\[ ]", req, maxsplit=1)[0] not in ("torch", "transformers"):
+        print(req)
+print("transformers==5.17.0")
+PY
+"$VENV/bin/python" -m pip install -q -r "$VENV/requirements.txt"
+"$VENV/bin/python" -c 'import torch, transformers; print("versions:", torch.__version__, transformers.__version__)'
+TORCH_EXTENSIONS_DIR="$VENV/torch_extensions" OMP_NUM_THREADS=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+  tests/unit/test_device_audit.py tests/unit/test_static_decode.py tests/unit/test_decode.py tests/unit/test_rollout.py
