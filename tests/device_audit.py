@@ -244,7 +244,13 @@ def audited() -> Iterator[DeviceAudit | None]:
         if torch.cuda.is_available():
             yield None
             return
-        with _deepspeed_on_stand_in(), _static_decode_strict(), _no_autocast_on_stand_in(), DeviceAudit() as mode, _NewTensors(mode):
+        with (
+            _deepspeed_on_stand_in(),
+            _static_decode_strict(),
+            _no_autocast_on_stand_in(),
+            DeviceAudit() as mode,
+            _NewTensors(mode),
+        ):
             yield mode
     finally:
         if saved is None:
