@@ -33,6 +33,7 @@ from flows import experiments, run_report, serve, summary, workspace
 from flows.dag import pipeline_params_file, run_order
 from flows.kept_outputs import kept_outputs
 from flows.links import MLFLOW_VIEW, _mlflow_link, _mlflow_ui, run_links  # noqa: F401 - MLFLOW_VIEW: API
+from flows.process_tree import reap_children
 from flows.run_report import STAGE_LOGS, StageResult
 from flows.stage_run import StageFailed, StageInterrupted, StageVerdict, run_dvc_stage, verdict_state
 from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_dotted, validate_params
@@ -50,6 +51,7 @@ from tasks.stages import stage as stage_declaration
 
 DVC_YAML = "dvc.yaml"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+REAP_GRACE_S = 10.0  # how long an interrupted run's leftover processes get to end after SIGTERM
 INTERRUPTED = (
     "interrupted: the run stopped; run the same command again to go on (DVC skips the finished stages, "
     "training resumes from its last checkpoint)"
@@ -68,6 +70,9 @@ def cli_exit(exc: BaseException, interrupted: str = INTERRUPTED) -> int:
     """A flow command's one line and exit code for how it ended: a Ctrl-C (``interrupted``), bad input
     (2), or a failure the log above already reported, a gate or a stage (1)."""
     if isinstance(exc, (KeyboardInterrupt, StageInterrupted)):
+        # Before the last line: a child still stopping (the stage's, Prefect's temporary server) would
+        # outlive the prompt, and could print after it.
+        reap_children(REAP_GRACE_S)
         print(interrupted, file=sys.stderr)
         return EXIT_INTERRUPTED
     if isinstance(exc, StageFailed) and not isinstance(exc, StageVerdict):

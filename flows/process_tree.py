@@ -32,3 +32,23 @@ def stop_tree(proc: subprocess.Popen, grace_s: float, signals=(signal.SIGINT, si
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def reap_children(grace_s: float) -> list[int]:
+    """Stop every process this one started, directly or below (an interrupted run's: its temporary
+    Prefect server, anything a stage left), and wait for each to be gone: SIGTERM, then SIGKILL after
+    ``grace_s``. The command's prompt then comes back with nothing of the run still running. The pids
+    that were still there."""
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+    alive = children
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(sig)
+        _, alive = psutil.wait_procs(alive, timeout=grace_s)
+        if not alive:
+            break
+    return [p.pid for p in children]
