@@ -30,7 +30,8 @@ class ExperimentConfig(_Section):
     cpu_kernels: Literal["native", "avx2"] = Field(
         "avx2",
         description="CPU arithmetic: native (the widest kernels this CPU has; the digits differ between CPU types) "
-        "or avx2 (torch's, MKL's and oneDNN's AVX2 paths: the same digits on any x86-64 CPU with AVX2).",
+        "or avx2 (torch's and oneDNN's AVX2 paths, MKL's vendor-neutral COMPATIBLE branch: the same digits on any "
+        "x86-64 CPU with AVX2, Intel or AMD).",
     )
 
 
