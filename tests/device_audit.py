@@ -33,6 +33,7 @@ import contextlib
 import os
 from collections import Counter
 from collections.abc import Iterator
+from unittest import mock
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -259,8 +260,7 @@ def audited() -> Iterator[DeviceAudit | None]:
             os.environ[DEVICE_ENV] = saved
 
 
-@contextlib.contextmanager
-def _no_autocast_on_stand_in() -> Iterator[None]:
+def _no_autocast_on_stand_in() -> contextlib.AbstractContextManager:
     """``torch.is_autocast_enabled(device_type)`` answers False for the stand-in's type, as for any
     device without autocast: torch 2.11 (the lent GPU image's) raises "unknown device type" for it,
     and transformers asks it in every rotary embedding (torch 2.13 answers False itself)."""
@@ -270,24 +270,15 @@ def _no_autocast_on_stand_in() -> Iterator[None]:
         device_type = args[0] if args else kwargs.get("device_type")
         return False if device_type == STAND_IN.type else asked(*args, **kwargs)
 
-    torch.is_autocast_enabled = is_autocast_enabled
-    try:
-        yield
-    finally:
-        torch.is_autocast_enabled = asked
+    return mock.patch.object(torch, "is_autocast_enabled", is_autocast_enabled)
 
 
-@contextlib.contextmanager
-def _static_decode_strict() -> Iterator[None]:
+def _static_decode_strict() -> contextlib.AbstractContextManager:
     """A failure of the static decode step raises under the audit instead of falling back to the
     growing cache (which would hide a device bug in the GPU's default decode path)."""
     from grpoflow.rollout import static_decode
 
-    saved, static_decode.FALL_BACK = static_decode.FALL_BACK, False
-    try:
-        yield
-    finally:
-        static_decode.FALL_BACK = saved
+    return mock.patch.object(static_decode, "FALL_BACK", False)
 
 
 @contextlib.contextmanager

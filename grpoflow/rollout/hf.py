@@ -21,7 +21,6 @@ from grpoflow.models.device import model_device
 from grpoflow.models.lora import is_zero3, merged_for_sampling
 from grpoflow.rollout import Progress, Rollouts, Sampling, completion_mask, static_decode
 from grpoflow.rollout.decode import decode
-from grpoflow.rollout.static_decode import StaticDecodeFailed
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +124,7 @@ class HFRolloutEngine:
                     static=static,
                     graph=graph,
                 )
-            except StaticDecodeFailed as exc:
+            except static_decode.StaticDecodeFailed as exc:
                 if not static_decode.FALL_BACK:
                     raise exc.__cause__ or exc from None
                 log.warning(
