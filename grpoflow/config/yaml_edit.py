@@ -25,7 +25,22 @@ def _round_trip() -> YAML:
     yaml.indent(mapping=2, sequence=4, offset=2)  # "  - name: math" under "rewards:", as the sets write it
     yaml.representer.add_representer(type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
     yaml.representer.add_representer(str, _string)
+    yaml.representer.add_representer(float, _float)
     return yaml
+
+
+def _float(representer: Any, value: float) -> Any:
+    """A float as PyYAML reads one back: YAML 1.1 takes ``1e-05`` for a string and wants ``1.0e-05``."""
+    if value != value:
+        text = ".nan"
+    elif value in (float("inf"), float("-inf")):
+        text = ".inf" if value > 0 else "-.inf"
+    else:
+        text = repr(value)
+        mantissa, e, exponent = text.partition("e")
+        if e and "." not in mantissa:
+            text = f"{mantissa}.0e{exponent}"
+    return representer.represent_scalar("tag:yaml.org,2002:float", text)
 
 
 def _string(representer: Any, value: str) -> Any:

@@ -36,6 +36,12 @@ def test_an_override_changes_its_own_line_and_nothing_else():
     )
 
 
+def test_a_float_in_exponent_form_reads_back_as_a_float():
+    """hypothesis found it: ruamel writes 1e-05, which PyYAML (YAML 1.1) reads as a string."""
+    after = set_keys("rl:\n  steps: 3\n", {"rl.steps": 1e-05, "rl.lr": 3e20, "rl.beta": 0.04})
+    assert yaml.safe_load(after) == {"rl": {"steps": 1e-05, "lr": 3e20, "beta": 0.04}}
+
+
 def test_a_missing_section_is_made_and_a_null_written_out():
     text = "# the set\nrl:\n  steps: 3  # few\n"
     after = set_keys(text, {"model.lora.rank": 4, "rl.clip": None})
