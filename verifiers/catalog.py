@@ -2,7 +2,7 @@
 names only, so the params schema checks a reward's name without importing any verifier. The
 registry imports a verifier's module the first time that verifier is asked for.
 
-A new verifier is its module (a class under ``@register``) and one line here."""
+A new verifier is its module (a class under ``@register``) and a line in each table here."""
 
 BUILTIN: dict[str, str] = {
     "code": "verifiers.code",
@@ -11,8 +11,9 @@ BUILTIN: dict[str, str] = {
 }
 
 
-# The row tasks each built-in verifier judges (its class's ``tasks``, checked when it registers): which
-# verifier judges a row, and so which a stage builds, is known without importing any.
+# The row tasks each built-in verifier judges, stated here only: its class's ``tasks`` reads its row
+# (``tasks = BUILTIN_TASKS[name]``), so which verifier judges a row, and so which a stage builds, is known
+# without importing any.
 BUILTIN_TASKS: dict[str, frozenset[str]] = {
     "code": frozenset({"code"}),
     "format": frozenset({"math"}),

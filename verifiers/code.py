@@ -18,6 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import ClassVar
 
+from verifiers.catalog import BUILTIN_TASKS
 from verifiers.check import MUTANT, Case
 from verifiers.limits import Limits
 from verifiers.mutants import mutants
@@ -272,7 +273,7 @@ class CodeVerifier(Verifier):
     right only when it passes every test (:meth:`accepts`)."""
 
     name = "code"
-    tasks: ClassVar[frozenset[str]] = frozenset({"code"})
+    tasks: ClassVar[frozenset[str]] = BUILTIN_TASKS[name]  # stated once, in verifiers/catalog.py
 
     def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """Share of each row's tests passed; 0 for a row without tests (the gate reports those)."""

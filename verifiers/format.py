@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import ClassVar
 
+from verifiers.catalog import BUILTIN_TASKS
 from verifiers.check import Case, malformed_cases
 from verifiers.registry import Row, Verifier, register
 
@@ -48,7 +49,7 @@ class FormatVerifier(Verifier):
     """Whether a completion ends with its answer in the required final form (``#### n`` or ``\\boxed{}``)."""
 
     name = "format"
-    tasks: ClassVar[frozenset[str]] = frozenset({"math"})
+    tasks: ClassVar[frozenset[str]] = BUILTIN_TASKS[name]  # stated once, in verifiers/catalog.py
 
     def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:
         """1.0 per completion whose last non-empty line is a final-answer line."""

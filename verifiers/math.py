@@ -31,6 +31,7 @@ from typing import ClassVar, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from verifiers.catalog import BUILTIN_TASKS
 from verifiers.check import Case
 from verifiers.extract import extract_answer
 from verifiers.math_cases import math_cases
@@ -232,7 +233,7 @@ class MathVerifier(Verifier):
     """Final-answer correctness against each row's ``reference_answer``."""
 
     name = "math"
-    tasks: ClassVar[frozenset[str]] = frozenset({"math"})
+    tasks: ClassVar[frozenset[str]] = BUILTIN_TASKS[name]  # stated once, in verifiers/catalog.py
     Options = MathOptions
 
     def score(self, completions: Sequence[str], rows: Sequence[Row]) -> list[float]:

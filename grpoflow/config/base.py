@@ -1,14 +1,16 @@
 """What every section shares: the frozen, closed pydantic base, the load error, the wording of an
-unknown name (with a did-you-mean), an algorithm's name, and the dotted-key helpers of raw params mappings."""
+unknown name (with a did-you-mean), an algorithm's name, the typed options some code reads from a
+section's fields (:func:`options_of`), and the dotted-key helpers of raw params mappings."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
+from copy import copy
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, create_model, model_validator
 
 from grpoflow import catalog
 
@@ -73,6 +75,49 @@ class _Section(BaseModel):
         """What of a nested section's default stays under the keys ``given`` spells: all of it, unless
         a section's keys exclude one another (tune's ranges: ``choices`` or ``low``/``high``)."""
         return default
+
+
+class SectionOptions(_Section):
+    """Typed options that some code (an advantage estimator) reads from fields of a params section,
+    each named by the option it is (``option_keys``: option name -> the section's key). Built by
+    :func:`options_of`, so that each option is declared once, as the section's field."""
+
+    option_keys: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse an option declared in the class itself: a second declaration beside the section's field."""
+        super().__pydantic_init_subclass__(**kwargs)
+        if own := sorted(set(cls.model_fields) - set(cls.option_keys)):
+            raise TypeError(f"{cls.__name__} declares {own} itself: an option is a section's field (options_of)")
+
+    @classmethod
+    def read(cls, section: BaseModel) -> Self:
+        """These options, each the value of its key in ``section``."""
+        return cls(**{name: getattr(section, key) for name, key in cls.option_keys.items()})
+
+
+def options_of(
+    section: type[BaseModel], *keys: str, prefix: str = "", base: type[SectionOptions] = SectionOptions
+) -> Any:
+    """A base class for options read from ``section``'s fields ``keys`` (besides ``base``'s), each named
+    as its key without ``prefix``: the field's type, default, bounds and description are the section's own
+    (one declaration, which the configuration reference shows), never stated again for the option.
+
+    Subclass it (``class GaeOptions(options_of(PPOConfig, "gamma", ...)):``) to name the options and
+    add what they compute; typed ``Any``, as a class pydantic builds at run time is to mypy."""
+    names = {key: key.removeprefix(prefix) for key in keys}
+    fields: dict[str, Any] = {
+        names[key]: (section.model_fields[key].annotation, copy(section.model_fields[key])) for key in keys
+    }
+    option_keys = {**base.option_keys, **{name: key for key, name in names.items()}}
+    return create_model(
+        f"{section.__name__}Options",
+        __base__=base,
+        __module__=section.__module__,
+        __namespace__={"option_keys": option_keys},
+        **fields,
+    )
 
 
 def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:

@@ -1,50 +1,24 @@
 """GRPO's own section, and the advantage estimators it may choose, each with its typed options.
 
-An estimator's options are read from the flat ``grpo.advantage_*`` keys (``advantage_scale``,
-``advantage_ddof``, ``advantage_eps``), so params files keep their keys; each estimator receives only
-the options it reads (:meth:`GRPOConfig.estimator_options`), never the whole section."""
+An estimator's options are the flat ``grpo.advantage_*`` keys (``advantage_scale``,
+``advantage_ddof``, ``advantage_eps``), declared once as :class:`GRPOConfig`'s fields, so params files
+keep their keys; each estimator receives only the options it reads (:meth:`GRPOConfig.estimator_options`),
+typed as those fields are and named without the ``advantage_`` prefix, never the whole section."""
 
 from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
-from grpoflow.config.base import _Section, unknown_name
+from grpoflow.config.base import SectionOptions, _Section, options_of, unknown_name
 
-
-class NoAdvantageOptions(_Section):
-    """An estimator without options: it ignores every ``grpo.advantage_*`` knob."""
-
-
-class BatchNormOptions(_Section):
-    """Options of an estimator that divides by a standard deviation."""
-
-    ddof: int = Field(0, ge=0, le=1, description="0: population std, 1: Bessel (grpo.advantage_ddof).")
-    eps: float = Field(1e-4, gt=0, description="Added to the std before dividing (grpo.advantage_eps).")
-
-
-class GroupNormOptions(BatchNormOptions):
-    """Options of GRPO's group-relative estimator: which std scales the centred rewards."""
-
-    scale: Literal["group", "batch", "none"] = Field("group", description="grpo.advantage_scale.")
-
-
-# Each estimator grpoflow.rl.advantages registers, by name, with its typed options: here so that loading
-# a params file checks the name without importing the maths (grpoflow.rl.advantages refuses a name not
-# listed). A new estimator is its function there and one line here.
-ADVANTAGE_ESTIMATORS: dict[str, type[BaseModel]] = {
-    "grpo": GroupNormOptions,
-    "dr_grpo": NoAdvantageOptions,
-    "rloo": NoAdvantageOptions,
-    "reinforce_pp": BatchNormOptions,
-}
 # Estimators of KL(policy || reference) per token, by name (Schulman 2020): the torch-free table
 # grpoflow.rl.losses.KL_ESTIMATORS registers each against.
 KLEstimator = Literal["k1", "k2", "k3"]
 KL_ESTIMATOR_NAMES = dict.fromkeys(get_args(KLEstimator))
-# The flat key of this section each option field is read from.
-ADVANTAGE_KEYS = {"scale": "advantage_scale", "ddof": "advantage_ddof", "eps": "advantage_eps"}
+# The prefix of this section's keys an estimator's options are read from ("advantage_scale" is its "scale").
+ADVANTAGE_PREFIX = "advantage_"
 
 
 class GRPOConfig(_Section):
@@ -74,11 +48,38 @@ class GRPOConfig(_Section):
             raise ValueError(unknown_name("advantage estimator", self.advantage_estimator, known))
         return self
 
-    def estimator_options(self, name: str | None = None) -> BaseModel:
+    def estimator_options(self, name: str | None = None) -> SectionOptions:
         """Estimator ``name``'s typed options (default: the chosen estimator's), read from the flat
         ``advantage_*`` keys it uses."""
-        options = ADVANTAGE_ESTIMATORS[name or self.advantage_estimator]
-        return options(**{f: getattr(self, ADVANTAGE_KEYS[f]) for f in options.model_fields})
+        return ADVANTAGE_ESTIMATORS[name or self.advantage_estimator].read(self)
+
+
+# -- Each estimator's typed options: fields of GRPOConfig above (options_of), not declared again ----
+
+
+class NoAdvantageOptions(SectionOptions):
+    """An estimator without options: it ignores every ``grpo.advantage_*`` knob."""
+
+
+class BatchNormOptions(options_of(GRPOConfig, "advantage_ddof", "advantage_eps", prefix=ADVANTAGE_PREFIX)):  # type: ignore[misc]
+    """Options of an estimator that divides by a standard deviation (``grpo.advantage_ddof``,
+    ``grpo.advantage_eps``)."""
+
+
+class GroupNormOptions(options_of(GRPOConfig, "advantage_scale", prefix=ADVANTAGE_PREFIX, base=BatchNormOptions)):  # type: ignore[misc]
+    """Options of GRPO's group-relative estimator: which std scales the centred rewards
+    (``grpo.advantage_scale``), besides :class:`BatchNormOptions`'."""
+
+
+# Each estimator grpoflow.rl.advantages registers, by name, with its typed options: here so that loading
+# a params file checks the name without importing the maths (grpoflow.rl.advantages refuses a name not
+# listed). A new estimator is its function there and one line here (and a field above for a new option).
+ADVANTAGE_ESTIMATORS: dict[str, type[SectionOptions]] = {
+    "grpo": GroupNormOptions,
+    "dr_grpo": NoAdvantageOptions,
+    "rloo": NoAdvantageOptions,
+    "reinforce_pp": BatchNormOptions,
+}
 
 
 # -- GRPO's own cross-field rules (grpoflow.config.rules runs them for a set that trains GRPO) -----

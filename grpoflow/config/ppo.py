@@ -1,13 +1,14 @@
 """The PPO baseline's own section, and the critic-based advantage estimators with their typed options
-(GAE, read from the flat ``ppo.gamma``, ``ppo.lam``, ``ppo.lam_actor`` and ``ppo.lam_critic`` keys)."""
+(GAE's: the flat ``ppo.gamma``, ``ppo.lam``, ``ppo.lam_actor`` and ``ppo.lam_critic`` keys, declared once
+as :class:`PPOConfig`'s fields)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from grpoflow.config.base import _Section
+from grpoflow.config.base import SectionOptions, _Section, options_of
 from grpoflow.config.rewards import RM_REWARD
 from grpoflow.config.rl import EngineConfig
 
@@ -20,31 +21,6 @@ _LAM_CRITIC = (
     "GAE lambda of the critic's regression targets (decoupled GAE); 1.0 (VAPO, Open-Reasoner-Zero): Monte Carlo "
     "returns, not biased by the critic's own values; null: ppo.lam."
 )
-
-
-class GaeOptions(_Section):
-    """Options of generalised advantage estimation (Schulman et al. 2016), its lambda decoupled as in
-    VAPO (Yue et al. 2025): one for the policy's advantages, one for the critic's targets."""
-
-    gamma: float = Field(1.0, gt=0, le=1, description="Discount (ppo.gamma).")
-    lam: float = Field(0.95, ge=0, le=1, description="Lambda of both, unless one is set apart (ppo.lam).")
-    lam_actor: float | None = Field(None, ge=0, le=1, description="Lambda of the advantages (ppo.lam_actor).")
-    lam_critic: float | None = Field(None, ge=0, le=1, description="Lambda of the targets (ppo.lam_critic).")
-
-    @property
-    def actor_lam(self) -> float:
-        """The lambda of the policy's advantages: ``lam_actor``, else the shared ``lam``."""
-        return self.lam if self.lam_actor is None else self.lam_actor
-
-    @property
-    def critic_lam(self) -> float:
-        """The lambda of the critic's targets: ``lam_critic``, else the shared ``lam``."""
-        return self.lam if self.lam_critic is None else self.lam_critic
-
-
-# Each critic-based estimator grpoflow.rl.advantages registers, by name, with its typed options (see
-# ADVANTAGE_ESTIMATORS for the critic-free ones GRPO chooses from).
-CRITIC_ESTIMATORS: dict[str, type[BaseModel]] = {"gae": GaeOptions}
 
 
 class PPOConfig(_Section):
@@ -84,10 +60,30 @@ class PPOConfig(_Section):
         description="DeepSpeed settings for the critic.",
     )
 
-    def estimator_options(self, name: str = "gae") -> BaseModel:
+    def estimator_options(self, name: str = "gae") -> SectionOptions:
         """Critic-based estimator ``name``'s typed options, read from this section's keys of the same names."""
-        options = CRITIC_ESTIMATORS[name]
-        return options(**{f: getattr(self, f) for f in options.model_fields})
+        return CRITIC_ESTIMATORS[name].read(self)
+
+
+class GaeOptions(options_of(PPOConfig, "gamma", "lam", "lam_actor", "lam_critic")):  # type: ignore[misc]
+    """Options of generalised advantage estimation (Schulman et al. 2016), its lambda decoupled as in
+    VAPO (Yue et al. 2025): one for the policy's advantages, one for the critic's targets. Each is the
+    PPOConfig field of its name (options_of): ppo.gamma, ppo.lam, ppo.lam_actor, ppo.lam_critic."""
+
+    @property
+    def actor_lam(self) -> float:
+        """The lambda of the policy's advantages: ``lam_actor``, else the shared ``lam``."""
+        return self.lam if self.lam_actor is None else self.lam_actor
+
+    @property
+    def critic_lam(self) -> float:
+        """The lambda of the critic's targets: ``lam_critic``, else the shared ``lam``."""
+        return self.lam if self.lam_critic is None else self.lam_critic
+
+
+# Each critic-based estimator grpoflow.rl.advantages registers, by name, with its typed options (see
+# ADVANTAGE_ESTIMATORS for the critic-free ones GRPO chooses from).
+CRITIC_ESTIMATORS: dict[str, type[SectionOptions]] = {"gae": GaeOptions}
 
 
 # -- PPO's own cross-field rules (grpoflow.config.rules runs them for a set that trains PPO) ------

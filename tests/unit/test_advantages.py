@@ -278,6 +278,30 @@ def test_each_estimator_receives_only_its_own_typed_options_from_the_flat_keys()
     )
 
 
+def test_each_estimators_options_are_the_config_fields_it_reads_declared_once():
+    """An option is declared once, as its section's field (the configuration reference's row): each
+    estimator's option has that field's type, default, bounds and description, no option class declares
+    one of its own (refused on import), and the estimators read every advantage key of the section."""
+    from grpoflow.config import ADVANTAGE_ESTIMATORS, CRITIC_ESTIMATORS, GRPOConfig, PPOConfig
+    from grpoflow.config.base import options_of
+
+    def declared(field):
+        return field.annotation, field.default, field.metadata, field.description
+
+    for section, table in ((GRPOConfig, ADVANTAGE_ESTIMATORS), (PPOConfig, CRITIC_ESTIMATORS)):
+        for name, options in table.items():
+            assert options.model_fields.keys() == options.option_keys.keys(), name
+            for option, key in options.option_keys.items():
+                assert declared(options.model_fields[option]) == declared(section.model_fields[key]), (name, key)
+    read = {key for options in ADVANTAGE_ESTIMATORS.values() for key in options.option_keys.values()}
+    assert read == {k for k in GRPOConfig.model_fields if k.startswith("advantage_")} - {"advantage_estimator"}
+    assert set(CRITIC_ESTIMATORS["gae"].option_keys.values()) == {"gamma", "lam", "lam_actor", "lam_critic"}
+    with pytest.raises(TypeError, match=r"declares \['lam'\] itself"):
+
+        class Twice(options_of(PPOConfig, "gamma")):
+            lam: float = 0.9
+
+
 def test_gae_is_a_registered_critic_estimator_with_its_own_options():
     from grpoflow.config import validate_params
     from grpoflow.config.ppo import CRITIC_ESTIMATORS, GaeOptions

@@ -57,6 +57,13 @@ def test_each_verifier_names_its_tasks_and_its_acceptance():
     assert code.accepts(1.0) and not code.accepts(0.99)  # every test must pass
 
 
+def test_a_built_in_verifiers_tasks_are_stated_once_in_the_catalog():
+    from verifiers.catalog import BUILTIN, BUILTIN_TASKS
+
+    for name in BUILTIN:  # the class reads its row (the same object), never states its tasks again
+        assert type(verifiers.create(name)).tasks is BUILTIN_TASKS[name], name
+
+
 def test_a_verifier_without_tasks_is_refused():
     class Untasked(verifiers.Verifier):
         name = "untasked"
