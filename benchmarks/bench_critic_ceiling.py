@@ -89,8 +89,8 @@ def run(
     lrs: tuple[float, ...] = (3e-4, 1e-3),
     params_file: str = "params/default.yaml",
 ) -> dict:
+    from grpoflow.rl.critic import initial_critic
     from grpoflow.rl.critic_ceiling import fit_critic, prompt_oracle_ev
-    from grpoflow.rl.ppo import initial_critic
 
     torch.manual_seed(0)
     start = time.perf_counter()

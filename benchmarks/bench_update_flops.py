@@ -94,7 +94,7 @@ def _grpo_run() -> tuple[list[dict], list[tuple[int, int]], tuple[int, int], int
 
     def counted(step, b):
         shapes.append(
-            computed_tokens(b, run.trainer.micro_batch_size, params.rl.engine.shared_prefix, run.engine.module)
+            computed_tokens(b, run.trainer.learner.micro_batch_size, params.rl.engine.shared_prefix, run.engine.module)
         )
         return update(step, b)
 

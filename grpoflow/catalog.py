@@ -2,7 +2,7 @@
 maths library, so that the params schema, the cross-field rules, the stage declarations (dvc.yaml),
 the ablation's arms, tuning and the comparison all read the same list without loading torch.
 
-An algorithm is its module (a trainer on :class:`grpoflow.rl.trainer.PolicyTrainer` and an
+An algorithm is its module (an update, ``update(batch, learner) -> metrics``, and an
 ``ALGORITHM``, :class:`grpoflow.rl.algorithm.Algorithm`) and one :class:`Entry` in :data:`BUILTIN`;
 its stage, its arm, its place in evaluate and compare follow from the entry. An algorithm kept
 outside this repository joins through ``GRPOFLOW_ALGORITHMS``: ``module:attribute`` of an

@@ -33,7 +33,7 @@ def test_scores(params: Params, data: Path, reference: Path):
         rows = eval_sets(data, cfg.max_examples, seed)["test"]
         sampling = Sampling(cfg.temperature, 1.0, params.rl.sampling.max_completion_length)
         result = sampled_metrics(
-            rl_run.trainer.rollout,
+            rl_run.trainer.batches.rollout,
             rows,
             correctness_scorer(params),
             canonical,

@@ -1,6 +1,5 @@
-"""What the RL loop hands around within a step: the scored rollouts (:class:`Scored`), the batch as
-model inputs (:class:`Batch`) and one micro-batch of the update as an algorithm's loss sees it
-(:class:`MicroBatch`)."""
+"""What the RL loop hands around within a step: the scored rollouts (:class:`Scored`) and the batch
+as model inputs (:class:`Batch`), which an algorithm's update takes (:mod:`grpoflow.rl.algorithm`)."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     return float((x.detach() * mask).sum() / mask.sum().clamp(min=1))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Batch:
     """One step's rollouts as model inputs, with their rewards."""
 
@@ -28,19 +27,23 @@ class Batch:
     group_size: int
     sampler_logp: torch.Tensor | None = None  # (N, C) log-probs the rollout engine sampled with, if reported
 
-
-@dataclass
-class MicroBatch:
-    """One micro-batch of the update, as the algorithm's loss sees it (:meth:`PolicyTrainer._micro_batch`)."""
-
-    sl: slice  # its rows of the batch
-    logp: torch.Tensor  # (n, C) policy log-probs, with gradient
-    entropy: torch.Tensor  # (n, C)
-    old: torch.Tensor  # (n, C) log-probs of the policy that sampled them
-    mask: torch.Tensor  # (n, C) the loss mask after rollout correction
-    weights: torch.Tensor | None  # (n, C) token weights of rollout correction, if any
-    scale: float = 1.0  # factor of its loss before backward (grpoflow.rl.micro_batches.loss_scales)
-    token_scale: float = 1.0  # the same for a mean over its loss tokens (bnpo, PPO's value loss)
+    @classmethod
+    def of(cls, scored: Scored, group_size: int, *, mask_truncated: bool = False) -> Batch:
+        """The scored rollouts as model inputs: ``[prompts | completions]``; ``mask_truncated`` leaves
+        completions cut at the length cap out of the loss (``rl.mask_truncated_completions``)."""
+        ro = scored.rollouts
+        mask = ro.completion_mask.float()
+        if mask_truncated:
+            mask = mask * (~ro.truncated).float().unsqueeze(1)
+        return cls(
+            ids=torch.cat([ro.prompt_ids, ro.completion_ids], dim=1),
+            attn=torch.cat([ro.prompt_mask, ro.completion_mask], dim=1),
+            mask=mask,
+            start=ro.prompt_ids.shape[1],
+            rewards=scored.total,
+            group_size=group_size,
+            sampler_logp=ro.sampler_logprobs,
+        )
 
 
 @dataclass

@@ -110,7 +110,7 @@ def describe_kernels(
 def sdpa_backend(config, attention: str, device: torch.device, dtype: torch.dtype) -> str:
     """The backend SDPA picks for a masked training-pass call of ``config``'s heads on ``device``."""
     grouped = attention == OWN_ATTENTION and device.type == "cpu"  # enable_gqa; else repeat_kv'd
-    q, k, v, mask = _probe(config, device, dtype, grouped)
+    q, k, v, mask = probe(config, device, dtype, grouped)
     dropout = float(getattr(config, "attention_dropout", 0.0) or 0.0)
     gqa = q.shape[1] != k.shape[1]
     if device.type == "cuda":
@@ -120,7 +120,7 @@ def sdpa_backend(config, attention: str, device: torch.device, dtype: torch.dtyp
     return f"(backend not determined on {device.type})"
 
 
-def _probe(config, device: torch.device, dtype: torch.dtype, grouped: bool) -> tuple[torch.Tensor, ...]:
+def probe(config, device: torch.device, dtype: torch.dtype, grouped: bool) -> tuple[torch.Tensor, ...]:
     """``(query, key, value, mask)`` as a training pass hands them to SDPA: (1, heads, L, head dim),
     needing gradients, with a causal boolean (1, 1, L, L) mask."""
     heads = int(config.num_attention_heads)

@@ -7,7 +7,7 @@ chunks, so no fp32 log-softmax over the whole batch and vocabulary is ever mater
 entropy is a metric, computed without gradient, unless an entropy bonus needs its gradient: then
 every chunk's softmax is kept for the backward pass (the whole batch's, N x T x vocabulary floats).
 
-Without an entropy bonus the reduction is one autograd node (:class:`_ChosenLogprob`): its backward
+Without an entropy bonus the reduction is one autograd node (:class:`ChosenLogprob`): its backward
 writes ``d logp / d logits = onehot(target) - softmax`` straight into one gradient tensor, chunk by
 chunk. Left to autograd, every chunk's slice would allocate and zero a gradient the size of all the
 logits and add it to the others, and the picking of the chosen logits another: about a tenth of a
@@ -44,13 +44,13 @@ def completion_logprobs(
     targets = input_ids[:, completion_start:]
     packed = sp.packed_for(model, input_ids, attention_mask, completion_start) if shared_prefix else None
     if packed is not None:
-        logits = _shared_logits(model, packed)
+        logits = shared_logits(model, packed)
         return _reduce_packed(logits, packed.rows, targets, with_entropy, entropy_grad)
-    logits, _ = _row_logits(model, input_ids, attention_mask, completion_start)
+    logits, _ = row_logits(model, input_ids, attention_mask, completion_start)
     return _reduce(logits, targets, with_entropy, entropy_grad)
 
 
-def _row_logits(model, input_ids, attention_mask, completion_start: int) -> tuple[torch.Tensor, torch.Tensor]:
+def row_logits(model, input_ids, attention_mask, completion_start: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(N, T_c, V)`` logits predicting the completion tokens, one ``[prompt | completion]`` row each."""
     t_c = input_ids.shape[1] - completion_start
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -58,12 +58,13 @@ def _row_logits(model, input_ids, attention_mask, completion_start: int) -> tupl
     return out.logits[:, -(t_c + 1) : -1], input_ids[:, completion_start:]  # the logit at t predicts t + 1
 
 
-class _ChosenLogprob(torch.autograd.Function):
+class ChosenLogprob(torch.autograd.Function):
     """``logits[p, target] - logsumexp(logits[p])`` for each flat position ``p`` of ``positions``, from
     ``(P, V)`` logits, over row chunks; the entropies at ``positions`` without gradient (or None)."""
 
     @staticmethod
     def forward(ctx, logits, positions, targets, with_entropy: bool):
+        """``(log-probs, entropies or None)``; keeps the logits and each position's logsumexp for backward."""
         lse = logits.new_empty(len(logits), dtype=torch.float32)
         entropy = torch.empty_like(lse) if with_entropy else None
         for lo, chunk in _chunks(logits):
@@ -81,6 +82,7 @@ class _ChosenLogprob(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_logp, _grad_entropy):
+        """The logits' gradient, ``(onehot(target) - softmax) * grad`` per position, chunk by chunk."""
         logits, lse, positions, flat = ctx.saved_tensors
         weight = torch.zeros_like(lse).index_add_(0, positions.reshape(-1), grad_logp.reshape(-1).float())
         grad = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
@@ -98,9 +100,9 @@ def _chunks(logits: torch.Tensor):
         yield lo, logits[lo : lo + rows].float()
 
 
-def _shared_logits(model, packed: sp.Packed) -> torch.Tensor:
+def shared_logits(model, packed: sp.Packed) -> torch.Tensor:
     """``(K, W, V)`` logits of the packed groups (each prompt encoded once) from the prompt's last
-    position on; ``packed.rows`` picks each row's :func:`_row_logits` from them."""
+    position on; ``packed.rows`` picks each row's :func:`row_logits` from them."""
     out = model(
         input_ids=packed.input_ids,
         attention_mask=sp.mask_for(model, packed.mask),
@@ -121,7 +123,7 @@ def _reduce_packed(
     ``(N, T_c, V)`` copy of the logits is made."""
     k, w, v = logits.shape
     if not (with_entropy and entropy_grad and torch.is_grad_enabled()):
-        return _ChosenLogprob.apply(logits.reshape(k * w, v), rows, targets, with_entropy)
+        return ChosenLogprob.apply(logits.reshape(k * w, v), rows, targets, with_entropy)
     per_row = max(1, _CHUNK_BYTES // max(1, w * v * 4))
     lse, entropy = [], []
     for lo in range(0, k, per_row):

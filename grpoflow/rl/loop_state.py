@@ -23,6 +23,11 @@ class LoopState:
     # Caps set by out-of-memory back-off: num_generations, max_completion_length, micro_batch_size.
     backoff: dict = field(default_factory=dict)
 
+    def capped(self, key: str, configured: int) -> int:
+        """``configured`` (num_generations, max_completion_length or micro_batch_size), capped by any
+        out-of-memory back-off of ``key``."""
+        return min(configured, self.backoff.get(key, configured))
+
 
 @dataclass
 class Resumed:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -34,10 +35,23 @@ from grpoflow.config.rl import Aggregation
 from grpoflow.registry import Registry
 
 RatioLevel = Literal["token", "sequence"]
-# (per-token loss, 0/1 mask) -> the scalar loss; each under its name of grpoflow.config.rl.Aggregation.
-AGGREGATIONS: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry(
-    "aggregation", AGGREGATION_NAMES, "grpoflow.config.rl.Aggregation"
-)
+
+
+@dataclass(frozen=True)
+class Aggregator:
+    """A token aggregation of the policy loss: ``(per-token loss, 0/1 mask) -> the scalar loss``, and
+    what its mean is over, which decides how the step's micro-batches are weighed
+    (:mod:`grpoflow.rl.micro_batches`): the step's loss tokens (``token_mean``), else its rows."""
+
+    reduce: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    token_mean: bool = False
+
+    def __call__(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.reduce(per_token, mask)
+
+
+# Each under its name of grpoflow.config.rl.Aggregation.
+AGGREGATIONS: Registry[Aggregator] = Registry("aggregation", AGGREGATION_NAMES, "grpoflow.config.rl.Aggregation")
 # (log-probs, reference log-probs) -> per-token KL(policy || reference); names of grpoflow.config.grpo.KLEstimator.
 KL_ESTIMATORS: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry(
     "KL estimator", KL_ESTIMATOR_NAMES, "grpoflow.config.grpo.KLEstimator"
@@ -76,22 +90,24 @@ def _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level,
         raise ValueError(f"kl_estimator must be one of {sorted(KL_ESTIMATORS)}, got {kl_estimator!r}")
 
 
-@AGGREGATIONS.register("grpo")
 def sequence_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The mean over each completion's tokens, then over completions (DeepSeekMath, eq. 3)."""
     return _masked_mean(per_token, mask, dim=1).mean()
 
 
-@AGGREGATIONS.register("bnpo")
 def token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The mean over every kept token of the batch (DAPO's token-level loss, eq. 12)."""
     return _masked_mean(per_token, mask)
 
 
-@AGGREGATIONS.register("dr_grpo")
 def constant_normalised_sum(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The sum over kept tokens divided by N x T, a constant (Dr. GRPO, Liu et al. 2025)."""
     return (per_token * mask).sum() / per_token.numel()
+
+
+AGGREGATIONS.register("grpo")(Aggregator(sequence_mean))
+AGGREGATIONS.register("bnpo")(Aggregator(token_mean, token_mean=True))
+AGGREGATIONS.register("dr_grpo")(Aggregator(constant_normalised_sum))
 
 
 @KL_ESTIMATORS.register("k3")

@@ -1,5 +1,5 @@
 """What the loop does when a step runs out of memory: which setting it shrinks next, and the error
-when nothing is left to shrink (:meth:`grpoflow.rl.trainer.PolicyTrainer.step` retries the step)."""
+when nothing is left to shrink (:meth:`grpoflow.rl.trainer.Trainer.train` retries the step)."""
 
 from __future__ import annotations
 

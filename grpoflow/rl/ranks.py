@@ -37,6 +37,14 @@ class Ranks:
         dist.all_reduce(out)
         return out.to(t.device)
 
+    def anyone(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on any process (every process must call this together)."""
+        if self.world == 1:
+            return flag
+        t = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
     def gathered(self, rows: torch.Tensor) -> torch.Tensor:
         """The step's ``rows`` of every process (whole groups), in rank order."""
         if self.world == 1:

@@ -3,8 +3,8 @@ reference (or none), the rollout engine, the reward, the algorithm's trainer (an
 engines), the fingerprint that guards resuming, and the checkpoint state that travels with it.
 
 The training stages (``tasks.grpo``, ``tasks.ppo``) only parse arguments, read and write files and
-log to MLflow; everything that decides how training behaves is here, so that a new algorithm is a
-trainer class with its :class:`~grpoflow.rl.algorithm.Algorithm` (see :mod:`grpoflow.rl.grpo`).
+log to MLflow; everything that decides how training behaves is here, so that a new algorithm is an
+update with its :class:`~grpoflow.rl.algorithm.Algorithm` (see :mod:`grpoflow.rl.grpo`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpoflow import catalog
 from grpoflow.config import Params, rules
 from grpoflow.evaluation.accuracy import greedy_accuracy
 from grpoflow.io import read_jsonl, sha256_paths
@@ -30,7 +31,7 @@ from grpoflow.rl.health import HealthMonitor, Symptom
 from grpoflow.rl.loop_state import LoopState
 from grpoflow.rl.preflight import Preflight, run_preflight
 from grpoflow.rl.rewards import build_reward, correctness_scorer
-from grpoflow.rl.trainer import PolicyTrainer, TrainerInputs
+from grpoflow.rl.trainer import Trainer, TrainerInputs
 from grpoflow.rollout import RolloutEngine, build_rollout
 
 # The core's entry point for training: its import closure is the code a checkpoint depends on.
@@ -68,7 +69,7 @@ class RLRun:
     engine: Any  # a DeepSpeed engine
     tokenizer: Any
     prompter: Prompter
-    trainer: PolicyTrainer
+    trainer: Trainer
     engines: dict  # extra engines checkpointed beside the policy's, by name
     fingerprint: str
     val: list[dict]
@@ -92,7 +93,7 @@ class RLRun:
             return {}
         p = self.params
         res = greedy_accuracy(
-            self.trainer.rollout,  # kept in sync with the policy after every step (vLLM) or the policy itself
+            self.trainer.batches.rollout,  # kept in sync with the policy after every step (vLLM) or the policy itself
             self.val[: p.sft.eval_examples],
             correctness_scorer(p),
             self.prompter,
@@ -103,11 +104,11 @@ class RLRun:
     def preflight(self) -> Preflight:
         """The starting policy's learning signal on ``rl.preflight.prompts`` train prompts (before step 1)."""
         return run_preflight(
-            self.trainer.rollout,
+            self.trainer.batches.rollout,
             self.prompter.prompt,
-            self.trainer.reward,
+            self.trainer.batches.reward,
             correctness_scorer(self.params),
-            self.trainer.prompts,
+            self.trainer.batches.prompts,
             self.params.rl,
             seed=self.seed,
         )
@@ -129,10 +130,10 @@ class RLRun:
         self.trainer.restore(resumed.state)
         if "reference" in resumed.extra and self.reference is not None:  # refreshed since the start
             self.reference.load_state_dict(resumed.extra["reference"])
-        self.trainer.reward.load_state_dict(resumed.extra.get("reward_norm", {}))
+        self.trainer.batches.reward.load_state_dict(resumed.extra.get("reward_norm", {}))
         self.health.history = resumed.extra.get("health_history", [])
         self.health.symptoms |= {k: Symptom(**v) for k, v in resumed.extra.get("health_symptoms", {}).items()}
-        self.trainer.rollout.sync_weights(self.engine.module)
+        self.trainer.batches.rollout.sync_weights(self.engine.module)
         return resumed.extra.get("stage", {}), skipped
 
     def save(self, directory: str | Path, state: LoopState, stage_state: dict) -> None:
@@ -148,7 +149,7 @@ class RLRun:
                 "health_history": self.health.history,
                 "health_symptoms": {k: s.to_dict() for k, s in self.health.symptoms.items()},
                 "stage": stage_state,
-                "reward_norm": self.trainer.reward.state_dict(),
+                "reward_norm": self.trainer.batches.reward.state_dict(),
                 **self._refreshed_reference(state),
             },
         )
@@ -167,7 +168,7 @@ class RLRun:
 
     def close_rollouts(self) -> None:
         """Release the rollout engine (vLLM's engine core and process groups) once training is over."""
-        self.trainer.rollout.close()
+        self.trainer.batches.rollout.close()
 
 
 def _policy_engine(params: Params, algorithm: Algorithm, reference_dir: Path) -> tuple[Any, Any, Any]:
@@ -250,6 +251,7 @@ def build_rl_run(
         health=health,
     )
     built = algorithm.build(params, inputs, reference_dir)
+    trainer = Trainer(inputs, built.update, kl_coef=catalog.kl_coef(params, algorithm.name))
     return RLRun(
         algorithm=algorithm,
         params=params,
@@ -259,7 +261,7 @@ def build_rl_run(
         engine=engine,
         tokenizer=tokenizer,
         prompter=prompter,
-        trainer=built.trainer,
+        trainer=trainer,
         engines=built.engines,
         fingerprint=fingerprint(params, algorithm, data_dir, reference_dir, seed),
         val=read_jsonl(data_dir / "val.jsonl"),

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 ARCHITECTURES = frozenset({"qwen2", "llama"})  # verified equal to the unshared path in tests
 _ATTENTION = frozenset({"sdpa", OWN_ATTENTION, "eager"})  # implementations that take an arbitrary 4-D mask
-_logged: set[str] = set()
+LOGGED_FALLBACKS: set[str] = set()  # the reasons logged so far: each is logged once per process
 
 
 @dataclass
@@ -97,8 +97,8 @@ def unsupported(model) -> str | None:
 def usable(model) -> bool:
     """Whether ``model`` takes packed groups; logs the reason once per reason when it does not."""
     reason = unsupported(model)
-    if reason is not None and reason not in _logged:
-        _logged.add(reason)
+    if reason is not None and reason not in LOGGED_FALLBACKS:
+        LOGGED_FALLBACKS.add(reason)
         log.warning("shared_prefix: falling back to one [prompt | completion] row per sample: %s", reason)
     return reason is None
 

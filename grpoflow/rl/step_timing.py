@@ -31,6 +31,11 @@ class PhaseTimer:
         self.seconds: dict[str, float] = {}
         self._inner: list[float] = []  # per open phase: seconds its nested phases took
 
+    def reset(self) -> None:
+        """Forget every phase: a new step starts (its parts hold this timer, so it is not replaced)."""
+        self.seconds.clear()
+        self._inner.clear()
+
     @contextmanager
     def phase(self, key: str) -> Iterator[None]:
         """Time the block as phase ``key`` (accumulated when a step runs it more than once)."""

@@ -93,7 +93,7 @@ def test_a_third_algorithm_trains_on_the_shared_policy_trainer(tmp_path):
             validate_params(tiny), ALGORITHMS["reinforce"], data_dir=workspace / "data", reference_dir=workspace / "ref"
         )
         # Unequal rewards (every other completion's), so the batch-mean baseline leaves advantages != 0.
-        run.trainer.reward = lambda completions, rows: (torch.arange(len(completions)) % 2 * 1.0, {})
+        run.trainer.batches.reward = lambda completions, rows: (torch.arange(len(completions)) % 2 * 1.0, {})
         before = {n: p.detach().clone() for n, p in run.engine.module.named_parameters()}
         metrics = run.trainer.step(0)
     assert run.trainer.ref is None  # no KL key: no reference is loaded

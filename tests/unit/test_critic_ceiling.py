@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grpoflow.rl.critic import ValueModel
 from grpoflow.rl.critic_ceiling import RewardedBatch, critic_ev, fit_critic, prompt_oracle_ev
-from grpoflow.rl.ppo import ValueModel
 from grpoflow.rollout import Rollouts
 from tests.unit.test_shared_prefix import small_llama
 

@@ -129,13 +129,13 @@ def test_on_cuda_pytorchs_priority_order_is_followed(monkeypatch):
 def test_on_cuda_the_line_names_the_backend_for_the_passes_call(monkeypatch):
     seen = _fake_cuda(monkeypatch, flash=False, efficient=True)
     built = []
-    probe = kernels._probe
+    probe = kernels.probe
 
     def on_cpu(config, device, dtype, grouped):
         built.append((device.type, grouped))
         return probe(config, torch.device("cpu"), dtype, grouped)
 
-    monkeypatch.setattr(kernels, "_probe", on_cpu)
+    monkeypatch.setattr(kernels, "probe", on_cpu)
     line = kernels.describe_kernels(small_llama(lora=False), device="cuda", dtype=torch.bfloat16).line()
     assert line == f"attention: {NAME} -> sdpa mem-efficient (bfloat16); {NO_LIGER}"
     assert built == [("cuda", False)]  # on CUDA the grouped heads are repeated (transformers' sdpa)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpoflow.rl import logprobs
-from grpoflow.rl.logprobs import _ChosenLogprob, completion_logprobs
+from grpoflow.rl.logprobs import ChosenLogprob, completion_logprobs
 
 
 class Bigram(torch.nn.Module):
@@ -66,7 +66,7 @@ def test_the_chosen_logprob_node_equals_autograd_through_log_softmax(p, v, n, t,
     targets = torch.randint(0, v, (n, t), generator=g)
     upstream = torch.randn(n, t, generator=g)
     with mock.patch.object(logprobs, "_CHUNK_BYTES", chunk_rows * v * 4):
-        logp, entropy = _ChosenLogprob.apply(logits, positions, targets, True)
+        logp, entropy = ChosenLogprob.apply(logits, positions, targets, True)
         (logp * upstream).sum().backward()
     ours = logits.grad.clone()
     logits.grad = None
@@ -80,7 +80,7 @@ def test_the_chosen_logprob_node_equals_autograd_through_log_softmax(p, v, n, t,
 def test_the_chosen_logprob_gradient_by_hand():
     """One position, vocabulary 2, logits (0, ln 3): softmax (1/4, 3/4); d logp(token 0) / d logits = (3/4, -3/4)."""
     logits = torch.tensor([[0.0, float(torch.log(torch.tensor(3.0)))]], requires_grad=True)
-    logp, entropy = _ChosenLogprob.apply(logits, torch.tensor([[0]]), torch.tensor([[0]]), False)
+    logp, entropy = ChosenLogprob.apply(logits, torch.tensor([[0]]), torch.tensor([[0]]), False)
     logp.sum().backward()
     assert entropy is None and torch.allclose(logp, torch.log(torch.tensor([[0.25]])))
     assert torch.allclose(logits.grad, torch.tensor([[0.75, -0.75]]))

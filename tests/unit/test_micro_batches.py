@@ -68,16 +68,17 @@ def test_property_each_micro_batch_fits_its_budget_as_the_packer_lays_it_out(
 
 
 def test_budget_shrinks_with_an_out_of_memory_back_off():
-    from types import SimpleNamespace
-
     from grpoflow.config import validate_params
+    from grpoflow.rl.health import HealthMonitor
+    from grpoflow.rl.learner import Learner
     from grpoflow.rl.loop_state import LoopState
-    from grpoflow.rl.trainer import PolicyTrainer
+    from grpoflow.rl.ranks import Ranks
+    from grpoflow.rl.step_timing import PhaseTimer
 
     cfg = validate_params({"rl": {"engine": {"micro_batch_size": 16, "max_tokens_per_micro_batch": 4000}}}).rl
-    trainer = SimpleNamespace(cfg=cfg, state=LoopState(backoff={"micro_batch_size": 4}))
-    trainer.micro_batch_size = PolicyTrainer.micro_batch_size.fget(trainer)
-    assert PolicyTrainer.token_budget.fget(trainer) == 1000
+    state = LoopState(backoff={"micro_batch_size": 4})
+    learner = Learner(cfg, None, None, Ranks(), state=state, health=HealthMonitor(), timer=PhaseTimer())
+    assert (learner.micro_batch_size, learner.token_budget) == (4, 1000)
 
 
 def test_loss_scales_of_a_mean_over_every_process_tokens_by_hand():

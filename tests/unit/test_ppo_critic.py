@@ -11,9 +11,8 @@ import torch
 
 from grpoflow import metric_names as M
 from grpoflow.config import validate_params
-from grpoflow.rl.batch import Batch
+from grpoflow.rl.critic import initial_critic
 from grpoflow.rl.ppo import ALGORITHM as PPO
-from grpoflow.rl.ppo import initial_critic
 from grpoflow.rl.run import build_rl_run
 from tests.unit import rl_workspace
 
@@ -45,7 +44,7 @@ def by_prompt(completions, rows):
 def tiny_run(workspace, **ppo):
     params = validate_params({**TINY, "ppo": {**TINY["ppo"], **ppo}})
     run = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
-    run.trainer.reward = by_prompt
+    run.trainer.batches.reward = by_prompt
     return run
 
 
@@ -66,7 +65,7 @@ def identical(a, b) -> bool:
 
 def test_the_warmup_fits_the_critic_alone_and_leaves_the_policy_bit_identical(workspace):
     run = tiny_run(workspace)
-    policy, critic = run.engine, run.trainer.critic
+    policy, critic = run.engine, run.engines["critic"]
     before = weights(policy.module), copy.deepcopy(policy.optimizer.state_dict()), policy.global_steps
     schedule = copy.deepcopy(policy.lr_scheduler.state_dict())
     critic_before = weights(critic.module)
@@ -90,11 +89,9 @@ def test_more_critic_epochs_step_the_critic_more_on_the_same_batch_and_leave_the
     def one_update(epochs: int):
         run = tiny_run(workspace, critic_warmup_steps=0, critic_epochs=epochs)
         trainer = run.trainer
-        scored = trainer._scored(0, 2)
-        ids, attn, mask, start = trainer._inputs(scored.rollouts)
-        trainer._set_batch(len(ids))
-        trainer.update(1, Batch(ids, attn, mask, start, scored.total, 2))
-        return weights(run.engine.module), weights(trainer.critic.module), trainer.critic.global_steps
+        trainer.update(1, trainer.batch_of(trainer.batches.scored(0, 2), 2))
+        critic = run.engines["critic"]
+        return weights(run.engine.module), weights(critic.module), critic.global_steps
 
     once, thrice = one_update(1), one_update(3)
     assert identical(once[0], thrice[0])  # the policy's update reads the values from before any critic pass
@@ -104,10 +101,7 @@ def test_more_critic_epochs_step_the_critic_more_on_the_same_batch_and_leave_the
 
 def test_explained_variance_rises_as_the_critic_fits_a_fixed_batch(workspace):
     trainer = tiny_run(workspace).trainer
-    scored = trainer._scored(0, 2)
-    ids, attn, mask, start = trainer._inputs(scored.rollouts)
-    trainer._set_batch(len(ids))
-    batch = Batch(ids, attn, mask, start, scored.total, 2)
+    batch = trainer.batch_of(trainer.batches.scored(0, 2), 2)
     # Each warm-up update reports the explained variance of the values before it: a zero head's first.
     ev = [trainer.update(0, batch)[M.EXPLAINED_VARIANCE] for _ in range(25)]
     assert ev[0] == 0.0
@@ -164,13 +158,13 @@ def test_the_critic_can_start_from_the_reward_model(workspace, tmp_path):
 
 def test_a_reward_model_of_another_vocabulary_cannot_host_the_critic(workspace, tmp_path):
     from grpoflow.models.modeling import train_tokenizer
-    from grpoflow.rl.ppo import _check_same_vocabulary
+    from grpoflow.rl.critic import check_same_vocabulary
 
     # Merges of other texts: a vocabulary beside the policy's 256 bytes and specials that differs from it.
     train_tokenizer(["something else entirely"] * 5, vocab_size=300).save_pretrained(tmp_path / "other")
-    _check_same_vocabulary(workspace / "ref", workspace / "ref")
+    check_same_vocabulary(workspace / "ref", workspace / "ref")
     with pytest.raises(ValueError, match="another vocabulary"):
-        _check_same_vocabulary(tmp_path / "other", workspace / "ref")
+        check_same_vocabulary(tmp_path / "other", workspace / "ref")
 
 
 @pytest.mark.parametrize(
@@ -192,12 +186,12 @@ def test_a_lora_policys_critic_trains_adapters_and_its_head_and_leaves_its_trunk
     policy's size whose own weights stay frozen), the value head trains in full, and the policy's
     reference is its own model with the adapters off."""
     from grpoflow.models.lora import AdaptersDisabled, has_adapters
-    from grpoflow.rl.ppo import completion_values
+    from grpoflow.rl.critic import completion_values
 
     params = validate_params({**TINY, "model": {"lora": {"rank": 4, "alpha": 8}}})
     run = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
-    run.trainer.reward = by_prompt
-    critic = run.trainer.critic
+    run.trainer.batches.reward = by_prompt
+    critic = run.engines["critic"]
     trainable = {n for n, p in critic.module.named_parameters() if p.requires_grad}
     assert has_adapters(critic.module.trunk) and isinstance(run.reference, AdaptersDisabled)
     assert {"head.weight", "head.bias"} <= trainable
@@ -205,8 +199,8 @@ def test_a_lora_policys_critic_trains_adapters_and_its_head_and_leaves_its_trunk
     frozen_before = {n: p for n, p in weights(critic.module).items() if n not in trainable}
     lora_before = {n: p for n, p in weights(critic.module).items() if ".lora_B" in n}
     assert frozen_before and lora_before
-    scored = run.trainer._scored(0, 2)
-    ids, attn, _, start = run.trainer._inputs(scored.rollouts)
+    batch = run.trainer.batch_of(run.trainer.batches.scored(0, 2), 2)
+    ids, attn, start = batch.ids, batch.attn, batch.start
     # Each group's prompt encoded once gives the values one row per sample gives, through peft's wrapper.
     with torch.no_grad():
         packed = completion_values(critic.module, ids, attn, start, shared_prefix=True)
@@ -225,7 +219,7 @@ def test_a_critic_trunk_takes_only_the_lora_targets_it_has():
     other targets; a set whose targets are all missing from the trunk is refused with its name."""
     from grpoflow.config import LoraConfig
     from grpoflow.models.lora import LoraTargetError
-    from grpoflow.rl.ppo import trunk_lora
+    from grpoflow.rl.critic import trunk_lora
 
     trunk = torch.nn.Sequential()
     trunk.add_module("q_proj", torch.nn.Linear(2, 2))

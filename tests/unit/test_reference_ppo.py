@@ -1,7 +1,7 @@
 """The trainer's PPO step against PPO restated in plain torch (tests/unit/reference_ppo.py).
 
 Both start from the same tiny policy, critic and reference, and see the same rollouts and rewards,
-injected in place of sampling and scoring. The real steps (grpoflow.rl.ppo.PPOTrainer on its two
+injected in place of sampling and scoring. The real steps (grpoflow.rl.ppo.PPO.update on its two
 DeepSpeed engines, on the CPU) must leave the same policy and critic weights as the reference's AdamW
 steps, and report the same losses, KL and critic statistics, under every setting that changes the
 arithmetic. The reference is moved away from the policy (the KL penalty would be 0) and the critic's
@@ -174,7 +174,7 @@ def project_run(workspace, overrides: dict) -> Run:
     steps = overrides.pop("steps", 1)
     params = validate_params(merged(BASE, overrides))
     run = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
-    trainer, critic = run.trainer, run.trainer.critic.module
+    trainer, critic = run.trainer, run.engines["critic"].module
     critic.load_state_dict(_perturbed(critic, 0.05, 2, only="head."))  # values of about +-0.3
     start = {"policy": copy.deepcopy(trainer.engine.module.state_dict()), "critic": copy.deepcopy(critic.state_dict())}
     start["ref"] = _perturbed(_policy(workspace), 0.02, 1)  # a KL of about 0.1 a token; kept for a baseline's use
@@ -186,7 +186,7 @@ def project_run(workspace, overrides: dict) -> Run:
         noise = torch.randn(ro.completion_ids.shape, generator=torch.Generator().manual_seed(3))
         ro.sampler_logprobs = policy_outputs(_policy(workspace, start["policy"]), ro)[0] + 0.5 * noise
     rewards = torch.tensor(REWARDS)
-    trainer._scored = lambda step, g, draw=0: Scored(
+    trainer.batches.scored = lambda step, g, draw=0: Scored(
         ro, [{"id": str(i // G)} for i in range(len(REWARDS))], rewards, {"math": rewards}
     )
     metrics = [trainer.step(s) for s in range(steps)]
@@ -290,7 +290,7 @@ def test_each_setting_changes_the_step_as_it_changes_the_reference(workspace, na
     assert mismatches(run, reference_steps(workspace, without, run))
 
 
-# A discrepancy this reference found in the loop GRPO and PPO share, mended (PolicyTrainer._kept_tokens):
+# A discrepancy this reference found in the loop GRPO and PPO share, mended (grpoflow.rl.learner, the loss scales):
 # under rl.aggregation bnpo each micro-batch's loss is a mean over the tokens rollout correction keeps, and
 # was weighed by its share of all the batch's tokens, not of the kept ones. With masking (MIS) the objective
 # then depended on how the batch was cut: in two micro-batches of 4 rows the loss was -0.17176 for -0.16952

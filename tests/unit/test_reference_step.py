@@ -1,7 +1,7 @@
 """The trainer's GRPO step against the paper's, restated in plain torch (tests/unit/reference_grpo.py).
 
 Both start from the same tiny model and reference, and see the same rollouts and rewards, injected
-in place of sampling and scoring. The real step (grpoflow.rl.trainer.PolicyTrainer.step with GRPO's update,
+in place of sampling and scoring. The real step (grpoflow.rl.trainer.Trainer.step with GRPO's update,
 on its DeepSpeed engine, on the CPU) must leave the same weights as the reference's AdamW step(s),
 and report the same loss. The reference is moved away from the policy first: at the start they are
 equal, and the KL term would add no gradient.
@@ -86,7 +86,7 @@ def test_one_trainer_step_equals_the_reference_grpo_step(workspace, iterations, 
             w.add_(0.05 * torch.randn(w.shape, generator=gen))
     ro = injected_rollouts(len(run.tokenizer), run.tokenizer.pad_token_id)
     rewards = torch.tensor(REWARDS)
-    trainer._scored = lambda step, g, draw=0: Scored(
+    trainer.batches.scored = lambda step, g, draw=0: Scored(
         ro, [{"id": str(i // G)} for i in range(len(REWARDS))], rewards, {"math": rewards}
     )
 
@@ -108,8 +108,8 @@ def test_one_trainer_step_equals_the_reference_grpo_step(workspace, iterations, 
         iterations=iterations,
     )
 
-    planned, plan = [], trainer._plan
-    trainer._plan = lambda b: planned.append(plan(b)) or planned[-1]
+    planned, plan = [], trainer.learner.plan
+    trainer.learner.plan = lambda b: planned.append(plan(b)) or planned[-1]
     metrics = trainer.step(0)
     sizes = [sl.stop - sl.start for sl in planned[-1]]
     assert sizes == ([3, 1, 4] if budget else [micro] * (len(REWARDS) // micro))

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from grpoflow.config import GRPOConfig, ModelConfig, RLConfig
 from grpoflow.models.engine import build_engine
 from grpoflow.models.modeling import build_tiny_model, train_tokenizer
-from grpoflow.rl.grpo import GRPOTrainer
+from grpoflow.rl.grpo import GRPO
 from grpoflow.rl.oom_backoff import OutOfMemoryAfterBackoff, next_backoff
 from grpoflow.rl.rewards import RewardComponent, WeightedReward
-from grpoflow.rl.trainer import TrainerInputs
+from grpoflow.rl.trainer import Trainer, TrainerInputs
 from grpoflow.rollout.hf import HFRolloutEngine
 
 
@@ -80,7 +80,7 @@ def parts():
     return tok, model, prompts
 
 
-def trainer_with_budget(parts, budget: MemoryBudget, **cfg_overrides) -> GRPOTrainer:
+def trainer_with_budget(parts, budget: MemoryBudget, **cfg_overrides) -> Trainer:
     tok, model, prompts = parts
     cfg = RLConfig(
         steps=2,
@@ -103,17 +103,16 @@ def trainer_with_budget(parts, budget: MemoryBudget, **cfg_overrides) -> GRPOTra
 
     rollout.generate = generate_within_budget
     reward = WeightedReward([RewardComponent("len", lambda c, r: [float(len(x) % 3) for x in c], 1.0)])
-    trainer = GRPOTrainer(
-        TrainerInputs(cfg, engine, None, rollout, tok, reward, prompts, seed=0), grpo=GRPOConfig(beta=0.0)
-    )
-    update = trainer.update
+    grpo = GRPO(GRPOConfig(beta=0.0))
 
-    def update_within_budget(step, batch):
-        budget.check("micro-batch", engine.train_micro_batch_size_per_gpu(), budget.max_micro_batch)
-        return update(step, batch)
+    class WithinBudget:
+        """GRPO's update, run out of memory where its micro-batch exceeds the budget."""
 
-    trainer.update = update_within_budget
-    return trainer
+        def update(self, batch, learner):
+            budget.check("micro-batch", engine.train_micro_batch_size_per_gpu(), budget.max_micro_batch)
+            return grpo.update(batch, learner)
+
+    return Trainer(TrainerInputs(cfg, engine, None, rollout, tok, reward, prompts, seed=0), WithinBudget())
 
 
 def test_trainer_backs_off_in_order_records_each_change_and_finishes(parts):
@@ -191,9 +190,9 @@ def _two_process_worker(rank: int, port: int, results) -> None:
 
     rollout.generate = generate_rank1_oom_at_g8
     reward = WeightedReward([RewardComponent("len", lambda c, r: [float(len(x) % 3) for x in c], 1.0)])
-    trainer = GRPOTrainer(
+    trainer = Trainer(
         TrainerInputs(cfg, engine, None, rollout, tok, reward, prompts, seed=0, rank=rank, world=2),
-        grpo=GRPOConfig(beta=0.0),
+        GRPO(GRPOConfig(beta=0.0)),
     )
     gs = []
     trainer.train(on_step=lambda step, m: gs.append(m["num_generations"]))

@@ -169,13 +169,13 @@ def test_a_perturbed_sampler_is_measured_and_corrected_on_the_real_engines(works
 
     params = validate_params({**TINY, "rl": {**TINY["rl"], "rollout_correction": {"mode": mode, "cap": 1.5}}})
     run = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
-    real = run.trainer.rollout.generate
+    real = run.trainer.batches.rollout.generate
 
     def perturbed(*args, **kwargs):
         ro = real(*args, **kwargs)
         return dataclasses.replace(ro, sampler_logprobs=(ro.sampler_logprobs + 0.5) * ro.completion_mask)
 
-    run.trainer.rollout.generate = perturbed
+    run.trainer.batches.rollout.generate = perturbed
     steps = []
     run.trainer.train(on_step=lambda step, m: steps.append(m))
     (m,) = steps
@@ -229,7 +229,7 @@ def test_a_lora_critic_checkpoints_its_adapters_and_head_only_and_resumes_them(w
     params = validate_params({**TINY, "model": {"lora": {"rank": 4, "alpha": 8}}, "ppo": {"critic_warmup_steps": 0}})
     run = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
     state = run.trainer.train()
-    critic = run.trainer.critic.module
+    critic = run.engines["critic"].module
     trained = {n: p.detach().clone() for n, p in critic.named_parameters() if p.requires_grad}
     frozen = sum(p.numel() * p.element_size() for p in critic.parameters() if not p.requires_grad)
     run.save(tmp_path / "ckpt", state, {})
@@ -239,5 +239,5 @@ def test_a_lora_critic_checkpoints_its_adapters_and_head_only_and_resumes_them(w
     again = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
     _, skipped = again.resume(tmp_path / "ckpt")
     assert skipped == []
-    resumed = dict(again.trainer.critic.module.named_parameters())
+    resumed = dict(again.engines["critic"].module.named_parameters())
     assert all(torch.equal(resumed[n].detach(), p) for n, p in trained.items())

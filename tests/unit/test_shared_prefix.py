@@ -181,9 +181,9 @@ def test_group_of_one_and_completions_of_one_token():
     ids, attn, start = batch([6, 9], g=1, c_lens=[4, 2])
     assert_same(model, ids, attn, start)  # nothing shared: the unshared path itself
     with torch.no_grad():  # packing groups of one, forced, is exact too
-        rows, _ = lp._row_logits(model, ids, attn, start)
+        rows, _ = lp.row_logits(model, ids, attn, start)
         packed = sp.pack(ids, attn, start)
-        logits = lp._shared_logits(model, packed)
+        logits = lp.shared_logits(model, packed)
     mask = attn[:, start:].bool()
     assert rel(sp.gather_rows(logits, packed)[mask], rows[mask]) < RTOL
     ids, attn, start = batch([6, 9, 3], g=3, c_lens=[1])
@@ -212,7 +212,7 @@ def test_an_unverified_model_falls_back_with_one_log_line(caplog):
             assert kw["attention_mask"].dim() == 2  # never the packed 4-D mask
             return self.inner(**kw)
 
-    sp._logged.clear()
+    sp.LOGGED_FALLBACKS.clear()
     ids, attn, start = batch([4, 6], g=3, c_lens=[3])
     with caplog.at_level(logging.WARNING, logger="grpoflow.rl.shared_prefix"):
         for _ in range(3):

@@ -9,35 +9,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
-from grpoflow import metric_names as M
 from grpoflow.config import Params
-from grpoflow.rl.algorithm import Algorithm, BuiltTrainer, register
-from grpoflow.rl.batch import Batch, MicroBatch
-from grpoflow.rl.trainer import PolicyTrainer, TrainerInputs
+from grpoflow.rl.algorithm import Algorithm, Built, register
+from grpoflow.rl.batch import Batch
+from grpoflow.rl.learner import Learner
+from grpoflow.rl.trainer import TrainerInputs
 
 
-class ReinforceTrainer(PolicyTrainer):
-    """The shared loop with batch-mean-baseline advantages and the plain policy-gradient loss."""
+class Reinforce:
+    """Batch-mean-baseline advantages and the plain policy-gradient loss."""
 
-    def __init__(self, inputs: TrainerInputs):
-        super().__init__(inputs, kl_coef=0.0)
-
-    def update(self, step: int, b: Batch) -> dict[str, float]:
+    def update(self, b: Batch, learner: Learner) -> dict[str, float]:
         """One pass of the policy-gradient loss over the batch."""
-        advantages = self.ranks.batch_wide(lambda r: r - r.mean(), b.rewards.float())
-
-        def policy_loss(mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        advantages = learner.ranks.batch_wide(lambda r: r - r.mean(), b.rewards.float())
+        micro_batches = learner.micro_batches(b)
+        for mb in micro_batches:
             mask = mb.mask.to(mb.logp.dtype)
             mean_logp = (mb.logp * mask).sum(1) / mask.sum(1).clamp(min=1)
-            return -(advantages[mb.sl].to(mb.logp.dtype) * mean_logp).mean(), {M.CLIP_RATIO: 0.0}
+            learner.step(mb, -(advantages[mb.sl].to(mb.logp.dtype) * mean_logp).mean())
+        return micro_batches.metrics()
 
-        return self._micro_batch_loop(step, b, None, policy_loss)
 
-
-def _build(params: Params, inputs: TrainerInputs, reference_dir: Path) -> BuiltTrainer:
-    return BuiltTrainer(ReinforceTrainer(inputs))
+def _build(params: Params, inputs: TrainerInputs, reference_dir: Path) -> Built:
+    return Built(Reinforce())
 
 
 ALGORITHM = register(Algorithm("reinforce", _build))

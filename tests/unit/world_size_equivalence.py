@@ -170,7 +170,7 @@ def one_step(name: str, workspace: Path) -> dict[str, Any]:
     from grpoflow.rl.grpo import ALGORITHM as GRPO
     from grpoflow.rl.ppo import ALGORITHM as PPO
     from grpoflow.rl.run import build_rl_run
-    from grpoflow.rl.trainer import prompt_indices
+    from grpoflow.rl.step_batch import prompt_indices
 
     algorithm, raw = CONFIGS[name]
     params = validate_params(raw)

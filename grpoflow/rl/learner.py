@@ -1,0 +1,295 @@
+"""The learner: the policy's side of an update, which an algorithm's update is written against
+(:mod:`grpoflow.rl.algorithm`). Its public contract is small:
+
+- the frozen log-probs of a batch: the reference's (:meth:`Learner.reference_logprobs`) and the
+  policy's before the update (:meth:`Learner.old_logprobs`);
+- the update's micro-batches (:meth:`Learner.micro_batches`): ``rl.num_iterations`` passes over the
+  batch, each micro-batch with the policy's log-probs (with gradient), its loss mask and token weights
+  after rollout correction, and its named :class:`Scales`;
+- one optimizer step on a micro-batch's loss (:meth:`Learner.step`), which also tallies its metrics;
+- the ranks (:class:`~grpoflow.rl.ranks.Ranks`): the step's statistics over every process.
+
+Everything that makes one step's update the same on 1 process and on W, with any micro-batching, is
+here (the loss scales, the accumulation boundary), so an update never computes a scale itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from math import gcd
+from typing import Any
+
+import torch
+
+from grpoflow import metric_names as M
+from grpoflow.config import RLConfig
+from grpoflow.models.engine import optimizer_step
+from grpoflow.rl import micro_batches
+from grpoflow.rl import shared_prefix as sp
+from grpoflow.rl.batch import Batch, masked_mean
+from grpoflow.rl.health import HealthMonitor
+from grpoflow.rl.logprobs import completion_logprobs
+from grpoflow.rl.loop_state import LoopState
+from grpoflow.rl.losses import AGGREGATIONS, rollout_correction
+from grpoflow.rl.ranks import Ranks
+from grpoflow.rl.step_timing import PhaseTimer
+
+# A micro-batch's rollout correction: (token weights or None, the loss mask it leaves).
+Corrected = tuple[torch.Tensor | None, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Scales:
+    """What a micro-batch's numbers are weighed by, so that the step's micro-batches on every process
+    add up to the step's objective under DeepSpeed's accumulation and averaging
+    (:func:`grpoflow.rl.micro_batches.loss_scales`)."""
+
+    loss: float = 1.0  # its policy loss's factor before backward: its share of the step's rows (or tokens)
+    tokens: float = 1.0  # the same for a mean over its loss tokens (the tallies, PPO's value loss)
+    accumulation: int = 1  # the engine's accumulation steps, which DeepSpeed divides every loss by
+
+    @property
+    def share(self) -> float:
+        """Its share of the step's loss tokens, as a metric's mean over the step weighs it."""
+        return self.tokens / self.accumulation
+
+
+@dataclass
+class Tally:
+    """An update's metrics, summed micro-batch by micro-batch: each a mean over the step's tokens per
+    pass, and the rollout-correction mismatch of every micro-batch."""
+
+    passes: int
+    sums: dict[str, float] = field(default_factory=dict)
+    seen: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, key: str, value: float) -> None:
+        """Add ``value`` (already weighed) to ``key``'s sum."""
+        self.sums[key] = self.sums.get(key, 0.0) + value
+
+    def means(self) -> dict[str, float]:
+        """Each sum as a mean over the passes; the mismatch as the step's (the largest ratio, the
+        mean of the rest)."""
+        mismatch = {k: max(v) if k == M.ROLLOUT_RATIO_MAX else sum(v) / len(v) for k, v in self.seen.items()}
+        return {k: v / self.passes for k, v in self.sums.items()} | mismatch
+
+
+@dataclass
+class MicroBatch:
+    """One micro-batch of the update, as an algorithm's loss sees it."""
+
+    sl: slice  # its rows of the batch
+    logp: torch.Tensor  # (n, C) policy log-probs, with gradient
+    entropy: torch.Tensor  # (n, C)
+    old: torch.Tensor  # (n, C) log-probs of the policy that sampled them
+    mask: torch.Tensor  # (n, C) the loss mask after rollout correction
+    weights: torch.Tensor | None  # (n, C) token weights of rollout correction, if any
+    scales: Scales
+    tally: Tally  # the update's metrics, which Learner.step adds to
+
+
+class MicroBatches:
+    """The update's micro-batches (:meth:`Learner.micro_batches`): iterate to get them, pass by pass;
+    :meth:`metrics` afterwards gives the update's tallied metrics."""
+
+    def __init__(self, learner: Learner, b: Batch, old_logp: torch.Tensor | None, engines: tuple):
+        self.learner, self.b, self.engines = learner, b, engines
+        self.slices, self.gas = learner.plan(b), learner.engine.gradient_accumulation_steps()
+        self.tokens = learner.ranks.token_scales(b.mask, self.slices, self.gas)
+        self.tally = Tally(learner.cfg.num_iterations)
+        self.token_mean = AGGREGATIONS[learner.cfg.aggregation].token_mean
+        if self.token_mean and old_logp is None and self._masking_split():
+            old_logp = learner.old_logprobs(b)
+        self.old_logp = old_logp
+        self.corrected = self._step_corrections()
+        self.scales = self._loss_scales()
+        for engine in engines:
+            engine.train()
+
+    def __iter__(self) -> Iterator[MicroBatch]:
+        b = self.b
+        for _ in range(self.learner.cfg.num_iterations):
+            for i, sl in enumerate(micro_batches.accumulation(self.slices, *self.engines)):
+                mb = self._micro_batch(i, sl)
+                yield mb
+                self.tally.add(M.ENTROPY, masked_mean(mb.entropy, b.mask[sl]) * mb.scales.share)
+
+    def metrics(self) -> dict[str, float]:
+        """The update's metrics: the loss, the entropy and the update's own tallies, each a mean over
+        the step's tokens per pass; the rollout mismatch."""
+        return self.tally.means()
+
+    def _micro_batch(self, i: int, sl: slice) -> MicroBatch:
+        """Micro-batch ``sl``: the policy's log-probs and entropies, the old log-probs (the current ones,
+        detached, when the update takes none: with mu = 1 they are equal), the token weights and loss
+        mask after rollout correction (made once for the step, else here from those old log-probs)."""
+        learner, b = self.learner, self.b
+        logp, ent = learner.policy_logprobs(b, sl)
+        old = self.old_logp[sl] if self.old_logp is not None else logp.detach()
+        weights, mask = self.corrected[i] if self.corrected is not None else self._corrected(old, sl)
+        scales = Scales(loss=self.scales[i], tokens=self.tokens[i], accumulation=self.gas)
+        return MicroBatch(sl, logp, ent, old, mask, weights, scales, self.tally)
+
+    def _corrected(self, old: torch.Tensor, sl: slice) -> Corrected:
+        """``(token weights or None, loss mask)`` of micro-batch ``sl`` under ``rl.rollout_correction``,
+        its mismatch tallied (:func:`grpoflow.rl.losses.rollout_correction`)."""
+        b = self.b
+        if b.sampler_logp is None:
+            return None, b.mask[sl]
+        c = self.learner.cfg.rollout_correction
+        weights, mask, metrics = rollout_correction(old, b.sampler_logp[sl].to(old.dtype), b.mask[sl], c.mode, c.cap)
+        for key, value in metrics.items():
+            self.tally.seen.setdefault(key, []).append(value)
+        return weights, mask
+
+    def _masking_split(self) -> bool:
+        """Whether a masking correction decides per token from the old log-probs while the step's tokens
+        are split (micro-batches, processes): a token mean's weights must then count the kept tokens of
+        the whole step before its first micro-batch steps, so the old log-probs are taken first."""
+        masking = self.b.sampler_logp is not None and self.learner.cfg.rollout_correction.mode.endswith("_mask")
+        return masking and (len(self.slices) > 1 or self.learner.ranks.world > 1)
+
+    def _step_corrections(self) -> list[Corrected] | None:
+        """Each micro-batch's correction, made once for the step where its old log-probs are known
+        before the update: every pass of mu uses the same. None where the update's own log-probs are
+        the old ones (mu = 1): each micro-batch makes its own."""
+        if self.old_logp is None:
+            return None
+        return [self._corrected(self.old_logp[sl], sl) for sl in self.slices]
+
+    def _loss_scales(self) -> list[float]:
+        """Each micro-batch's factor of its loss: under a row-mean aggregation its share of the step's
+        rows; under a token mean its share of the step's loss tokens, those a masking correction keeps
+        where it decided them up front."""
+        if not self.token_mean:
+            return self.learner.ranks.row_scales(self.slices, self.gas)
+        if self.corrected is None or not self._masking_split():
+            return self.tokens
+        kept = self.b.mask.clone()
+        for sl, (_, mask) in zip(self.slices, self.corrected):
+            kept[sl] = mask
+        return self.learner.ranks.token_scales(kept, self.slices, self.gas)
+
+
+class Learner:
+    """The policy's engine and what an update does with it. ``cfg`` is the ``rl`` section; ``ref`` the
+    frozen reference (None: the run has none); ``state`` the loop's (the KL coefficient, the back-off
+    caps), shared with the loop; ``timer`` the step's phases, shared with the loop."""
+
+    def __init__(
+        self,
+        cfg: RLConfig,
+        engine: Any,
+        ref: torch.nn.Module | None,
+        ranks: Ranks,
+        *,
+        state: LoopState,
+        health: HealthMonitor,
+        timer: PhaseTimer,
+    ):
+        self.cfg, self.engine, self.ref, self.ranks = cfg, engine, ref, ranks
+        self.state, self.health, self.timer = state, health, timer
+        self.global_step = 0  # the step under way (0-based), set by the loop before each update
+
+    @property
+    def kl_coef(self) -> float:
+        """The KL coefficient now: the algorithm's, as adaptive KL control has moved it."""
+        return self.state.beta
+
+    @property
+    def micro_batch_size(self) -> int:
+        """The micro-batch, after any out-of-memory back-off."""
+        return self.state.capped("micro_batch_size", self.cfg.engine.micro_batch_size)
+
+    @property
+    def token_budget(self) -> int | None:
+        """``rl.engine.max_tokens_per_micro_batch``, shrunk with the micro-batch by any back-off."""
+        budget = self.cfg.engine.max_tokens_per_micro_batch
+        if budget is None:
+            return None
+        return max(1, budget * self.micro_batch_size // self.cfg.engine.micro_batch_size)
+
+    def plan(self, b: Batch) -> list[slice]:
+        """The batch's micro-batches (:func:`grpoflow.rl.micro_batches.plan`)."""
+        packed = self.cfg.engine.shared_prefix and sp.unsupported(self.engine.module) is None
+        micro = self.engine.train_micro_batch_size_per_gpu()
+        return micro_batches.plan(b.ids, b.attn, b.start, micro, self.token_budget, packed)
+
+    def reference_logprobs(self, b: Batch) -> torch.Tensor | None:
+        """The frozen reference's per-token log-probs of the batch; None where the run has no reference."""
+        return None if self.ref is None else self._frozen(self.ref, b, M.PHASE_REF_LOGPROBS)[0]
+
+    def old_logprobs(self, b: Batch) -> torch.Tensor:
+        """The policy's per-token log-probs of the batch before the update, without gradients."""
+        return self._frozen(self.engine.module, b, M.PHASE_OLD_LOGPROBS)[0]
+
+    def old_logprobs_and_entropy(self, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`old_logprobs` and the per-token entropies (an update that leaves the policy alone)."""
+        logp, entropy = self._frozen(self.engine.module, b, M.PHASE_OLD_LOGPROBS, with_entropy=True)
+        assert entropy is not None
+        return logp, entropy
+
+    def policy_logprobs(self, b: Batch, sl: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy's ``(log-probs, entropies)`` of rows ``sl``, with gradient (the entropies with it
+        only under an entropy bonus)."""
+        logp, entropy = completion_logprobs(
+            self.engine,
+            b.ids[sl],
+            b.attn[sl],
+            b.start,
+            with_entropy=True,
+            entropy_grad=self.cfg.entropy_coef > 0,
+            shared_prefix=self.cfg.engine.shared_prefix,
+        )
+        assert entropy is not None
+        return logp, entropy
+
+    def micro_batches(self, b: Batch, old_logp: torch.Tensor | None = None, *, engines: tuple = ()) -> MicroBatches:
+        """The update's micro-batches: ``rl.num_iterations`` passes over ``b``. ``old_logp``: the
+        policy's before the update (None: each micro-batch's own, detached; right only where the
+        update takes one pass). ``engines``: more engines (a critic's) that step with the policy,
+        micro-batch for micro-batch, so their accumulation boundary is set with the policy's."""
+        return MicroBatches(self, b, old_logp, (self.engine, *engines))
+
+    def step(self, mb: MicroBatch, loss: torch.Tensor, metrics: dict[str, float] | None = None) -> None:
+        """Backward of ``loss`` (times its loss scale) and the policy's optimizer step; the loss and
+        ``metrics`` (each a mean over the micro-batch's tokens) tallied. A non-finite loss stops the run."""
+        if not torch.isfinite(loss):
+            self.health.observe(self.global_step, {M.LOSS: float(loss)})  # raises TrainingDiverged
+        self.engine.backward(loss * mb.scales.loss)  # times 1.0 is exact: equal micro-batches are unchanged
+        optimizer_step(self.engine)
+        mb.tally.add(M.LOSS, loss.item() * mb.scales.loss / mb.scales.accumulation)
+        self.record(mb, metrics or {})
+
+    @staticmethod
+    def record(mb: MicroBatch, metrics: dict[str, float]) -> None:
+        """Tally ``metrics`` of micro-batch ``mb``, each a mean over its tokens (a critic's loss, say)."""
+        for key, value in metrics.items():
+            mb.tally.add(key, value * mb.scales.share)
+
+    def size_engine(self, sequences: int) -> None:
+        """Size the engine's step for ``sequences`` per process: the configured (or backed-off)
+        micro-batch, shrunk to divide the batch when G changed it."""
+        self.engine.set_train_micro_batch_size(gcd(self.micro_batch_size, sequences))
+        self.engine.set_train_batch_size(sequences * self.ranks.world)
+
+    @torch.no_grad()
+    def _frozen(
+        self, model: torch.nn.Module, b: Batch, phase: str, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-token log-probs (and entropies) of ``model`` without gradients, timed as ``phase``."""
+        with self.timer.phase(phase):
+            parts = [
+                completion_logprobs(
+                    model,
+                    b.ids[sl],
+                    b.attn[sl],
+                    b.start,
+                    with_entropy=with_entropy,
+                    shared_prefix=self.cfg.engine.shared_prefix,
+                )
+                for sl in self.plan(b)
+            ]
+        entropy = torch.cat([p[1] for p in parts if p[1] is not None]) if with_entropy else None
+        return torch.cat([p[0] for p in parts]), entropy
