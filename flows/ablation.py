@@ -45,9 +45,7 @@ from grpoflow import catalog
 from grpoflow.config import ARMS, ConfigError, load_params
 from grpoflow.tuning.overlay import overlay_budget, overlay_path, read_overlay, shown, tuned_arm_overrides
 from tasks.cli import add_overrides, command_parser
-from tasks.stages import ABLATION_METRICS, ABLATION_OUT
-
-SHARED_STAGES = ["base_model", "prepare", "validate_verifiers", "sft"]  # what every arm starts from
+from tasks.stages import ABLATION_METRICS, ABLATION_OUT, SHARED_STAGES
 
 
 def ablation_overrides(arms: list[str], seeds: list[int], overrides: dict[str, Any] | None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from flows.stage_run import StageVerdict
+from flows.stage_errors import StageVerdict
 from grpoflow.io import atomic_write
 
 RECORDS = Path(".grpoflow/lineage")

@@ -35,12 +35,12 @@ from flows.kept_outputs import kept_outputs
 from flows.links import MLFLOW_VIEW, _mlflow_link, _mlflow_ui, run_links  # noqa: F401 - MLFLOW_VIEW: API
 from flows.process_tree import reap_children
 from flows.run_report import STAGE_LOGS, StageResult
+from flows.set_inputs import missing_inputs, model_problem
 from flows.stage_run import StageFailed, StageInterrupted, StageVerdict, run_dvc_stage, verdict_state
 from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_dotted, validate_params
 from grpoflow.config.launch import DISTRIBUTED_STAGES
 from grpoflow.config.yaml_edit import set_keys
 from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short_repr
-from grpoflow.models.model_source import has_chat_template, model_unavailable
 from tasks import tracking
 from tasks.cli import add_overrides, command_parser
 from tasks.stages import REPORT_PLOTS, stages_for
@@ -135,47 +135,6 @@ def checked_params_file(params_file: str) -> str:
         return check_params_file(params_file)
     except InputError as exc:
         raise ConfigError(str(exc)) from None
-
-
-def model_problem(params: Params) -> str | None:
-    """Why the set's model cannot serve it, where that is known without loading it: a missing model
-    or GGUF file, a chat prompt for a tokenizer without a chat template."""
-    name = params.model.name_or_path
-    if name and (problem := model_unavailable(name)):
-        return f"model.name_or_path: {problem}"
-    if params.prompt.style == "chat" and (name is None or has_chat_template(name) is False):
-        return (
-            "prompt.style is 'chat' but the model's tokenizer has no chat template "
-            f"({name or 'the tiny model trained here'}): use prompt.style: plain"
-        )
-    return None
-
-
-def missing_inputs(params: Params, params_file: str) -> list[str]:
-    """Each data file the set names (sources, pairs and benchmarks of kind ``file``) that is not there."""
-    from grpoflow.data.prepare import source_path
-
-    problems = []
-    data = params.data
-    for key, sources in (
-        ("data.sources", data.sources),
-        ("data.pairs", data.pairs),
-        ("data.benchmarks", data.benchmarks),
-    ):
-        for index, source in enumerate(sources):
-            if source.kind != "file":
-                continue
-            try:
-                found = source_path(source, Path.cwd()).is_file()
-            except FileNotFoundError as exc:  # a package that is not installed, or lacks the file
-                problems.append(f"{params_file}: {key}[{index}].path: {exc}")
-                continue
-            if not found:
-                problems.append(
-                    f"{params_file}: {key}[{index}].path: data file {source.path!r} does not exist "
-                    f"(relative paths are read from {Path.cwd()})"
-                )
-    return problems
 
 
 def precheck(params_file: str, overrides: dict[str, Any] | None = None, stages: list[str] | None = None) -> None:

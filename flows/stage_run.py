@@ -30,10 +30,11 @@ from prefect.concurrency.sync import concurrency
 from prefect.runtime import task_run
 from prefect.states import Completed, Failed, State
 
-from flows import workspace
+from flows import lineage, workspace
 from flows.node_lines import OTHER_NODE
 from flows.process_tree import stop_tree
 from flows.run_report import STAGE_LOGS, StageResult
+from flows.stage_errors import StageFailed, StageInterrupted, StageVerdict  # the flows import them from here too
 from grpoflow.guard import redact_text
 from tasks import events
 from tasks.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_VERDICT
@@ -41,19 +42,6 @@ from tasks.stages import Stage
 
 STAGE_GRACE_S = 10.0  # for a stage command to stop by itself, before each firmer signal
 EVENTS_DIR = workspace.STATE_DIR / "events"  # one file per stage command while it runs
-
-
-class StageFailed(RuntimeError):
-    pass
-
-
-class StageVerdict(StageFailed):
-    """A failure a retry would repeat: bad input, a gate's verdict, a diagnosed stop."""
-
-
-class StageInterrupted(StageVerdict):
-    """The stage command was interrupted (SIGINT, exit 130): the run stops, it is not retried. A SIGINT to the
-    process group without a terminal reaches the stage, which stops on it, whether or not the flow heard it."""
 
 
 def _worth_retrying(task, task_run, state) -> bool:
@@ -363,8 +351,6 @@ def run_dvc_stage(
     """``dvc repro --single-item`` one stage, streaming its output into the Prefect log; a GPU
     stage first takes a slot of the ``gpu_limit`` global concurrency limit. A stage DVC skipped
     ends in the state named ``Cached`` (a kind of Completed), so that the UI tells it apart."""
-    from flows import lineage
-
     start = time.perf_counter()
     cmd = [sys.executable, "-m", "dvc", "repro", "--single-item", stage.name]
     slot = concurrency(gpu_limit, occupy=1) if gpu_limit else contextlib.nullcontext()

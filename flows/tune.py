@@ -33,7 +33,6 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
 from flows import serve, summary, tune_study
-from flows.ablation import SHARED_STAGES
 from flows.dag import run_order
 from flows.kept_outputs import kept_outputs
 from flows.pipeline import INTERRUPTED, cli_exit, hear_interrupts, held_workspace, parse_overrides, precheck
@@ -47,6 +46,7 @@ from grpoflow.tuning import report
 from grpoflow.tuning.overlay import beside_path, overlay_budget, overlay_path, overlay_text
 from grpoflow.tuning.space import space_problems
 from tasks.cli import add_overrides, command_parser
+from tasks.stages import SHARED_STAGES
 
 if TYPE_CHECKING:
     from grpoflow.tuning.report import ArmTuning

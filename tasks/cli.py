@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import sys
 import threading
@@ -13,28 +12,13 @@ from grpoflow.config import ConfigError, Params, load_params
 from grpoflow.guard import InputError, check_params_file
 from grpoflow.numerics import pin_cpu_kernels
 from tasks import events
+from tasks.command import command_parser  # here too: the flows and stages build on it from tasks.cli
+from tasks.stages import stage as declaration
 
 # Exit codes the flow reads: neither is worth a retry, the same inputs give the same answer.
 EXIT_BAD_INPUT = 2  # the configuration or data is wrong: fix it
 EXIT_VERDICT = 3  # a gate said no (leakage, verifier gate), or training stopped with a diagnosis
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT): 128 + the signal's number, as a shell reports it
-
-
-def help_text(doc: str | None) -> str:
-    """A module docstring as a terminal shows it: reST roles and literals as plain words
-    (``:mod:`flows.workspace``` -> ``flows.workspace``), examples kept as written."""
-    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", doc or "")
-    return text.replace("``", "").strip()
-
-
-def command_parser(module: str, doc: str | None, epilog: str | None = None) -> argparse.ArgumentParser:
-    """The parser of ``python -m <module>``: its docstring as the help text, examples kept as written."""
-    return argparse.ArgumentParser(
-        prog=f"python -m {module}",
-        description=help_text(doc),
-        epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
 
 
 def add_overrides(parser: argparse.ArgumentParser, example: str = "rl.steps=20") -> None:
@@ -53,8 +37,6 @@ def stage_parser(stage: str, description: str, declared=None) -> argparse.Argume
     """The stage's parser: ``--params`` and one option per path its declaration in tasks/stages.py
     names (``declared``, default the stage named ``stage``), with that path as the default (so
     dvc.yaml, the CLI and the flow agree)."""
-    from tasks.stages import stage as declaration
-
     parser = command_parser(f"tasks.{stage}", description)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
     for io in (declared or declaration(stage)).io:

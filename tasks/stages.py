@@ -26,6 +26,7 @@ import yaml
 from grpoflow import catalog
 from grpoflow.config import RM_DEFAULT_PATH, RM_REWARD
 from grpoflow.config.orchestration import builtin_arms
+from tasks.command import command_parser
 from tasks.stage_model import PARAMS_VAR, Io, Stage, _io
 
 GENERIC_TRAINING = "tasks.train"  # the stage CLI of an algorithm without one of its own (--algorithm NAME)
@@ -267,6 +268,8 @@ REPORT_PLOTS = [f"reports/compare/{name}" for name in ("curves.png", "cost.png",
 TRAINING = [s for s in STAGES if s.name in catalog.ALGORITHMS]  # the RL stages, one per algorithm
 ABLATION_OUT = ablation_report_stage([], []).file("out")
 ABLATION_METRICS = ablation_report_stage([], []).file("metrics")
+# What every arm starts from: the ablation and the tuning flows run these first (flows/ablation.py, flows/tune.py).
+SHARED_STAGES = ["base_model", "prepare", "validate_verifiers", "sft"]
 
 
 def stage(name: str) -> Stage:
@@ -438,8 +441,6 @@ def params_file_var(path: str | Path = DVC_YAML) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """``--write`` regenerates dvc.yaml; ``--check`` reports whether it is current."""
-    from tasks.cli import command_parser
-
     parser = command_parser("tasks.stages", __doc__)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", action="store_true", help="regenerate dvc.yaml from the declarations")

@@ -26,7 +26,7 @@ from grpoflow.config.data import (
     SyntheticCodeConfig,
     SyntheticConfig,
 )
-from grpoflow.config.docs import describe_schema, schema_markdown
+from grpoflow.config.docs import schema_markdown
 from grpoflow.config.evaluate import EvaluateConfig
 from grpoflow.config.grpo import (
     ADVANTAGE_ESTIMATORS,
@@ -46,7 +46,7 @@ from grpoflow.config.orchestration import (
     OrchestrationConfig,
     TrackingConfig,
 )
-from grpoflow.config.params import Params
+from grpoflow.config.params import Params, describe_schema
 from grpoflow.config.ppo import CRITIC_ESTIMATORS, GaeOptions, PPOConfig
 from grpoflow.config.rewards import RM_DEFAULT_PATH, RM_REWARD, RewardConfig, VerifierGateConfig
 from grpoflow.config.rl import (

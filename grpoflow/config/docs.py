@@ -23,20 +23,6 @@ from grpoflow.config.params import Params
 _ABSENT = object()  # a demo value that does not exist (inside a list, or under a null section)
 
 
-def describe_schema(model: type[BaseModel] = Params, prefix: str = "") -> list[tuple[str, str, str]]:
-    """``(dotted key, default, description)`` for every field a set spells by a dotted key (the
-    sections of lists and mappings are not descended into): the keys of stage params and overrides."""
-    rows: list[tuple[str, str, str]] = []
-    for name, field in model.model_fields.items():
-        key = f"{prefix}{name}"
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            rows.extend(describe_schema(ann, prefix=f"{key}."))
-        else:
-            rows.append((key, repr(field.get_default(call_default_factory=True)), field.description or ""))
-    return rows
-
-
 @dataclass(frozen=True)
 class SchemaRow:
     """One row of the configuration reference."""

@@ -10,8 +10,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from grpoflow.config.base import ConfigError, set_dotted
-from grpoflow.config.docs import describe_schema
-from grpoflow.config.params import Params
+from grpoflow.config.params import Params, describe_schema
 from grpoflow.config.rl import PRESETS, preset_values
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from grpoflow.config.base import _Section
 from grpoflow.config.data import DataConfig
@@ -83,3 +83,17 @@ class Params(_Section):
         except rules.RulesBroken as exc:  # one error line per broken rule, each cut short alone
             raise ValidationError.from_exception_data("Params", exc.line_errors()) from None
         return self
+
+
+def describe_schema(model: type[BaseModel] = Params, prefix: str = "") -> list[tuple[str, str, str]]:
+    """``(dotted key, default, description)`` for every field a set spells by a dotted key (the
+    sections of lists and mappings are not descended into): the keys of stage params and overrides."""
+    rows: list[tuple[str, str, str]] = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            rows.extend(describe_schema(ann, prefix=f"{key}."))
+        else:
+            rows.append((key, repr(field.get_default(call_default_factory=True)), field.description or ""))
+    return rows

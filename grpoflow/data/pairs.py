@@ -8,12 +8,23 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from grpoflow.data.text import normalize_text
 
-if TYPE_CHECKING:
-    from grpoflow.models.prompting import Prompter
+
+class Prompter(Protocol):
+    """What encoding a pair needs of a prompter (:class:`grpoflow.models.prompting.Prompter` is one),
+    stated here: the data layer imports nothing of the models'."""
+
+    def prompt_ids(self, question: str) -> list[int]:
+        """The token ids that put ``question`` to the model."""
+        ...
+
+    def target_ids(self, solution: str) -> list[int]:
+        """The token ids of ``solution`` as the model's answer."""
+        ...
+
 
 EncodedPair = tuple[list[int], list[int]]  # (prompt + chosen ids, prompt + rejected ids)
 

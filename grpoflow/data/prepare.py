@@ -29,7 +29,7 @@ from grpoflow.data.pii import PiiScan
 from grpoflow.data.records import PairRecord, Record, Rejected
 from grpoflow.data.split import split_records
 from grpoflow.data.text import match_key
-from grpoflow.models.model_source import PACKAGE_PREFIX, resolve_file
+from grpoflow.package_files import PACKAGE_PREFIX, resolve_file
 
 PAIRS_FILE = "pairs.jsonl"  # Prepared.pairs, written beside train/val/test.jsonl in the stage's folder
 # The row form each generator's rows are in: they go through the same checks as a file's rows.

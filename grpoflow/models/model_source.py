@@ -16,41 +16,20 @@ import threading
 import urllib.parse
 from pathlib import Path
 
+from grpoflow.package_files import resolve_file  # base_model and the benchmarks take it from here too
+
 
 def hub_offline() -> bool:
     """``HF_HUB_OFFLINE`` as the environment says now (huggingface_hub reads it once, at import)."""
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
-PACKAGE_PREFIX = "package:"
 GGUF_MAGIC = b"GGUF"
 
 
 def is_gguf(name: str | Path | None) -> bool:
     """Whether ``name`` names a GGUF file (converted once by the base_model stage)."""
     return bool(name) and str(name).lower().endswith(".gguf")
-
-
-def resolve_file(name: str) -> Path:
-    """The file ``name`` names: a path, or ``package:<distribution>/<file>`` inside an installed
-    package (found through its metadata, without importing it: a wheel installed with --no-deps
-    may not import)."""
-    if not name.startswith(PACKAGE_PREFIX):
-        return Path(name).expanduser()
-    from importlib import metadata
-
-    dist_name, _, file_name = name[len(PACKAGE_PREFIX) :].partition("/")
-    try:
-        dist = metadata.distribution(dist_name)
-    except metadata.PackageNotFoundError:
-        raise FileNotFoundError(
-            f"package {dist_name!r} is not installed: list it in model.packages (make installs it), or "
-            f"pip install --no-deps {dist_name}"
-        ) from None
-    for entry in dist.files or []:
-        if Path(str(entry)).name == file_name:
-            return Path(str(dist.locate_file(entry)))
-    raise FileNotFoundError(f"package {dist_name!r} has no file {file_name!r}")
 
 
 def gguf_problem(name: str) -> str | None:

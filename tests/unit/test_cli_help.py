@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tasks.cli import help_text
+from tasks.command import help_text
 from tasks.stages import STAGES
 
 HEAVY = ("torch", "deepspeed", "transformers", "mlflow", "matplotlib", "vllm")
