@@ -45,12 +45,15 @@ def _float(representer: Any, value: float) -> Any:
 
 def _string(representer: Any, value: str) -> Any:
     """A new string value, quoted where the project's reader would take it for something else: ruamel
-    writes YAML 1.2, and PyYAML reads 1.1, where ``NO`` is false and ``1_000`` a number."""
+    writes YAML 1.2, and PyYAML reads 1.1, where ``NO`` is false and ``1_000`` a number. A value with a
+    character a single-quoted scalar folds or cannot hold (a line break such as U+0085, a control
+    character) is double-quoted, where it is written as an escape."""
     try:
         plain_reads_back = pyyaml.safe_load(value) == value
     except pyyaml.YAMLError:
         plain_reads_back = False
-    return representer.represent_scalar("tag:yaml.org,2002:str", value, style=None if plain_reads_back else "'")
+    style = None if plain_reads_back else "'" if value.isprintable() else '"'
+    return representer.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
 def set_keys(text: str, values: dict[str, Any]) -> str:

@@ -42,6 +42,12 @@ def test_a_float_in_exponent_form_reads_back_as_a_float():
     assert yaml.safe_load(after) == {"rl": {"steps": 1e-05, "lr": 3e20, "beta": 0.04}}
 
 
+@pytest.mark.parametrize("value", ["\x85", "a\nb", "\t", "\u2028", " lead", "NO"])
+def test_a_string_that_single_quotes_would_fold_reads_back_as_written(value):
+    """hypothesis found it: '\x85' (NEL, a YAML line break) came back as a space from single quotes."""
+    assert yaml.safe_load(set_keys("rl:\n  steps: 3\n", {"rl.steps": value})) == {"rl": {"steps": value}}
+
+
 def test_a_missing_section_is_made_and_a_null_written_out():
     text = "# the set\nrl:\n  steps: 3  # few\n"
     after = set_keys(text, {"model.lora.rank": 4, "rl.clip": None})
