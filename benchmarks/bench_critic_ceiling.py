@@ -1,7 +1,7 @@
 """How good can the PPO baseline's critic get on the tiny default? (issue #24: explained variance.)
 
 The default pipeline up to ``ppo`` by ``dvc repro`` in a scratch copy of this checkout; then, on
-rollouts of the trained PPO policy from the train split only (``grpoflow.rl.critic_ceiling``):
+rollouts of the trained PPO policy from the train split only (``grpoflow.algorithms.ppo.critic_ceiling``):
 
 - the online critic's explained variance, the median over the run's last 10 steps (the run's
   history, lambda as the set says);
@@ -53,9 +53,9 @@ def _repro_ppo() -> Path:
 
 def _scored(work: Path, params, rows: list[dict], seed: int) -> list:
     """The PPO policy's rollouts of ``rows`` (G each, at the set's sampling), scored by the set's reward."""
+    from grpoflow.algorithms.ppo.critic_ceiling import RewardedBatch
     from grpoflow.models.modeling import load_pretrained
     from grpoflow.models.prompting import prompter_for
-    from grpoflow.rl.critic_ceiling import RewardedBatch
     from grpoflow.rl.rewards import build_reward
     from grpoflow.rollout import Sampling
     from grpoflow.rollout.hf import HFRolloutEngine
@@ -89,8 +89,8 @@ def run(
     lrs: tuple[float, ...] = (3e-4, 1e-3),
     params_file: str = "params/default.yaml",
 ) -> dict:
-    from grpoflow.rl.critic import initial_critic
-    from grpoflow.rl.critic_ceiling import fit_critic, prompt_oracle_ev
+    from grpoflow.algorithms.ppo.critic import initial_critic
+    from grpoflow.algorithms.ppo.critic_ceiling import fit_critic, prompt_oracle_ev
 
     torch.manual_seed(0)
     start = time.perf_counter()

@@ -78,8 +78,8 @@ def _grpo_run() -> tuple[list[dict], list[tuple[int, int]], tuple[int, int], int
     16 tokens): each step's metrics, each update's (computed tokens, completion positions),
     the model's matmul parameters and num_iterations."""
     from benchmarks.grpo_step_timing import _model, _params, _rows
+    from grpoflow.algorithms.grpo.update import ALGORITHM
     from grpoflow.io import write_jsonl
-    from grpoflow.rl.grpo import ALGORITHM
     from grpoflow.rl.run import build_rl_run
 
     rows = _rows()

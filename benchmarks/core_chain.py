@@ -101,10 +101,10 @@ def run_chain(work: Path, examples: int, rl_steps: int, eval_prompts: int) -> di
     """The chain in ``work``; its record (the ``CHAIN`` line's JSON)."""
     import torch
 
+    from grpoflow.algorithms.grpo.update import ALGORITHM as GRPO
+    from grpoflow.algorithms.ppo.update import ALGORITHM as PPO
     from grpoflow.io import write_jsonl
     from grpoflow.models.device import compute_device
-    from grpoflow.rl.grpo import ALGORITHM as GRPO
-    from grpoflow.rl.ppo import ALGORITHM as PPO
 
     params = _params(examples, rl_steps)
     torch.manual_seed(params.experiment.seed)

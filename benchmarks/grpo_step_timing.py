@@ -113,7 +113,7 @@ Timings = list[tuple[float, float, dict]]  # (seconds, completion tokens generat
 
 
 def _ours(path: Path, rows: list[dict], params) -> Timings:
-    from grpoflow.rl.grpo import ALGORITHM
+    from grpoflow.algorithms.grpo.update import ALGORITHM
     from grpoflow.rl.run import build_rl_run
 
     data = Path(tempfile.mkdtemp())

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from flows.summary import SMOKE_KEPT_ENV as KEPT_ENV
+from grpoflow import catalog
 from grpoflow.config import load_params, set_dotted
 from grpoflow.config.rules import launched_world_size
 from grpoflow.provenance import copy_checkout
@@ -43,7 +44,6 @@ SMOKE: dict[str, Any] = {
     "rl.steps": 2,
     "rl.checkpoint_every": 2,  # one checkpoint, at the last step
     "rl.eval_every": 2,
-    "ppo.critic_warmup_steps": 1,  # the warm-up path, leaving the other step to the policy
     "rl.preflight.prompts": 2,
     "rl.preflight.stop_on_none": False,
     "evaluate.max_examples": 4,
@@ -52,11 +52,11 @@ SMOKE: dict[str, Any] = {
     "orchestration.record_experiment": False,
     "orchestration.dvc_remote": None,
     "orchestration.stage_retries": 0,
-    # make tune at smoke size: two short trials per arm, the critic's warm-up searched below a trial's steps
+    # make tune at smoke size: two short trials per arm
     "tune.trials": 2,
     "tune.steps": 2,
     "tune.eval_every": 1,
-    "tune.ppo.critic_warmup_steps.high": 1,
+    **catalog.smoke_overrides(),  # each algorithm's own, from its spec (grpoflow/algorithms/<name>/)
 }
 KEPT_DIR = ".grpoflow/smoke"  # where a passed smoke run's page and metrics stay, one folder per set
 KEPT_RESULTS = ("reports", "metrics", "data/prepared/report.md", "data/prepared/quarantine.jsonl")

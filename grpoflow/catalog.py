@@ -2,74 +2,57 @@
 maths library, so that the params schema, the cross-field rules, the stage declarations (dvc.yaml),
 the ablation's arms, tuning and the comparison all read the same list without loading torch.
 
-An algorithm is its module (an update, ``update(batch, learner) -> metrics``, and an
-``ALGORITHM``, :class:`grpoflow.rl.algorithm.Algorithm`) and one :class:`Entry` in :data:`BUILTIN`;
-its stage, its arm, its place in evaluate and compare follow from the entry. An algorithm kept
-outside this repository joins through ``GRPOFLOW_ALGORITHMS``: ``module:attribute`` of an
-:class:`Entry` or a list of them (comma-separated; the attribute defaults to ``ENTRIES``), in a
-module as light as this one, read when this module is first imported. Every process of a run must
-see the same value: dvc.yaml is rendered from it.
+An algorithm is one folder of :mod:`grpoflow.algorithms`, found there: its spec (``ENTRY``, an
+:class:`~grpoflow.algorithms.entry.Entry`), its settings (section, tune space, rules) and its update;
+its params section, its stage, its arm, its place in tune, smoke runs, evaluate and compare follow
+from the spec. An algorithm kept outside this repository, a folder of the same shape on the Python
+path, joins through ``GRPOFLOW_ALGORITHMS``: its package (its ``ENTRY``) or ``module:attribute`` of
+an :class:`Entry` or a list of them, comma-separated, read when this module is first imported (the
+params schema is built from it then). Every process of a run must see the same value: dvc.yaml is
+rendered from it.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
+
+from grpoflow import algorithms
+from grpoflow.algorithms.entry import Entry
 
 PLUGINS_ENV = "GRPOFLOW_ALGORITHMS"
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One algorithm as the pipeline sees it, before any torch is imported."""
-
-    name: str  # its stage, its models/<name> folder and its arm's default name
-    title: str  # how reports and MLflow run names write it
-    module: str  # the module that defines ALGORITHM (imports torch)
-    kl_key: str | None = None  # its own params key of the KL coefficient (a reference loads when > 0)
-    sections: tuple[str, ...] = ()  # its own params sections, besides the shared ``rl``
-    curves: tuple[str, ...] = ("reward_mean", "kl", "val_accuracy")  # history columns its stage plots
-    critic: bool = False  # trains a value model beside the policy (compare's memory breakdown)
-    rules: str | None = None  # a torch-free module with RULES: its own cross-field rules, (params) -> [messages]
-    stage_module: str | None = None  # a CLI of its own for its stage; None: the generic one (tasks/stages.py)
+# The default algorithm: an arm's algorithm unless it names one, the baseline of compare's verdict.
+DEFAULT = "grpo"
 
 
-# The first is the default: an arm's algorithm unless it names one, the baseline of compare's verdict.
-BUILTIN: dict[str, Entry] = {
-    "grpo": Entry(
-        name="grpo",
-        title="GRPO",
-        module="grpoflow.rl.grpo",
-        kl_key="grpo.beta",
-        sections=("grpo",),
-        curves=("reward_mean", "kl", "entropy", "val_accuracy"),
-        rules="grpoflow.config.grpo",
-        stage_module="tasks.grpo",
-    ),
-    "ppo": Entry(
-        name="ppo",
-        title="PPO",
-        module="grpoflow.rl.ppo",
-        kl_key="ppo.kl_coef",
-        sections=("ppo",),
-        curves=("reward_mean", "kl", "value_loss", "explained_variance", "val_accuracy"),
-        critic=True,
-        rules="grpoflow.config.ppo",
-        stage_module="tasks.ppo",
-    ),
-}
+def _folders() -> dict[str, Entry]:
+    """The ``ENTRY`` of every folder of :mod:`grpoflow.algorithms`, the default first."""
+    found: list[Entry] = []
+    for info in pkgutil.iter_modules(algorithms.__path__, algorithms.__name__ + "."):
+        entry = getattr(importlib.import_module(info.name), "ENTRY", None) if info.ispkg else None
+        if entry is not None:
+            found.append(entry)
+    found.sort(key=lambda e: (e.name != DEFAULT, e.name))
+    return {e.name: e for e in found}
+
+
+BUILTIN: dict[str, Entry] = _folders()
 
 
 def _plugins(value: str) -> list[Entry]:
-    """The entries ``GRPOFLOW_ALGORITHMS`` names (``module:attribute``, comma-separated)."""
+    """The entries ``GRPOFLOW_ALGORITHMS`` names (``package`` or ``module:attribute``, comma-separated)."""
     entries: list[Entry] = []
     for spec in filter(None, (s.strip() for s in value.split(","))):
         module, _, attribute = spec.partition(":")
-        found = getattr(importlib.import_module(module), attribute or "ENTRIES", None)
+        loaded = importlib.import_module(module)
+        names = (attribute,) if attribute else ("ENTRIES", "ENTRY")
+        found = next((getattr(loaded, n) for n in names if hasattr(loaded, n)), None)
         found = [found] if isinstance(found, Entry) else list(found or [])
         if not found or not all(isinstance(e, Entry) for e in found):
             raise ValueError(f"{PLUGINS_ENV}: {spec} is not a grpoflow.catalog.Entry or a list of them")
@@ -85,9 +68,14 @@ def names() -> list[str]:
     return list(ALGORITHMS)
 
 
+def default_run() -> list[str]:
+    """The algorithms a default run trains (dvc.yaml's stages, compare): all but the opt-in ones."""
+    return [name for name, e in ALGORITHMS.items() if not e.opt_in]
+
+
 def default() -> str:
     """The algorithm an arm trains unless it names one."""
-    return next(iter(ALGORITHMS))
+    return DEFAULT
 
 
 def entry(name: str) -> Entry:
@@ -105,6 +93,27 @@ def title(name: str) -> str:
 def sections() -> list[str]:
     """Every algorithm's own params sections, in catalog order."""
     return [s for e in ALGORITHMS.values() for s in e.sections]
+
+
+def settings(name: str) -> Any:
+    """Algorithm ``name``'s settings module (``SECTION``, ``SPACE``, ``RULES``), or None where it has none."""
+    module = entry(name).config
+    if module is None:
+        return None
+    settings = importlib.import_module(module)
+    if not hasattr(settings, "SECTION"):  # a module still loading (an import circle) or one without it
+        raise ImportError(f"{module} defines no SECTION: algorithm {name!r} has no params section to add")
+    return settings
+
+
+def smoke_overrides() -> dict[str, Any]:
+    """Every algorithm's smoke-sized settings, as dotted overrides (``--smoke``)."""
+    return {key: value for e in ALGORITHMS.values() for key, value in e.smoke.items()}
+
+
+def gpu_limited() -> list[str]:
+    """The algorithms whose stage needs the accelerator."""
+    return [name for name, e in ALGORITHMS.items() if e.gpu_limited]
 
 
 def kl_coef(params: Any, name: str) -> float:

@@ -161,7 +161,7 @@ STAGES: list[Stage] = [
             args=() if a.stage_module else ("--algorithm", a.name),
             loads=(a.module,),
         )
-        for a in catalog.ALGORITHMS.values()
+        for a in map(catalog.entry, catalog.default_run())  # an opt-in algorithm trains as an arm only
     ],
     Stage(
         "evaluate",
@@ -170,7 +170,7 @@ STAGES: list[Stage] = [
             _io("data", "data/prepared", "dep", "the prepare stage's output directory"),
             _io(
                 "models",
-                ("sft=models/sft", *(f"{a}=models/{a}" for a in catalog.names())),
+                ("sft=models/sft", *(f"{a}=models/{a}" for a in catalog.default_run())),
                 "dep",
                 "the policies to evaluate, as name=path (sft is the reference of the forgetting check)",
             ),
@@ -197,8 +197,8 @@ STAGES: list[Stage] = [
         (
             _io("evaluation", "metrics/evaluate.json", "dep", "the evaluate stage's metrics"),
             _io("outputs", "data/evaluation", "dep", "the evaluate stage's per-prompt outputs (the paired tests)"),
-            *(_io(None, f"metrics/{a}.json", "dep", f"the {a} stage's metrics") for a in catalog.names()),
-            *(_io(None, f"metrics/{a}_history.csv", "dep", f"the {a} stage's history") for a in catalog.names()),
+            *(_io(None, f"metrics/{a}.json", "dep", f"the {a} stage's metrics") for a in catalog.default_run()),
+            *(_io(None, f"metrics/{a}_history.csv", "dep", f"the {a} stage's history") for a in catalog.default_run()),
             _io("out", "reports/compare", "report", "directory for the report and plots"),
             _io("metrics", "metrics/compare.json", "metric", "the stage's metrics JSON"),
         ),
@@ -265,7 +265,7 @@ def ablation_stages(arms: list[str], seeds: list[int], custom_arms: Collection[s
 # Written by the Prefect flow when it saves a run as a DVC experiment (flows/experiments.py).
 RUN_RECORD = "metrics/run.json"
 REPORT_PLOTS = [f"reports/compare/{name}" for name in ("curves.png", "cost.png", "wall_clock.png", "memory.png")]
-TRAINING = [s for s in STAGES if s.name in catalog.ALGORITHMS]  # the RL stages, one per algorithm
+TRAINING = [s for s in STAGES if s.name in catalog.ALGORITHMS]  # the RL stages, one per algorithm a default run trains
 ABLATION_OUT = ablation_report_stage([], []).file("out")
 ABLATION_METRICS = ablation_report_stage([], []).file("metrics")
 # What every arm starts from: the ablation and the tuning flows run these first (flows/ablation.py, flows/tune.py).

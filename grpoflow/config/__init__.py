@@ -4,15 +4,17 @@ Every stage reads its section of the same file; DVC tracks the same sections as 
 params. Unknown keys are errors (a misspelt key must never be silently ignored), and every
 error names the file and the dotted key. One module per owner: :mod:`~grpoflow.config.data`,
 :mod:`~grpoflow.config.model`, :mod:`~grpoflow.config.rewards`, :mod:`~grpoflow.config.rl`
-(with the presets), :mod:`~grpoflow.config.grpo`, :mod:`~grpoflow.config.ppo`,
-:mod:`~grpoflow.config.sft`, :mod:`~grpoflow.config.evaluate`,
+(with the presets), :mod:`~grpoflow.config.sft`, :mod:`~grpoflow.config.evaluate`,
 :mod:`~grpoflow.config.orchestration` (with the ablation arms), :mod:`~grpoflow.config.launch`
 (torchrun's options), :mod:`~grpoflow.config.tune`
 (make tune's search spaces), :mod:`~grpoflow.config.params`
-(the whole set), :mod:`~grpoflow.config.loader` (files, overrides, error wording) and
+(the whole set, with each algorithm's own section from its folder, :mod:`grpoflow.algorithms`),
+:mod:`~grpoflow.config.loader` (files, overrides, error wording) and
 :mod:`~grpoflow.config.docs` (the configuration reference). The schema imports no maths module
 and no verifier implementation: names are checked against light name tables.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from grpoflow.config.base import ConfigError, has_dotted, set_dotted, unknown_name, value_at
 from grpoflow.config.data import (
@@ -26,17 +28,8 @@ from grpoflow.config.data import (
     SyntheticCodeConfig,
     SyntheticConfig,
 )
-from grpoflow.config.docs import schema_markdown
 from grpoflow.config.evaluate import EvaluateConfig
-from grpoflow.config.grpo import (
-    ADVANTAGE_ESTIMATORS,
-    BatchNormOptions,
-    GroupNormOptions,
-    GRPOConfig,
-    NoAdvantageOptions,
-)
 from grpoflow.config.launch import DISTRIBUTED_STAGES, LaunchConfig
-from grpoflow.config.loader import arm_params, load_params, validate_params
 from grpoflow.config.model import LoraConfig, ModelConfig, PromptConfig
 from grpoflow.config.orchestration import (
     ARMS,
@@ -46,8 +39,6 @@ from grpoflow.config.orchestration import (
     OrchestrationConfig,
     TrackingConfig,
 )
-from grpoflow.config.params import Params, describe_schema
-from grpoflow.config.ppo import CRITIC_ESTIMATORS, GaeOptions, PPOConfig
 from grpoflow.config.rewards import RM_DEFAULT_PATH, RM_REWARD, RewardConfig, VerifierGateConfig
 from grpoflow.config.rl import (
     PRESETS,
@@ -64,13 +55,36 @@ from grpoflow.config.rl import (
     preset_values,
 )
 from grpoflow.config.sft import RewardModelConfig, SFTConfig
-from grpoflow.config.tune import Dim, GRPOSpace, PPOSpace, PrunerConfig, TuneConfig
+from grpoflow.config.tune import Dim, PrunerConfig, SharedTuneConfig, Space
 from verifiers.limits import Limits
 
+if TYPE_CHECKING:
+    from grpoflow.config.docs import schema_markdown
+    from grpoflow.config.loader import arm_params, load_params, validate_params
+    from grpoflow.config.params import Params, TuneConfig, describe_schema
+
+
+def __getattr__(name: str) -> Any:
+    """The whole schema's names, loaded on first use. The schema is built from every algorithm's
+    settings (grpoflow/algorithms/<name>/config.py), which import this package's sections: importing
+    one of them first must not build the schema while it is half loaded."""
+    if name in ("Params", "TuneConfig", "describe_schema"):
+        from grpoflow.config import params
+
+        return getattr(params, name)
+    if name in ("arm_params", "load_params", "validate_params"):
+        from grpoflow.config import loader
+
+        return getattr(loader, name)
+    if name == "schema_markdown":
+        from grpoflow.config import docs
+
+        return docs.schema_markdown
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
-    "ADVANTAGE_ESTIMATORS",
     "ARMS",
-    "CRITIC_ESTIMATORS",
     "DISTRIBUTED_STAGES",
     "PII_ENTITIES",
     "PRESETS",
@@ -79,7 +93,6 @@ __all__ = [
     "AblationConfig",
     "AdaptiveKLConfig",
     "ArmConfig",
-    "BatchNormOptions",
     "ConfigError",
     "DataConfig",
     "Dim",
@@ -87,20 +100,13 @@ __all__ = [
     "EngineConfig",
     "EvaluateConfig",
     "ExperimentConfig",
-    "GaeOptions",
-    "GRPOConfig",
-    "GRPOSpace",
     "GenerationScheduleStep",
-    "GroupNormOptions",
     "LaunchConfig",
     "LeakageConfig",
     "Limits",
     "LoraConfig",
     "ModelConfig",
-    "NoAdvantageOptions",
     "OrchestrationConfig",
-    "PPOConfig",
-    "PPOSpace",
     "Params",
     "PiiConfig",
     "PiiEntity",
@@ -112,6 +118,8 @@ __all__ = [
     "RewardModelConfig",
     "RolloutCorrectionConfig",
     "SFTConfig",
+    "SharedTuneConfig",
+    "Space",
     "SamplingConfig",
     "SourceConfig",
     "SplitConfig",

@@ -107,8 +107,9 @@ class OrchestrationConfig(_Section):
         "gpu", description="Prefect global concurrency limit a GPU stage holds one slot of while it runs (null: none)."
     )
     gpu_stages: list[str] = Field(
-        default_factory=lambda: ["sft", *catalog.names(), "evaluate"],
-        description="dvc.yaml stages that need the accelerator.",
+        default_factory=lambda: ["sft", *[a for a in catalog.default_run() if a in catalog.gpu_limited()], "evaluate"],
+        description="dvc.yaml stages that need the accelerator (default: sft, evaluate and each algorithm's stage "
+        "whose spec says it is GPU-limited).",
     )
     stage_retries: int = Field(
         1, ge=0, description="Prefect retries of a failed stage (training resumes from its last checkpoint)."

@@ -1,28 +1,35 @@
-"""The whole parameter set: every section of params/*.yaml."""
+"""The whole parameter set: every section of params/*.yaml. The shared sections are declared here
+(:class:`SharedParams`); each algorithm's own section, and its space in ``tune``, come from its folder
+(:mod:`grpoflow.algorithms`), added to :class:`Params` as the catalog finds them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 
+from grpoflow import catalog
+from grpoflow.algorithms.grpo.config import GRPOConfig
+from grpoflow.algorithms.ppo.config import PPOConfig
 from grpoflow.config.base import _Section
 from grpoflow.config.data import DataConfig
 from grpoflow.config.evaluate import EvaluateConfig
-from grpoflow.config.grpo import GRPOConfig
 from grpoflow.config.launch import LaunchConfig
 from grpoflow.config.model import ModelConfig, PromptConfig
 from grpoflow.config.orchestration import AblationConfig, ExperimentConfig, OrchestrationConfig, TrackingConfig
-from grpoflow.config.ppo import PPOConfig
 from grpoflow.config.rewards import RewardConfig, VerifierGateConfig
 from grpoflow.config.rl import RLConfig, apply_preset
 from grpoflow.config.sft import RewardModelConfig, SFTConfig
-from grpoflow.config.tune import TuneConfig
+from grpoflow.config.tune import SharedTuneConfig
 from verifiers.limits import Limits
 
+if TYPE_CHECKING:  # the built-in algorithms' settings, as type checkers see them (the schema adds every folder's)
+    from grpoflow.algorithms.grpo.config import GRPOConfig
+    from grpoflow.algorithms.ppo.config import PPOConfig
 
-class Params(_Section):
-    """A whole parameter set: every section of params/*.yaml."""
+
+class SharedParams(_Section):
+    """A whole parameter set: every section of params/*.yaml (each algorithm's own added by :class:`Params`)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -52,12 +59,10 @@ class Params(_Section):
     rl: RLConfig = Field(
         default_factory=RLConfig, description="The budget every RL stage shares (GRPO and the PPO baseline)."
     )
-    grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="The GRPO stage's own settings.")
-    ppo: PPOConfig = Field(default_factory=PPOConfig, description="The PPO baseline stage's own settings.")
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig, description="The evaluate stage.")
     ablation: AblationConfig = Field(default_factory=AblationConfig, description="The ablation flow's arms and seeds.")
-    tune: TuneConfig = Field(
-        default_factory=TuneConfig, description="make tune: each arm's search space, trials and step budget."
+    tune: SharedTuneConfig = Field(
+        default_factory=SharedTuneConfig, description="make tune: each arm's search space, trials and step budget."
     )
     launch: LaunchConfig = Field(
         default_factory=LaunchConfig, description="Processes per distributed stage: torchrun's options (1: none)."
@@ -73,7 +78,7 @@ class Params(_Section):
         return self.tracking.experiment or f"grpoflow-{self.experiment.name}"
 
     @model_validator(mode="after")
-    def _rules(self) -> Params:
+    def _rules(self) -> SharedParams:
         """The cross-field rules (:mod:`grpoflow.config.rules`), for every algorithm the set trains and every
         ablation arm: found when the file is loaded, before any stage runs."""
         from grpoflow.config import rules  # it imports this module
@@ -83,6 +88,39 @@ class Params(_Section):
         except rules.RulesBroken as exc:  # one error line per broken rule, each cut short alone
             raise ValidationError.from_exception_data("Params", exc.line_errors()) from None
         return self
+
+    if TYPE_CHECKING:
+        grpo: GRPOConfig
+        ppo: PPOConfig
+
+
+def _with_algorithms(shared: type[_Section], kind: str, field: str, describe: str, **more: Any) -> Any:
+    """``shared`` (with the ``more`` fields) and a field per algorithm that has settings: its ``field``
+    (``SECTION`` or ``SPACE``) under its name, described as ``describe`` says of its title and name."""
+    fields: dict[str, Any] = dict(more)
+    for name in catalog.names():
+        model = getattr(catalog.settings(name), field, None)
+        if model is not None:
+            text = describe.format(title=catalog.title(name), name=name)
+            fields[name] = (model, Field(default_factory=model, description=text))
+    return create_model(kind, __base__=shared, __module__=__name__, __doc__=shared.__doc__, **fields)
+
+
+# Built once, from the catalog as it is at import (GRPOFLOW_ALGORITHMS included).
+if TYPE_CHECKING:
+    TuneConfig = SharedTuneConfig
+    Params = SharedParams
+else:
+    TuneConfig = _with_algorithms(
+        SharedTuneConfig, "TuneConfig", "SPACE", "The space of arms whose algorithm is {name}."
+    )
+    Params = _with_algorithms(
+        SharedParams,
+        "Params",
+        "SECTION",
+        "{title}'s own settings (its folder's config, grpoflow.algorithms).",
+        tune=(TuneConfig, Field(default_factory=TuneConfig, description=SharedParams.model_fields["tune"].description)),
+    )
 
 
 def describe_schema(model: type[BaseModel] = Params, prefix: str = "") -> list[tuple[str, str, str]]:

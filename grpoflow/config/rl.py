@@ -14,6 +14,10 @@ from grpoflow.config.base import _Section, has_dotted, set_dotted
 # registers each against (see grpoflow.rl.losses for what each is).
 Aggregation = Literal["grpo", "bnpo", "dr_grpo"]
 AGGREGATIONS = dict.fromkeys(get_args(Aggregation))
+# Estimators of KL(policy || reference) per token, by name (Schulman 2020): the torch-free table
+# grpoflow.rl.losses.KL_ESTIMATORS registers each against.
+KLEstimator = Literal["k1", "k2", "k3"]
+KL_ESTIMATOR_NAMES = dict.fromkeys(get_args(KLEstimator))
 
 
 class EngineConfig(_Section):

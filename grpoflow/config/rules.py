@@ -18,7 +18,6 @@ This module imports no maths library (no torch): loading a params file stays che
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -26,7 +25,10 @@ from contextvars import ContextVar
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from grpoflow import catalog
-from grpoflow.config import ConfigError, Params, arm_params, batch_problems
+from grpoflow.config.base import ConfigError
+from grpoflow.config.loader import arm_params
+from grpoflow.config.params import Params
+from grpoflow.config.rl import batch_problems
 
 # The adaptive controller multiplies the coefficient by 1 + e * 10 / horizon with |e| <= 0.2
 # (grpoflow.rl.trainer.adapt_beta): below this horizon one step can take it to 0 or below.
@@ -49,9 +51,10 @@ def needs_reference(params: Params, algorithm: str) -> bool:
 
 
 def trained_algorithms(params: Params) -> list[str]:
-    """The algorithms whose stage the set runs (``experiment.stages``; null: every stage)."""
+    """The algorithms whose stage the set runs (``experiment.stages``; null: every stage of a default run,
+    :func:`grpoflow.catalog.default_run`)."""
     stages = params.experiment.stages
-    return [a for a in catalog.names() if stages is None or a in stages]
+    return catalog.default_run() if stages is None else [a for a in catalog.names() if a in stages]
 
 
 # -- rules of the shared sections -----------------------------------------------------------------
@@ -195,9 +198,8 @@ def _arm_scope() -> Iterator[None]:
 
 
 def own_rules(algorithm: str) -> tuple[Callable[[Params], list[str]], ...]:
-    """The rules ``algorithm`` keeps beside its own section (its catalog entry's ``rules`` module)."""
-    module = catalog.entry(algorithm).rules
-    return importlib.import_module(module).RULES if module else ()
+    """The rules ``algorithm`` keeps beside its own section (its folder's settings, ``RULES``)."""
+    return getattr(catalog.settings(algorithm), "RULES", ())
 
 
 def algorithm_violations(params: Params, algorithm: str) -> list[str]:

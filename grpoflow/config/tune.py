@@ -4,7 +4,8 @@ validation split, on an equal budget of training steps per arm (flows/tune.py ru
 Each algorithm has its space: a field per setting, named for what it tunes, holding the range to
 search (``null``: not searched, the set's value stays). Each space's ``KEYS`` names the params key each
 field sets, so that a space is typed and documented here while a trial is an ordinary set. A space is
-the field of ``tune`` named after its algorithm (grpoflow.catalog)."""
+the field of ``tune`` named after its algorithm: each algorithm declares its space in its folder
+(:mod:`grpoflow.algorithms`), and :mod:`grpoflow.config.params` adds it here."""
 
 from __future__ import annotations
 
@@ -41,11 +42,12 @@ class Dim(_Section):
         return self
 
 
-def _dim(low: float, high: float, log: bool = False) -> Dim:
+def dim(low: float, high: float, log: bool = False) -> Dim:
+    """A range from ``low`` to ``high`` (log-uniform where ``log``): a space field's default."""
     return Dim(low=low, high=high, log=log)
 
 
-class _Space(_Section):
+class Space(_Section):
     """A space whose ranges may be given in part (``tune.ppo.critic_warmup_steps.high: 5``): the rest
     comes from the field's default range (its choices dropped for a range given, its ends for choices),
     through the completion every section has (:meth:`_Section._complete`). ``KEYS`` names the params
@@ -59,51 +61,6 @@ class _Space(_Section):
         return {k: v for k, v in default.items() if k not in drop}
 
 
-class GRPOSpace(_Space):
-    """What a GRPO-family arm searches (grpo, dr_grpo, rloo, reinforce_pp, dapo, custom GRPO arms)."""
-
-    KEYS: ClassVar[dict[str, str]] = {
-        "lr": "rl.engine.lr",
-        "beta": "grpo.beta",
-        "num_generations": "rl.num_generations",
-        "temperature": "rl.sampling.temperature",
-    }
-
-    lr: Dim | None = Field(default_factory=lambda: _dim(5e-5, 1e-3, log=True), description="rl.engine.lr.")
-    beta: Dim | None = Field(default_factory=lambda: _dim(1e-3, 0.2, log=True), description="grpo.beta (KL weight).")
-    num_generations: Dim | None = Field(
-        default_factory=lambda: Dim(choices=[4, 8, 16]), description="rl.num_generations (G; it sets a step's cost)."
-    )
-    temperature: Dim | None = Field(default_factory=lambda: _dim(0.6, 1.2), description="rl.sampling.temperature.")
-
-
-class PPOSpace(_Space):
-    """What a PPO arm searches: its actor and critic learning rates, the decoupled lambdas, the value
-    clip, the critic's warm-up and the KL weight."""
-
-    KEYS: ClassVar[dict[str, str]] = {
-        "lr": "ppo.actor_lr",
-        "critic_lr": "ppo.critic_engine.lr",
-        "lam_actor": "ppo.lam_actor",
-        "lam_critic": "ppo.lam_critic",
-        "cliprange_value": "ppo.cliprange_value",
-        "critic_warmup_steps": "ppo.critic_warmup_steps",
-        "kl_coef": "ppo.kl_coef",
-    }
-
-    lr: Dim | None = Field(default_factory=lambda: _dim(5e-5, 1e-3, log=True), description="ppo.actor_lr.")
-    critic_lr: Dim | None = Field(
-        default_factory=lambda: _dim(1e-4, 3e-3, log=True), description="ppo.critic_engine.lr."
-    )
-    lam_actor: Dim | None = Field(default_factory=lambda: _dim(0.9, 1.0), description="ppo.lam_actor.")
-    lam_critic: Dim | None = Field(default_factory=lambda: _dim(0.9, 1.0), description="ppo.lam_critic.")
-    cliprange_value: Dim | None = Field(default_factory=lambda: _dim(0.1, 0.5), description="ppo.cliprange_value.")
-    critic_warmup_steps: Dim | None = Field(
-        default_factory=lambda: _dim(0, 30), description="ppo.critic_warmup_steps (below the trial's steps)."
-    )
-    kl_coef: Dim | None = Field(default_factory=lambda: _dim(1e-3, 0.2, log=True), description="ppo.kl_coef.")
-
-
 class PrunerConfig(_Section):
     """Optuna's median pruner: a trial whose val accuracy trails the median of earlier trials at the
     same step stops there, and the steps it did not take go to further trials."""
@@ -113,7 +70,7 @@ class PrunerConfig(_Section):
     warmup_steps: int = Field(0, ge=0, description="Steps of a trial before it may be pruned.")
 
 
-class TuneConfig(_Section):
+class SharedTuneConfig(_Section):
     """``make tune``: Optuna's TPE search of each arm's space (its algorithm's: ``grpo`` or ``ppo``) on
     val accuracy, never test; every arm gets ``trials`` x ``steps`` training steps."""
 
@@ -131,8 +88,6 @@ class TuneConfig(_Section):
     sampler_seed: int = Field(0, ge=0, description="Seed of the TPE sampler: the same trials are proposed again.")
     startup_trials: int = Field(3, ge=0, description="Random trials before TPE models the space.")
     pruner: PrunerConfig = Field(default_factory=PrunerConfig, description="Stopping trailing trials early.")
-    grpo: GRPOSpace = Field(default_factory=GRPOSpace, description="The space of arms whose algorithm is grpo.")
-    ppo: PPOSpace = Field(default_factory=PPOSpace, description="The space of arms whose algorithm is ppo.")
 
     def trial_steps(self, rl_steps: int) -> int:
         """Training steps of one trial: ``steps``, else the set's ``rl.steps``."""
@@ -146,6 +101,6 @@ class TuneConfig(_Section):
         """Algorithm ``algorithm``'s space (the field of its name) as params key -> range, the settings
         left out (null) dropped; empty for an algorithm without a space of its own."""
         section = getattr(self, algorithm, None)
-        if not isinstance(section, _Space):
+        if not isinstance(section, Space):
             return {}
         return {key: dim for name, key in section.KEYS.items() if (dim := getattr(section, name)) is not None}

@@ -10,7 +10,7 @@ Reading order for one GRPO step (docs/architecture.md traces it in full):
 1. :meth:`grpoflow.rl.trainer.Trainer.step`: the step's batch (:class:`grpoflow.rl.step_batch.StepBatches`:
    rollouts from :mod:`grpoflow.rollout`, rewards from :class:`grpoflow.rl.rewards.WeightedReward`),
    the algorithm's ``update(batch, learner)``, then weight sync.
-2. :meth:`grpoflow.rl.grpo.GRPO.update`: reference log-probs, advantages, the micro-batches
+2. :meth:`grpoflow.algorithms.grpo.update.GRPO.update`: reference log-probs, advantages, the micro-batches
    (:meth:`grpoflow.rl.learner.Learner.micro_batches`, planned by :mod:`grpoflow.rl.micro_batches`)
    and one optimizer step each (:meth:`grpoflow.rl.learner.Learner.step`).
 3. :mod:`grpoflow.rl.advantages` (``group_advantages``), :mod:`grpoflow.rl.logprobs`

@@ -17,8 +17,8 @@ the policy's advantages and that of the critic's targets set apart as VAPO's dec
 
 Both kinds are registered by name (:data:`ESTIMATORS`, :data:`CRITIC_ESTIMATOR_FNS`, each a
 :class:`grpoflow.registry.Registry`), each with typed
-options of its own (:data:`grpoflow.config.grpo.ADVANTAGE_ESTIMATORS`,
-:data:`grpoflow.config.ppo.CRITIC_ESTIMATORS`), read from the flat keys of its section.
+options of its own (:data:`grpoflow.algorithms.grpo.config.ADVANTAGE_ESTIMATORS`,
+:data:`grpoflow.algorithms.ppo.config.CRITIC_ESTIMATORS`), read from the flat keys of its section.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from grpoflow.config.grpo import ADVANTAGE_ESTIMATORS, BatchNormOptions, GroupNormOptions, NoAdvantageOptions
-from grpoflow.config.ppo import CRITIC_ESTIMATORS, GaeOptions
+from grpoflow.algorithms.grpo.config import ADVANTAGE_ESTIMATORS, BatchNormOptions, GroupNormOptions, NoAdvantageOptions
+from grpoflow.algorithms.ppo.config import CRITIC_ESTIMATORS, GaeOptions
 from grpoflow.registry import Registry
 
 # No module-level torch: callers that only build runs need not pay for torch's import. Tensor
@@ -36,13 +36,13 @@ from grpoflow.registry import Registry
 if TYPE_CHECKING:
     import torch
 
-    from grpoflow.config import GRPOConfig
+    from grpoflow.algorithms.grpo.config import GRPOConfig
 
 Scale = Literal["group", "batch", "none"]
 Estimator = Callable[["torch.Tensor", int, "GRPOConfig"], "torch.Tensor"]
 TypedEstimator = Callable[["torch.Tensor", int, Any], "torch.Tensor"]  # (rewards, G, its own options)
 ESTIMATORS: Registry[Estimator] = Registry(
-    "advantage estimator", ADVANTAGE_ESTIMATORS, "grpoflow.config.grpo.ADVANTAGE_ESTIMATORS"
+    "advantage estimator", ADVANTAGE_ESTIMATORS, "grpoflow.algorithms.grpo.config.ADVANTAGE_ESTIMATORS"
 )
 
 
@@ -50,7 +50,7 @@ def estimator(name: str) -> Callable[[TypedEstimator], TypedEstimator]:
     """Register an advantage estimator under ``name`` (the value of ``grpo.advantage_estimator``).
 
     The function takes ``(rewards, group_size, options)``, its options typed as
-    :data:`~grpoflow.config.grpo.ADVANTAGE_ESTIMATORS` says; ``ESTIMATORS[name]`` takes the
+    :data:`~grpoflow.algorithms.grpo.config.ADVANTAGE_ESTIMATORS` says; ``ESTIMATORS[name]`` takes the
     ``grpo`` section (or those options) and hands the function only its own options."""
 
     def from_section(fn: TypedEstimator) -> Estimator:
@@ -199,7 +199,7 @@ def gae(
 # -> (advantages, returns), each handed only its own typed options (CRITIC_ESTIMATORS).
 CriticEstimator = Callable[["torch.Tensor", "torch.Tensor", "torch.Tensor", Any], "tuple[torch.Tensor, torch.Tensor]"]
 CRITIC_ESTIMATOR_FNS: Registry[CriticEstimator] = Registry(
-    "critic estimator", CRITIC_ESTIMATORS, "grpoflow.config.ppo.CRITIC_ESTIMATORS"
+    "critic estimator", CRITIC_ESTIMATORS, "grpoflow.algorithms.ppo.config.CRITIC_ESTIMATORS"
 )
 
 
@@ -207,7 +207,7 @@ CRITIC_ESTIMATOR_FNS: Registry[CriticEstimator] = Registry(
 def _gae_estimator(
     rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, cfg: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`gae` with the ``ppo`` section's (or its own) :class:`~grpoflow.config.ppo.GaeOptions`."""
+    """:func:`gae` with the ``ppo`` section's (or its own) :class:`~grpoflow.algorithms.ppo.config.GaeOptions`."""
     options = cfg if isinstance(cfg, GaeOptions) else cfg.estimator_options("gae")
     return gae(rewards, values, mask, gamma=options.gamma, lam=options.actor_lam, lam_critic=options.critic_lam)
 

@@ -19,8 +19,8 @@ from grpoflow.registry import Registry
 if TYPE_CHECKING:
     from grpoflow.config import Params
     from grpoflow.rl.batch import Batch
+    from grpoflow.rl.inputs import TrainerInputs
     from grpoflow.rl.learner import Learner
-    from grpoflow.rl.trainer import TrainerInputs
 
 
 class Update(Protocol):

@@ -10,7 +10,7 @@ Per token (DeepSeekMath, Shao et al. 2024, eq. 3):
 
 k1 (``logp - ref_logp``) and k2 (``(logp - ref_logp)^2 / 2``) are the other two estimators of
 Schulman's "Approximating KL Divergence"; ``grpo.kl_placement: reward`` folds the penalty into the
-reward instead (see :mod:`grpoflow.rl.grpo`).
+reward instead (see :mod:`grpoflow.algorithms.grpo.update`).
 
 ``eps_high > eps_low`` is DAPO's "clip-higher" (Yu et al. 2025). Aggregation over tokens
 (:data:`AGGREGATIONS`): ``grpo`` (mean over each sequence, then over sequences; DeepSeekMath), ``bnpo``
@@ -29,9 +29,8 @@ from typing import Literal
 import torch
 
 from grpoflow import metric_names as M
-from grpoflow.config.grpo import KL_ESTIMATOR_NAMES, KLEstimator
 from grpoflow.config.rl import AGGREGATIONS as AGGREGATION_NAMES
-from grpoflow.config.rl import Aggregation
+from grpoflow.config.rl import KL_ESTIMATOR_NAMES, Aggregation, KLEstimator
 from grpoflow.registry import Registry
 
 RatioLevel = Literal["token", "sequence"]
@@ -52,9 +51,9 @@ class Aggregator:
 
 # Each under its name of grpoflow.config.rl.Aggregation.
 AGGREGATIONS: Registry[Aggregator] = Registry("aggregation", AGGREGATION_NAMES, "grpoflow.config.rl.Aggregation")
-# (log-probs, reference log-probs) -> per-token KL(policy || reference); names of grpoflow.config.grpo.KLEstimator.
+# (log-probs, reference log-probs) -> per-token KL(policy || reference); names of grpoflow.config.rl.KLEstimator.
 KL_ESTIMATORS: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry(
-    "KL estimator", KL_ESTIMATOR_NAMES, "grpoflow.config.grpo.KLEstimator"
+    "KL estimator", KL_ESTIMATOR_NAMES, "grpoflow.config.rl.KLEstimator"
 )
 
 

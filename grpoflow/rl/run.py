@@ -4,7 +4,7 @@ engines), the fingerprint that guards resuming, and the checkpoint state that tr
 
 The training stages (``tasks.grpo``, ``tasks.ppo``) only parse arguments, read and write files and
 log to MLflow; everything that decides how training behaves is here, so that a new algorithm is an
-update with its :class:`~grpoflow.rl.algorithm.Algorithm` (see :mod:`grpoflow.rl.grpo`).
+update with its :class:`~grpoflow.rl.algorithm.Algorithm` (see :mod:`grpoflow.algorithms.grpo.update`).
 """
 
 from __future__ import annotations

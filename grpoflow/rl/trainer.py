@@ -9,29 +9,26 @@ back-off, evaluation, reference refreshes and checkpoints.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
-from typing import Any
+from collections.abc import Callable
+from dataclasses import fields
 
 import torch
 import torch.distributed as dist
 
 from grpoflow import metric_names as M
-from grpoflow.config import RLConfig
 from grpoflow.models import rng
 from grpoflow.models.prompting import Prompter
 from grpoflow.rl.algorithm import Update, updates_policy
 from grpoflow.rl.batch import Batch, Scored
 from grpoflow.rl.health import HealthMonitor, Symptom
+from grpoflow.rl.inputs import TrainerInputs
 from grpoflow.rl.learner import Learner
 from grpoflow.rl.loop_state import LoopState
 from grpoflow.rl.oom_backoff import OutOfMemoryAfterBackoff, next_backoff
 from grpoflow.rl.ranks import Ranks
 from grpoflow.rl.reference_sync import reference_refresh_due, refresh_reference
-from grpoflow.rl.rewards import WeightedReward
 from grpoflow.rl.step_batch import StepBatches
 from grpoflow.rl.step_timing import PhaseTimer, peak_memory_mb
-from grpoflow.rollout import RolloutEngine
 
 
 def adapt_beta(beta: float, kl: float, target: float, horizon: int) -> float:
@@ -47,27 +44,6 @@ def _all_mean(values: dict[str, float], world: int, device: torch.device | str =
     t = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=device)  # NCCL reduces only CUDA tensors
     dist.all_reduce(t)
     return {k: float(v) / world for k, v in zip(keys, t)}
-
-
-@dataclass
-class TrainerInputs:
-    """What every algorithm's run is built from (:func:`grpoflow.rl.run.build_rl_run` fills it):
-    the ``rl`` section, the policy's engine, the frozen reference (present exactly when the run
-    needs one, :func:`grpoflow.rl.run.needs_reference`), the rollout engine, the reward and the
-    train prompts; ``seed`` orders prompts and sampling; ``rank``/``world`` shard them."""
-
-    cfg: RLConfig
-    engine: Any  # a DeepSpeed engine
-    ref_model: torch.nn.Module | None
-    rollout: RolloutEngine
-    tokenizer: Any
-    reward: WeightedReward
-    prompts: Sequence[dict]
-    seed: int
-    prompter: Prompter | None = None
-    rank: int = 0
-    world: int = 1
-    health: HealthMonitor | None = None
 
 
 class Trainer:

@@ -51,7 +51,10 @@ def test_every_arm_and_seed_is_a_dvc_stage_and_the_report_reads_them_all():
     arm = spec["stages"]["arm_ppo_s1"]
     assert arm["cmd"].endswith("--history metrics/arms/ppo-s1_history.csv --arm ppo --seed 1")
     covers = [
-        d for d in arm["deps"] if "grpoflow/rl/ppo.py" == d or "grpoflow/rl/ppo.py".startswith(d.rstrip("/") + "/")
+        d
+        for d in arm["deps"]
+        if "grpoflow/algorithms/ppo/update.py" == d
+        or "grpoflow/algorithms/ppo/update.py".startswith(d.rstrip("/") + "/")
     ]
     assert "models/sft" in arm["deps"] and "tasks/arm.py" in arm["deps"] and covers
     # A seed's stage reads no params key that another seed changes: adding a seed leaves the others cached.

@@ -253,7 +253,7 @@ def test_every_estimator_is_a_setting_and_an_unknown_one_is_refused():
 
 
 def test_the_schema_knows_every_registered_estimator_by_name():
-    from grpoflow.config import ADVANTAGE_ESTIMATORS
+    from grpoflow.algorithms.grpo.config import ADVANTAGE_ESTIMATORS
     from grpoflow.rl.advantages import ESTIMATORS, estimator
 
     assert sorted(ESTIMATORS.registered()) == sorted(ADVANTAGE_ESTIMATORS)
@@ -262,7 +262,7 @@ def test_the_schema_knows_every_registered_estimator_by_name():
 
 
 def test_each_estimator_receives_only_its_own_typed_options_from_the_flat_keys():
-    from grpoflow.config import BatchNormOptions, GroupNormOptions, NoAdvantageOptions
+    from grpoflow.algorithms.grpo.config import BatchNormOptions, GroupNormOptions, NoAdvantageOptions
     from grpoflow.rl.advantages import ESTIMATORS, grpo_estimator
 
     cfg = _cfg(advantage_scale="batch", advantage_ddof=1, advantage_eps=0.5)
@@ -282,7 +282,8 @@ def test_each_estimators_options_are_the_config_fields_it_reads_declared_once():
     """An option is declared once, as its section's field (the configuration reference's row): each
     estimator's option has that field's type, default, bounds and description, no option class declares
     one of its own (refused on import), and the estimators read every advantage key of the section."""
-    from grpoflow.config import ADVANTAGE_ESTIMATORS, CRITIC_ESTIMATORS, GRPOConfig, PPOConfig
+    from grpoflow.algorithms.grpo.config import ADVANTAGE_ESTIMATORS, GRPOConfig
+    from grpoflow.algorithms.ppo.config import CRITIC_ESTIMATORS, PPOConfig
     from grpoflow.config.base import options_of
 
     def declared(field):
@@ -303,8 +304,8 @@ def test_each_estimators_options_are_the_config_fields_it_reads_declared_once():
 
 
 def test_gae_is_a_registered_critic_estimator_with_its_own_options():
+    from grpoflow.algorithms.ppo.config import CRITIC_ESTIMATORS, GaeOptions
     from grpoflow.config import validate_params
-    from grpoflow.config.ppo import CRITIC_ESTIMATORS, GaeOptions
     from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS
 
     assert sorted(CRITIC_ESTIMATOR_FNS) == sorted(CRITIC_ESTIMATORS) == ["gae"]

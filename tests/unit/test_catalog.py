@@ -103,14 +103,14 @@ def test_a_third_algorithm_trains_on_the_shared_policy_trainer(tmp_path):
 
 
 def test_every_pluggable_kind_registers_exactly_its_name_table():
+    import grpoflow.algorithms.grpo.update  # noqa: F401  (registers GRPO)
+    import grpoflow.algorithms.ppo.update  # noqa: F401  (registers PPO)
     import grpoflow.rl.advantages as advantages
-    import grpoflow.rl.grpo  # noqa: F401  (registers GRPO)
     import grpoflow.rl.losses as losses
-    import grpoflow.rl.ppo  # noqa: F401  (registers PPO)
     import verifiers
-    from grpoflow.config import ADVANTAGE_ESTIMATORS, CRITIC_ESTIMATORS
-    from grpoflow.config.grpo import KL_ESTIMATOR_NAMES
-    from grpoflow.config.rl import AGGREGATIONS
+    from grpoflow.algorithms.grpo.config import ADVANTAGE_ESTIMATORS
+    from grpoflow.algorithms.ppo.config import CRITIC_ESTIMATORS
+    from grpoflow.config.rl import AGGREGATIONS, KL_ESTIMATOR_NAMES
     from grpoflow.rl.algorithm import ALGORITHMS
     from verifiers.catalog import BUILTIN
 
@@ -130,25 +130,32 @@ def test_every_pluggable_kind_registers_exactly_its_name_table():
     assert set(BUILTIN) <= set(verifiers.registry._REGISTRY)
 
 
-# Where the algorithms' names may be written: the catalog, each algorithm's own modules, and the
-# name tables of other kinds that share the paper's name (the "grpo" aggregation and estimator).
+# Where the algorithms' names may be written: each algorithm's own folder and stage CLI, the catalog
+# (which names the default), and the name tables of other kinds that share the paper's name (the
+# "grpo" aggregation and estimator).
 OWN = {
     '"grpo"': {
         "grpoflow/catalog.py",
-        "grpoflow/rl/grpo.py",
-        "grpoflow/config/grpo.py",
+        "grpoflow/algorithms/grpo/__init__.py",
+        "grpoflow/algorithms/grpo/update.py",
+        "grpoflow/algorithms/grpo/config.py",
         "tasks/grpo.py",
         "grpoflow/config/rl.py",  # rl.aggregation: grpo (its name table and default)
         "grpoflow/rl/losses.py",  # the grpo aggregation's registration
         "grpoflow/rl/advantages.py",  # the grpo estimator's registration
         "grpoflow/config/advice.py",  # the paper's aggregation and estimator, by their names
     },
-    '"ppo"': {"grpoflow/catalog.py", "grpoflow/rl/ppo.py", "grpoflow/config/ppo.py", "tasks/ppo.py"},
+    '"ppo"': {
+        "grpoflow/algorithms/ppo/__init__.py",
+        "grpoflow/algorithms/ppo/update.py",
+        "grpoflow/algorithms/ppo/config.py",
+        "tasks/ppo.py",
+    },
 }
 
 
 @pytest.mark.parametrize("name", sorted(OWN))
-def test_an_algorithms_name_is_written_only_in_its_own_modules_and_the_catalog(name):
+def test_an_algorithms_name_is_written_only_in_its_own_folder(name):
     found = {
         str(path.relative_to(REPO))
         for folder in ("grpoflow", "tasks", "flows")

@@ -1,12 +1,12 @@
-"""The yardsticks of the critic's explained variance (grpoflow.rl.critic_ceiling)."""
+"""The yardsticks of the critic's explained variance (grpoflow.algorithms.ppo.critic_ceiling)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from grpoflow.rl.critic import ValueModel
-from grpoflow.rl.critic_ceiling import RewardedBatch, critic_ev, fit_critic, prompt_oracle_ev
+from grpoflow.algorithms.ppo.critic import ValueModel
+from grpoflow.algorithms.ppo.critic_ceiling import RewardedBatch, critic_ev, fit_critic, prompt_oracle_ev
 from grpoflow.rollout import Rollouts
 from tests.unit.test_shared_prefix import small_llama
 

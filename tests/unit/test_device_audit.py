@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grpoflow.algorithms.grpo.update import ALGORITHM as GRPO
+from grpoflow.algorithms.ppo.update import ALGORITHM as PPO
 from grpoflow.config import EngineConfig, validate_params
 from grpoflow.models.device import compute_device, model_device
-from grpoflow.rl.grpo import ALGORITHM as GRPO
-from grpoflow.rl.ppo import ALGORITHM as PPO
 from grpoflow.rl.run import build_rl_run
 from tests.device_audit import STAND_IN, DeviceMixError, OnDevice, audited
 from tests.unit import rl_workspace, test_rl_run

@@ -47,8 +47,8 @@ def test_the_memory_in_use_is_the_resident_set_on_a_cpu():
 
 
 def test_a_runs_models_by_role_a_lora_reference_costing_nothing_of_its_own(tmp_path):
+    from grpoflow.algorithms.grpo.update import ALGORITHM as GRPO
     from grpoflow.config import validate_params
-    from grpoflow.rl.grpo import ALGORITHM as GRPO
     from grpoflow.rl.memory import run_models
     from grpoflow.rl.run import build_rl_run
     from tests.unit import rl_workspace

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from grpoflow.rl.critic import explained_variance, token_rewards
+from grpoflow.algorithms.ppo.critic import explained_variance, token_rewards
 
 
 def test_token_rewards_put_the_reward_on_the_last_token_and_subtract_kl():
@@ -24,7 +24,7 @@ def test_critic_metrics_take_the_statistics_of_every_process():
     # This process: returns 1, 3 (values 0, 2); the other: return 2 (value 2). Over all three tokens:
     # returns mean 2, variance 2/3; returns - values = 1, 1, 0: mean 2/3, variance 2/9; EV = 1 - (2/9)/(2/3).
     from grpoflow import metric_names as M
-    from grpoflow.rl.critic import critic_metrics
+    from grpoflow.algorithms.ppo.critic import critic_metrics
 
     returns, values, mask = (
         torch.tensor([[1.0, 3.0, 7.0]]),
@@ -45,7 +45,7 @@ def test_the_value_loss_is_clipped_around_the_old_values_as_documented():
     # clip 0.2. Token 0: V 1.0, old 0, return 1.0: unclipped (1.0 - 1.0)^2 = 0, clipped V 0.2: (0.2 - 1.0)^2 = 0.64;
     # the larger, 0.64, counts and its gradient is 0 (the clamp saturates). Token 1: V 0, old 0, return 0.5: both
     # (0 - 0.5)^2 = 0.25. Token 2 is not counted. Loss 0.5 * (0.64 + 0.25) / 2 = 0.2225; dL/dV_1 = (0 - 0.5) / 2.
-    from grpoflow.rl.critic import clipped_value_loss
+    from grpoflow.algorithms.ppo.critic import clipped_value_loss
 
     values = torch.tensor([[1.0, 0.0, 5.0]], requires_grad=True)
     old, returns = torch.zeros(1, 3), torch.tensor([[1.0, 0.5, 0.0]])
@@ -58,8 +58,8 @@ def test_the_value_loss_is_clipped_around_the_old_values_as_documented():
 # -- shared-prefix groups: PPO's policy and critic passes equal the unshared ones ---------------
 from transformers import AutoModel, LlamaConfig, Qwen2Config  # noqa: E402
 
+from grpoflow.algorithms.ppo.critic import ValueModel, completion_values  # noqa: E402
 from grpoflow.models.attention import NAME, use_own_attention  # noqa: E402
-from grpoflow.rl.critic import ValueModel, completion_values  # noqa: E402
 from grpoflow.rl.logprobs import completion_logprobs  # noqa: E402
 from grpoflow.rl.losses import clipped_surrogate_loss  # noqa: E402
 from tests.unit.test_shared_prefix import batch, rel, small_llama, tiny_default  # noqa: E402

@@ -1,4 +1,4 @@
-"""PPO's critic done right (grpoflow/rl/ppo.py): the warm-up fits the critic alone and leaves the
+"""PPO's critic done right (grpoflow/algorithms/ppo/update.py): the warm-up fits the critic alone and leaves the
 policy bit-identical, the critic's explained variance rises as it fits a batch, it can start from
 the reward model, and its curves are charted under ``learning/``."""
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from grpoflow import metric_names as M
+from grpoflow.algorithms.ppo.critic import initial_critic
+from grpoflow.algorithms.ppo.update import ALGORITHM as PPO
 from grpoflow.config import validate_params
-from grpoflow.rl.critic import initial_critic
-from grpoflow.rl.ppo import ALGORITHM as PPO
 from grpoflow.rl.run import build_rl_run
 from tests.unit import rl_workspace
 
@@ -109,7 +109,7 @@ def test_explained_variance_rises_as_the_critic_fits_a_fixed_batch(workspace):
 
 
 def test_the_actor_trains_at_its_own_learning_rate_when_the_set_gives_one_and_grpo_keeps_the_shared_one(workspace):
-    from grpoflow.rl.grpo import ALGORITHM as GRPO
+    from grpoflow.algorithms.grpo.update import ALGORITHM as GRPO
 
     def lrs(run) -> list[float]:
         return [g["lr"] for g in run.engine.optimizer.param_groups]
@@ -157,8 +157,8 @@ def test_the_critic_can_start_from_the_reward_model(workspace, tmp_path):
 
 
 def test_a_reward_model_of_another_vocabulary_cannot_host_the_critic(workspace, tmp_path):
+    from grpoflow.algorithms.ppo.critic import check_same_vocabulary
     from grpoflow.models.modeling import train_tokenizer
-    from grpoflow.rl.critic import check_same_vocabulary
 
     # Merges of other texts: a vocabulary beside the policy's 256 bytes and specials that differs from it.
     train_tokenizer(["something else entirely"] * 5, vocab_size=300).save_pretrained(tmp_path / "other")
@@ -185,8 +185,8 @@ def test_a_lora_policys_critic_trains_adapters_and_its_head_and_leaves_its_trunk
     """#48: with ``model.lora`` the critic gets adapters like the policy's (a second trunk of the
     policy's size whose own weights stay frozen), the value head trains in full, and the policy's
     reference is its own model with the adapters off."""
+    from grpoflow.algorithms.ppo.critic import completion_values
     from grpoflow.models.lora import AdaptersDisabled, has_adapters
-    from grpoflow.rl.critic import completion_values
 
     params = validate_params({**TINY, "model": {"lora": {"rank": 4, "alpha": 8}}})
     run = build_rl_run(params, PPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
@@ -217,9 +217,9 @@ def test_a_lora_policys_critic_trains_adapters_and_its_head_and_leaves_its_trunk
 def test_a_critic_trunk_takes_only_the_lora_targets_it_has():
     """#48 review: a policy that also adapts its ``lm_head`` gives a critic (a trunk without one) the
     other targets; a set whose targets are all missing from the trunk is refused with its name."""
+    from grpoflow.algorithms.ppo.critic import trunk_lora
     from grpoflow.config import LoraConfig
     from grpoflow.models.lora import LoraTargetError
-    from grpoflow.rl.critic import trunk_lora
 
     trunk = torch.nn.Sequential()
     trunk.add_module("q_proj", torch.nn.Linear(2, 2))

@@ -1,5 +1,6 @@
-"""Tests reach grpoflow/rl/ through its public names only (#52): a private name a test imports or
-reads is a contract nobody wrote down, and a refactor behind the public one breaks the test."""
+"""Tests reach grpoflow/rl/ and the algorithms' folders through their public names only (#52): a private
+name a test imports or reads is a contract nobody wrote down, and a refactor behind the public one
+breaks the test."""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ import ast
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
-PACKAGE = "grpoflow.rl"
+PACKAGES = ("grpoflow.rl", "grpoflow.algorithms")
 
 
 def _rl_module(name: str | None) -> bool:
-    return name is not None and (name == PACKAGE or name.startswith(PACKAGE + "."))
+    return name is not None and any(name == p or name.startswith(p + ".") for p in PACKAGES)
 
 
 def private_uses(source: str) -> list[str]:
-    """``from grpoflow.rl... import _x`` and ``m._x`` where ``m`` names a module of grpoflow/rl/."""
+    """``from grpoflow.rl... import _x`` and ``m._x`` where ``m`` names a module of those packages."""
     tree = ast.parse(source)
     modules: set[str] = set()  # local names bound to grpoflow.rl modules
     found: list[str] = []
@@ -24,7 +25,7 @@ def private_uses(source: str) -> list[str]:
             for alias in node.names:
                 if alias.name.startswith("_"):
                     found.append(f"line {node.lineno}: from {node.module} import {alias.name}")
-                elif node.module == PACKAGE:  # from grpoflow.rl import logprobs as lp
+                elif node.module in PACKAGES or node.module.startswith("grpoflow.algorithms."):  # a module, by name
                     modules.add(alias.asname or alias.name)
         elif isinstance(node, ast.Import):
             modules |= {a.asname for a in node.names if _rl_module(a.name) and a.asname}
@@ -35,7 +36,7 @@ def private_uses(source: str) -> list[str]:
     return found
 
 
-def test_no_test_reaches_a_private_name_of_grpoflow_rl():
+def test_no_test_reaches_a_private_name_of_the_loop_or_an_algorithm():
     uses = {
         str(p.relative_to(TESTS)): private_uses(p.read_text())
         for p in sorted(TESTS.rglob("*.py"))

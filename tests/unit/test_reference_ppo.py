@@ -1,7 +1,7 @@
 """The trainer's PPO step against PPO restated in plain torch (tests/unit/reference_ppo.py).
 
 Both start from the same tiny policy, critic and reference, and see the same rollouts and rewards,
-injected in place of sampling and scoring. The real steps (grpoflow.rl.ppo.PPO.update on its two
+injected in place of sampling and scoring. The real steps (grpoflow.algorithms.ppo.update.PPO.update on its two
 DeepSpeed engines, on the CPU) must leave the same policy and critic weights as the reference's AdamW
 steps, and report the same losses, KL and critic statistics, under every setting that changes the
 arithmetic. The reference is moved away from the policy (the KL penalty would be 0) and the critic's
@@ -27,9 +27,9 @@ import torch
 from transformers import AutoModel, AutoModelForCausalLM
 
 from grpoflow import metric_names as M
+from grpoflow.algorithms.ppo.update import ALGORITHM as PPO
 from grpoflow.config import Params, validate_params
 from grpoflow.rl.batch import Scored
-from grpoflow.rl.ppo import ALGORITHM as PPO
 from grpoflow.rl.run import build_rl_run
 from grpoflow.rollout import Rollouts
 from tests.unit import rl_workspace

@@ -19,9 +19,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grpoflow import metric_names as M
+from grpoflow.algorithms.grpo.update import ALGORITHM as GRPO
 from grpoflow.config import validate_params
 from grpoflow.rl.batch import Scored
-from grpoflow.rl.grpo import ALGORITHM as GRPO
 from grpoflow.rl.run import build_rl_run
 from grpoflow.rollout import Rollouts
 from tests.unit import rl_workspace

@@ -8,10 +8,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grpoflow.config import GRPOConfig, ModelConfig, RLConfig
+from grpoflow.algorithms.grpo.config import GRPOConfig
+from grpoflow.algorithms.grpo.update import GRPO
+from grpoflow.config import ModelConfig, RLConfig
 from grpoflow.models.engine import build_engine
 from grpoflow.models.modeling import build_tiny_model, train_tokenizer
-from grpoflow.rl.grpo import GRPO
 from grpoflow.rl.oom_backoff import OutOfMemoryAfterBackoff, next_backoff
 from grpoflow.rl.rewards import RewardComponent, WeightedReward
 from grpoflow.rl.trainer import Trainer, TrainerInputs

@@ -8,9 +8,9 @@ import time
 import pytest
 
 from grpoflow import metric_names as M
+from grpoflow.algorithms.grpo.update import ALGORITHM as GRPO
+from grpoflow.algorithms.ppo.update import ALGORITHM as PPO
 from grpoflow.config import validate_params
-from grpoflow.rl.grpo import ALGORITHM as GRPO
-from grpoflow.rl.ppo import ALGORITHM as PPO
 from grpoflow.rl.run import build_rl_run
 from grpoflow.rl.step_timing import PhaseTimer
 from tests.unit import rl_workspace

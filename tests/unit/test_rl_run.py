@@ -7,10 +7,10 @@ import math
 
 import pytest
 
+from grpoflow.algorithms.grpo.update import ALGORITHM as GRPO
+from grpoflow.algorithms.ppo.update import ALGORITHM as PPO
 from grpoflow.config import validate_params
 from grpoflow.metric_names import KL_COEF
-from grpoflow.rl.grpo import ALGORITHM as GRPO
-from grpoflow.rl.ppo import ALGORITHM as PPO
 from grpoflow.rl.run import build_rl_run, fingerprint, needs_reference
 from tests.unit import rl_workspace
 

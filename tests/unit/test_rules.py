@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from grpoflow.config import ConfigError, GRPOConfig, Params, RLConfig, rules, validate_params
+from grpoflow.algorithms.grpo.config import GRPOConfig
+from grpoflow.config import ConfigError, Params, RLConfig, rules, validate_params
 
 GRPO_ONLY = {"experiment": {"stages": ["base_model", "prepare", "validate_verifiers", "sft", "grpo"]}}
 PPO_ONLY = {"experiment": {"stages": ["base_model", "prepare", "validate_verifiers", "sft", "ppo"]}}

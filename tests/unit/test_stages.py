@@ -101,9 +101,9 @@ def test_collapse_lists_a_directory_only_when_all_of_it_is_used(tmp_path, monkey
 def test_the_rl_stages_read_only_their_own_algorithm_section():
     assert "ppo" not in stage("grpo").params and "grpo" not in stage("ppo").params
     assert "rl" in stage("grpo").params and "rl" in stage("ppo").params
-    assert "grpoflow/rl/ppo.py" not in module_files("tasks.grpo") and "grpoflow/rl/grpo.py" not in module_files(
-        "tasks.ppo"
-    )
+    assert "grpoflow/algorithms/ppo/update.py" not in module_files(
+        "tasks.grpo"
+    ) and "grpoflow/algorithms/grpo/update.py" not in module_files("tasks.ppo")
 
 
 def test_a_set_may_leave_stages_out_and_their_consumers_adapt():

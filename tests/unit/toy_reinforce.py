@@ -12,8 +12,8 @@ from pathlib import Path
 from grpoflow.config import Params
 from grpoflow.rl.algorithm import Algorithm, Built, register
 from grpoflow.rl.batch import Batch
+from grpoflow.rl.inputs import TrainerInputs
 from grpoflow.rl.learner import Learner
-from grpoflow.rl.trainer import TrainerInputs
 
 
 class Reinforce:

@@ -166,9 +166,9 @@ def _capture_gradients(engine, into: list[dict[str, torch.Tensor]]) -> None:
 
 def one_step(name: str, workspace: Path) -> dict[str, Any]:
     """Configuration ``name``'s run, built afresh with replayed rollouts, after one step."""
+    from grpoflow.algorithms.grpo.update import ALGORITHM as GRPO
+    from grpoflow.algorithms.ppo.update import ALGORITHM as PPO
     from grpoflow.io import read_jsonl
-    from grpoflow.rl.grpo import ALGORITHM as GRPO
-    from grpoflow.rl.ppo import ALGORITHM as PPO
     from grpoflow.rl.run import build_rl_run
     from grpoflow.rl.step_batch import prompt_indices
 

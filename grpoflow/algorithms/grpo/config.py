@@ -7,16 +7,14 @@ typed as those fields are and named without the ``advantage_`` prefix, never the
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from grpoflow.config.base import SectionOptions, _Section, options_of, unknown_name
+from grpoflow.config.rl import KLEstimator
+from grpoflow.config.tune import Dim, Space, dim
 
-# Estimators of KL(policy || reference) per token, by name (Schulman 2020): the torch-free table
-# grpoflow.rl.losses.KL_ESTIMATORS registers each against.
-KLEstimator = Literal["k1", "k2", "k3"]
-KL_ESTIMATOR_NAMES = dict.fromkeys(get_args(KLEstimator))
 # The prefix of this section's keys an estimator's options are read from ("advantage_scale" is its "scale").
 ADVANTAGE_PREFIX = "advantage_"
 
@@ -94,3 +92,30 @@ def kl_in_the_reward_has_a_coefficient(params) -> list[str]:
 
 
 RULES = (kl_in_the_reward_has_a_coefficient,)
+
+
+# -- What make tune searches for an arm of this algorithm (tune.<name>) ----------------------------
+
+
+class GRPOSpace(Space):
+    """What a GRPO-family arm searches (grpo, dr_grpo, rloo, reinforce_pp, dapo, custom GRPO arms)."""
+
+    KEYS: ClassVar[dict[str, str]] = {
+        "lr": "rl.engine.lr",
+        "beta": "grpo.beta",
+        "num_generations": "rl.num_generations",
+        "temperature": "rl.sampling.temperature",
+    }
+
+    lr: Dim | None = Field(default_factory=lambda: dim(5e-5, 1e-3, log=True), description="rl.engine.lr.")
+    beta: Dim | None = Field(default_factory=lambda: dim(1e-3, 0.2, log=True), description="grpo.beta (KL weight).")
+    num_generations: Dim | None = Field(
+        default_factory=lambda: Dim(choices=[4, 8, 16]), description="rl.num_generations (G; it sets a step's cost)."
+    )
+    temperature: Dim | None = Field(default_factory=lambda: dim(0.6, 1.2), description="rl.sampling.temperature.")
+
+
+# What the schema reads of this folder (grpoflow.catalog.settings): the params section named after the
+# algorithm, its space in tune, and its cross-field rules (RULES, above).
+SECTION = GRPOConfig
+SPACE = GRPOSpace

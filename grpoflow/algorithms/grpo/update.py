@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpoflow import metric_names as M
-from grpoflow.config import GRPOConfig, Params
+from grpoflow.algorithms.grpo.config import GRPOConfig
+from grpoflow.config import Params
 from grpoflow.rl.advantages import ESTIMATORS
 from grpoflow.rl.algorithm import Algorithm, Built, register
 from grpoflow.rl.batch import Batch, masked_mean
+from grpoflow.rl.inputs import TrainerInputs
 from grpoflow.rl.learner import Learner
 from grpoflow.rl.losses import clipped_surrogate_loss, kl_penalised_rewards
-from grpoflow.rl.trainer import TrainerInputs
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,14 @@ as :class:`PPOConfig`'s fields)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from grpoflow.config.base import SectionOptions, _Section, options_of
 from grpoflow.config.rewards import RM_REWARD
 from grpoflow.config.rl import EngineConfig
+from grpoflow.config.tune import Dim, Space, dim
 
 _LAM = (
     "GAE lambda of the policy's advantages and of the critic's targets, unless ppo.lam_actor / ppo.lam_critic "
@@ -113,3 +114,39 @@ def critic_from_a_reward_model_has_one(params) -> list[str]:
 
 
 RULES = (critic_warmup_leaves_policy_steps, critic_from_a_reward_model_has_one)
+
+
+# -- What make tune searches for an arm of this algorithm (tune.<name>) ----------------------------
+
+
+class PPOSpace(Space):
+    """What a PPO arm searches: its actor and critic learning rates, the decoupled lambdas, the value
+    clip, the critic's warm-up and the KL weight."""
+
+    KEYS: ClassVar[dict[str, str]] = {
+        "lr": "ppo.actor_lr",
+        "critic_lr": "ppo.critic_engine.lr",
+        "lam_actor": "ppo.lam_actor",
+        "lam_critic": "ppo.lam_critic",
+        "cliprange_value": "ppo.cliprange_value",
+        "critic_warmup_steps": "ppo.critic_warmup_steps",
+        "kl_coef": "ppo.kl_coef",
+    }
+
+    lr: Dim | None = Field(default_factory=lambda: dim(5e-5, 1e-3, log=True), description="ppo.actor_lr.")
+    critic_lr: Dim | None = Field(
+        default_factory=lambda: dim(1e-4, 3e-3, log=True), description="ppo.critic_engine.lr."
+    )
+    lam_actor: Dim | None = Field(default_factory=lambda: dim(0.9, 1.0), description="ppo.lam_actor.")
+    lam_critic: Dim | None = Field(default_factory=lambda: dim(0.9, 1.0), description="ppo.lam_critic.")
+    cliprange_value: Dim | None = Field(default_factory=lambda: dim(0.1, 0.5), description="ppo.cliprange_value.")
+    critic_warmup_steps: Dim | None = Field(
+        default_factory=lambda: dim(0, 30), description="ppo.critic_warmup_steps (below the trial's steps)."
+    )
+    kl_coef: Dim | None = Field(default_factory=lambda: dim(1e-3, 0.2, log=True), description="ppo.kl_coef.")
+
+
+# What the schema reads of this folder (grpoflow.catalog.settings): the params section named after the
+# algorithm, its space in tune, and its cross-field rules (RULES, above).
+SECTION = PPOConfig
+SPACE = PPOSpace

@@ -1,4 +1,4 @@
-"""PPO's critic (:mod:`grpoflow.rl.ppo`): the value model, its values of each completion token, the
+"""PPO's critic (:mod:`grpoflow.algorithms.ppo.update`): the value model, its values of each completion token, the
 token-level rewards and clipped value loss it is trained on, how well it explains the returns, and
 how it starts: from the SFT policy's trunk with a zero value head, or from the reward model
 (``ppo.critic_init``), with LoRA adapters where the policy has them.

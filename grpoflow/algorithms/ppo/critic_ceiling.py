@@ -9,7 +9,7 @@ reward):
   for any critic that does not read the completion, flattered by seeing the token's own reward)
   and leave-one-out (the other G - 1 samples' mean: an honest estimate of the prompt's value);
 - **a converged critic**: the PPO critic's own architecture and initialisation
-  (:class:`grpoflow.rl.critic.ValueModel`), fitted offline for several epochs on many more rollouts
+  (:class:`grpoflow.algorithms.ppo.critic.ValueModel`), fitted offline for several epochs on many more rollouts
   than a training run gives it, scored on held-out prompts' rollouts.
 
 An online critic near the converged one's held-out score is as good as a critic of its size gets on
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grpoflow.rl.critic import ValueModel, completion_values, explained_variance
+from grpoflow.algorithms.ppo.critic import ValueModel, completion_values, explained_variance
 from grpoflow.rollout import Rollouts
 
 

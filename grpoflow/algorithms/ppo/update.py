@@ -1,6 +1,6 @@
 """The PPO baseline (Schulman et al. 2017; RLHF form of Ouyang et al. 2022), written against the
 learner's contract (:mod:`grpoflow.rl.learner`); tests/unit/reference_ppo.py is the same step in plain
-torch. A critic the size of the policy (:mod:`grpoflow.rl.critic`) on its own DeepSpeed engine and
+torch. A critic the size of the policy (:mod:`grpoflow.algorithms.ppo.critic`) on its own DeepSpeed engine and
 optimizer, token-level rewards (the verifier's reward on the last token, a per-token KL penalty
 toward the reference), GAE advantages, the clipped policy loss and a clipped value loss.
 
@@ -18,16 +18,23 @@ from typing import Any
 import torch
 
 from grpoflow import metric_names as M
-from grpoflow.config import Params, PPOConfig
+from grpoflow.algorithms.ppo.config import PPOConfig
+from grpoflow.algorithms.ppo.critic import (
+    clipped_value_loss,
+    completion_values,
+    critic_metrics,
+    initial_critic,
+    token_rewards,
+)
+from grpoflow.config import Params
 from grpoflow.models.engine import build_engine, optimizer_step
 from grpoflow.rl import micro_batches
 from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS, masked_whiten
 from grpoflow.rl.algorithm import Algorithm, Built, register
 from grpoflow.rl.batch import Batch
-from grpoflow.rl.critic import clipped_value_loss, completion_values, critic_metrics, initial_critic, token_rewards
+from grpoflow.rl.inputs import TrainerInputs
 from grpoflow.rl.learner import Learner
 from grpoflow.rl.losses import clipped_surrogate_loss, kl_k3
-from grpoflow.rl.trainer import TrainerInputs
 
 # What the batch's targets are: (KL to the reference or None, the critic's old values, advantages, returns).
 Targets = tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -144,7 +151,7 @@ class PPO:
 
     @staticmethod
     def _critic_metrics(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, learner: Learner) -> dict:
-        """:func:`~grpoflow.rl.critic.critic_metrics` over the step's tokens on every process."""
+        """:func:`~grpoflow.algorithms.ppo.critic.critic_metrics` over the step's tokens on every process."""
         ranks = learner.ranks
         return critic_metrics(values, returns, mask, ranks.summed if ranks.world > 1 else None)
 
