@@ -10,9 +10,10 @@ import torch
 from grpoflow.rollout import Rollouts, concat_rollouts
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean of ``x`` over the tokens ``mask`` keeps, as a float for metrics."""
-    return float((x.detach() * mask).sum() / mask.sum().clamp(min=1))
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over the tokens ``mask`` keeps, for metrics: a 0-dim tensor, without gradient,
+    left on the device (the learner reads an update's metrics at once)."""
+    return (x.detach() * mask).sum() / mask.sum().clamp(min=1)
 
 
 @dataclass(kw_only=True)

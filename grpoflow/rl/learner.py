@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from math import gcd
-from typing import Any
+from typing import Any, TypeAlias
 
 import torch
 
@@ -55,24 +55,46 @@ class Scales:
         return self.tokens / self.accumulation
 
 
+# A metric's value: a float, or a 0-dim tensor on the device, read with the update's others.
+Value: TypeAlias = float | torch.Tensor
+
+
+def host_values(values: list[Value]) -> list[float]:
+    """``values`` as floats, every tensor among them read from the device at once: one wait for the
+    stream instead of one per value (on a GPU each read stalls the host)."""
+    tensors = [v.detach().reshape(()).double() for v in values if isinstance(v, torch.Tensor)]
+    read = iter(torch.stack(tensors).tolist() if tensors else [])
+    return [next(read) if isinstance(v, torch.Tensor) else float(v) for v in values]
+
+
 @dataclass
 class Tally:
-    """An update's metrics, summed micro-batch by micro-batch: each a mean over the step's tokens per
-    pass, and the rollout-correction mismatch of every micro-batch."""
+    """An update's metrics, micro-batch by micro-batch: each term ``value * times / over`` of a mean
+    over the step's tokens per pass, and the rollout-correction mismatch of every micro-batch. The
+    values stay on the device until :meth:`means` reads them all at once; the arithmetic is then the
+    host's, in the order the terms came."""
 
     passes: int
-    sums: dict[str, float] = field(default_factory=dict)
-    seen: dict[str, list[float]] = field(default_factory=dict)
+    terms: dict[str, list[tuple[Value, float, float]]] = field(default_factory=dict)
+    seen: dict[str, list[Value]] = field(default_factory=dict)
 
-    def add(self, key: str, value: float) -> None:
-        """Add ``value`` (already weighed) to ``key``'s sum."""
-        self.sums[key] = self.sums.get(key, 0.0) + value
+    def add(self, key: str, value: Value, times: float = 1.0, over: float = 1.0) -> None:
+        """Add the term ``value * times / over`` to ``key``'s sum."""
+        self.terms.setdefault(key, []).append((value, times, over))
 
     def means(self) -> dict[str, float]:
         """Each sum as a mean over the passes; the mismatch as the step's (the largest ratio, the
         mean of the rest)."""
-        mismatch = {k: max(v) if k == M.ROLLOUT_RATIO_MAX else sum(v) / len(v) for k, v in self.seen.items()}
-        return {k: v / self.passes for k, v in self.sums.items()} | mismatch
+        read = iter(host_values([v for t in self.terms.values() for v, _, _ in t] + sum(self.seen.values(), [])))
+        sums = {}
+        for key, terms in self.terms.items():
+            total = 0.0
+            for _, times, over in terms:
+                total += next(read) * times / over
+            sums[key] = total
+        seen = {k: [next(read) for _ in v] for k, v in self.seen.items()}
+        mismatch = {k: max(v) if k == M.ROLLOUT_RATIO_MAX else sum(v) / len(v) for k, v in seen.items()}
+        return {k: v / self.passes for k, v in sums.items()} | mismatch
 
 
 @dataclass
@@ -113,7 +135,7 @@ class MicroBatches:
             for i, sl in enumerate(micro_batches.accumulation(self.slices, *self.engines)):
                 mb = self._micro_batch(i, sl)
                 yield mb
-                self.tally.add(M.ENTROPY, masked_mean(mb.entropy, b.mask[sl]) * mb.scales.share)
+                self.tally.add(M.ENTROPY, masked_mean(mb.entropy, b.mask[sl]), mb.scales.share)
 
     def metrics(self) -> dict[str, float]:
         """The update's metrics: the loss, the entropy and the update's own tallies, each a mean over
@@ -252,21 +274,22 @@ class Learner:
         micro-batch for micro-batch, so their accumulation boundary is set with the policy's."""
         return MicroBatches(self, b, old_logp, (self.engine, *engines))
 
-    def step(self, mb: MicroBatch, loss: torch.Tensor, metrics: dict[str, float] | None = None) -> None:
+    def step(self, mb: MicroBatch, loss: torch.Tensor, metrics: dict[str, Value] | None = None) -> None:
         """Backward of ``loss`` (times its loss scale) and the policy's optimizer step; the loss and
-        ``metrics`` (each a mean over the micro-batch's tokens) tallied. A non-finite loss stops the run."""
+        ``metrics`` (each a mean over the micro-batch's tokens, a float or a 0-dim tensor) tallied. A
+        non-finite loss stops the run before any weight moves: the one read of the device a micro-batch makes."""
         if not torch.isfinite(loss):
             self.health.observe(self.global_step, {M.LOSS: float(loss)})  # raises TrainingDiverged
         self.engine.backward(loss * mb.scales.loss)  # times 1.0 is exact: equal micro-batches are unchanged
         optimizer_step(self.engine)
-        mb.tally.add(M.LOSS, loss.item() * mb.scales.loss / mb.scales.accumulation)
+        mb.tally.add(M.LOSS, loss.detach(), mb.scales.loss, mb.scales.accumulation)
         self.record(mb, metrics or {})
 
     @staticmethod
-    def record(mb: MicroBatch, metrics: dict[str, float]) -> None:
+    def record(mb: MicroBatch, metrics: dict[str, Value]) -> None:
         """Tally ``metrics`` of micro-batch ``mb``, each a mean over its tokens (a critic's loss, say)."""
         for key, value in metrics.items():
-            mb.tally.add(key, value * mb.scales.share)
+            mb.tally.add(key, value, mb.scales.share)
 
     def size_engine(self, sequences: int) -> None:
         """Size the engine's step for ``sequences`` per process: the configured (or backed-off)

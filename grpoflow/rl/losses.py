@@ -149,8 +149,9 @@ CorrectionMode = Literal["none", "token_truncate", "token_mask", "sequence_trunc
 
 def rollout_correction(
     trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, mode: CorrectionMode, cap: float
-) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
-    """Importance correction of off-policy rollouts: ``(weights or None, mask, metrics)``.
+) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, torch.Tensor]]:
+    """Importance correction of off-policy rollouts: ``(weights or None, mask, metrics)``, the metrics
+    0-dim tensors.
 
     ``rho = exp(trainer_logp - sampler_logp)`` per token, or its product over each sequence for the
     ``sequence_*`` modes. ``*_truncate`` (TIS) weights the loss by ``min(rho, cap)``; ``*_mask`` (MIS)
@@ -160,11 +161,10 @@ def rollout_correction(
     keep = mask.bool()
     log_rho = torch.where(keep, trainer_logp.detach() - sampler_logp.detach(), torch.zeros_like(trainer_logp))
     m = keep.to(trainer_logp.dtype)
-    metrics = {
-        M.ROLLOUT_LOGP_DIFF: _masked_mean(log_rho.abs(), m).item(),
-        M.ROLLOUT_RATIO_MAX: float(torch.where(keep, log_rho, torch.full_like(log_rho, -torch.inf)).max().exp())
-        if keep.any()
-        else 1.0,
+    largest = torch.where(keep, log_rho, torch.full_like(log_rho, -torch.inf)).max().exp()
+    metrics = {  # 0-dim tensors, left on the device (the caller reads them with its others)
+        M.ROLLOUT_LOGP_DIFF: _masked_mean(log_rho.abs(), m),
+        M.ROLLOUT_RATIO_MAX: torch.where(keep.any(), largest, torch.ones_like(largest)),
     }
     if mode == "none":
         return None, mask, metrics
@@ -173,7 +173,7 @@ def rollout_correction(
     if mode.endswith("truncate"):
         return torch.exp(log_rho).clamp(max=cap), mask, metrics
     inside = (log_rho.abs() <= math.log(cap)).to(mask.dtype)
-    metrics[M.ROLLOUT_MASKED_FRAC] = 1.0 - _masked_mean(inside.to(m.dtype), m).item()
+    metrics[M.ROLLOUT_MASKED_FRAC] = 1.0 - _masked_mean(inside.to(m.dtype), m).double()  # as 1.0 - float(...)
     return None, mask * inside, metrics
 
 
@@ -238,7 +238,7 @@ def clipped_surrogate_loss(
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
     token_weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The clipped-surrogate policy loss to minimise (GRPO's and PPO's), and diagnostics.
 
     Args:
@@ -259,7 +259,8 @@ def clipped_surrogate_loss(
             ``-entropy_coef * entropy`` added per token (none when the weight is 0).
         token_weights: ``(N, T)`` importance weights of the surrogate term (TIS, :func:`rollout_correction`).
     Returns:
-        ``(loss, metrics)`` with metrics ``kl`` (with a reference), ``clip_ratio``, ``ratio_mean``.
+        ``(loss, metrics)`` with metrics ``kl`` (with a reference), ``clip_ratio``, ``ratio_mean``: 0-dim
+        tensors, not read from the device here (one read per metric would stall a GPU each time).
     """
     _check_inputs(logp, old_logp, ref_logp, advantages, mask, beta, ratio_level, aggregation, clip_eps, kl_estimator)
     keep = mask.bool()
@@ -269,15 +270,15 @@ def clipped_surrogate_loss(
     adv = _token_advantages(advantages, keep, logp.dtype)
     low, high = 1.0 - clip_eps, 1.0 + (clip_eps if clip_eps_high is None else clip_eps_high)
     per_token = _clipped_surrogate(ratio, adv, low, high, token_weights, keep)
-    metrics: dict[str, float] = {}
+    metrics: dict[str, torch.Tensor] = {}  # 0-dim tensors, left on the device (the learner reads them at once)
     if ref_logp is not None:
         kl = KL_ESTIMATORS[kl_estimator](lp, torch.where(keep, ref_logp.detach(), zeros))
         per_token = per_token + beta * kl
-        metrics[M.KL] = _masked_mean(kl.detach(), m).item()
+        metrics[M.KL] = _masked_mean(kl.detach(), m)
     if entropy_coef:
         per_token = per_token - entropy_coef * _kept_entropy(entropy, logp, keep)
     loss = AGGREGATIONS[aggregation](per_token, m)
     clipped = ((ratio < low) & (adv < 0)) | ((ratio > high) & (adv > 0))
-    metrics[M.CLIP_RATIO] = _masked_mean(clipped.to(logp.dtype), m).item()
-    metrics["ratio_mean"] = _masked_mean(ratio.detach(), m).item()
+    metrics[M.CLIP_RATIO] = _masked_mean(clipped.to(logp.dtype), m)
+    metrics["ratio_mean"] = _masked_mean(ratio.detach(), m)
     return loss, metrics

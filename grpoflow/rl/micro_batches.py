@@ -61,8 +61,8 @@ def _extend(
 
 def cost(ids: torch.Tensor, attn: torch.Tensor, start: int, packed: bool) -> int:
     """Computed positions of one pass over these rows (:func:`plan`'s cost of one micro-batch)."""
-    found = sp.groups(ids[:, :start], attn[:, :start])
-    if not packed or len(found[1]) == len(ids):
+    found = sp.layout(ids, attn, start)
+    if not packed or not found.shared:
         return ids.numel()
     return sp.pack(ids, attn, start, found).input_ids.numel()
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -103,48 +104,91 @@ def usable(model) -> bool:
     return reason is None
 
 
+def _starts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` bool: the rows that begin a group, a run of consecutive equal prompts."""
+    same = (prompt_ids[1:] == prompt_ids[:-1]).all(1) & (prompt_mask[1:] == prompt_mask[:-1]).all(1)
+    return torch.cat([torch.ones(1, dtype=torch.bool, device=same.device), ~same])
+
+
 def groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(group of each row (N,), first row of each group (K,))``: runs of consecutive equal prompts."""
-    same = (prompt_ids[1:] == prompt_ids[:-1]).all(1) & (prompt_mask[1:] == prompt_mask[:-1]).all(1)
-    starts = torch.cat([torch.ones(1, dtype=torch.bool, device=same.device), ~same])
+    starts = _starts(prompt_ids, prompt_mask)
     return starts.long().cumsum(0) - 1, starts.nonzero().squeeze(1)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a pack's shapes depend on, read from the device once (:func:`layout`): a GPU pays one
+    wait for the stream per pack, not one per shape. The tensors stay on the device."""
+
+    group: torch.Tensor  # (N,) the group of each row
+    first: torch.Tensor  # (K,) the first row of each group
+    fed: torch.Tensor  # (N,) completion tokens fed: the last predicts nothing we keep
+    fed_per_row: list[int]  # the same, on the host
+    group_of_row: list[int]  # ``group``, on the host
+    prompt_tokens: int  # real prompt tokens of the groups' first rows: each prompt's, once
+    right_padded: bool  # each completion's tokens first and its padding after (what pack lays out)
+
+    @property
+    def shared(self) -> bool:
+        """Whether two rows share a prompt (else packing saves nothing)."""
+        return len(self.first) < len(self.fed)
+
+
+def layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int) -> Layout:
+    """The batch's :class:`Layout`: its groups, fed tokens and padding, with one read of the device."""
+    p, prompt_mask, completion_mask = start, attention_mask[:, :start], attention_mask[:, start:]
+    starts = _starts(input_ids[:, :p], prompt_mask)
+    fed = (completion_mask.sum(1) - 1).clamp(min=0)
+    lengths = completion_mask.sum(1, keepdim=True)
+    steps = torch.arange(completion_mask.shape[1], device=lengths.device)
+    right_padded = (completion_mask.bool() == (steps < lengths)).all()
+    n = len(input_ids)
+    host = torch.cat([starts.long(), fed.long(), prompt_mask.long().sum(1), right_padded.long().view(1)]).tolist()
+    is_start, fed_per_row, prompt_lengths = host[:n], host[n : 2 * n], host[2 * n : 3 * n]
+    first = torch.nonzero_static(starts, size=sum(is_start)).squeeze(1)  # its size known: no second wait
+    group_of_row = [g - 1 for g in accumulate(is_start)]
+    return Layout(
+        group=starts.long().cumsum(0) - 1,
+        first=first,
+        fed=fed,
+        fed_per_row=fed_per_row,
+        group_of_row=group_of_row,
+        prompt_tokens=sum(length for length, s in zip(prompt_lengths, is_start) if s),
+        right_padded=bool(host[-1]),
+    )
 
 
 def packed_for(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int) -> Packed | None:
     """:func:`pack` when two rows share a prompt and ``model`` is :func:`usable`, else None; the
-    groups are found once, here, and handed to :func:`pack`."""
-    found = groups(input_ids[:, :start], attention_mask[:, :start])
-    if len(found[1]) == len(input_ids) or not _right_padded(attention_mask[:, start:]) or not usable(model):
+    layout is read once, here, and handed to :func:`pack`."""
+    found = layout(input_ids, attention_mask, start)
+    if not found.shared or not found.right_padded or not usable(model):
         return None
     return pack(input_ids, attention_mask, start, found, with_slots=takes_slots(model))
-
-
-def _right_padded(completion_mask: torch.Tensor) -> bool:
-    """Whether each completion's tokens come first and its padding after (what :func:`pack` lays out)."""
-    lengths = completion_mask.sum(1, keepdim=True)
-    return bool(
-        (completion_mask.bool() == (torch.arange(completion_mask.shape[1], device=lengths.device) < lengths)).all()
-    )
 
 
 def pack(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     start: int,
-    found: tuple[torch.Tensor, torch.Tensor] | None = None,
+    found: Layout | None = None,
     with_slots: bool = True,
 ) -> Packed:
     """``[left-padded prompt | right-padded completion]`` rows as packed group sequences
-    (``found``: their :func:`groups`, when already known). Each completion's slot is as long as
+    (``found``: their :func:`layout`, when already read). Each completion's slot is as long as
     the completion itself, not the batch's longest: its padding is never fed in. ``with_slots``:
     also lay out the completion slots for our split attention (not for a model that cannot use them)."""
     p, c = start, input_ids.shape[1] - start
-    group, first = found if found is not None else groups(input_ids[:, :p], attention_mask[:, :p])
+    found = found if found is not None else layout(input_ids, attention_mask, start)
+    group, first, fed = found.group, found.first, found.fed
     k, dev = len(first), input_ids.device
-    fed = (attention_mask[:, p:].sum(1) - 1).clamp(min=0)  # tokens fed: the last predicts nothing we keep
     before = fed.cumsum(0) - fed
     offset = before - before[first][group]  # where each row's slot starts after the prompt
-    width = p + int(torch.zeros(k, dtype=fed.dtype, device=dev).index_add_(0, group, fed).max()) if c > 1 else p
+    per_group = [0] * k
+    for g, n in zip(found.group_of_row, found.fed_per_row):
+        per_group[g] += n
+    width = p + max(per_group) if c > 1 else p
     ids = input_ids.new_zeros(k, width)
     valid = torch.zeros(k, width, dtype=torch.bool, device=dev)
     segment = torch.full((k, width), -2, dtype=torch.long, device=dev)  # -1 prompt, s slot s, -2 filler
@@ -153,24 +197,39 @@ def pack(
     row_positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     ids[:, :p], valid[:, :p] = input_ids[first, :p], attention_mask[first, :p].bool()
     segment[:, :p], positions[:, :p] = -1, row_positions[first, :p]
-    t = torch.arange(max(c - 1, 0), device=dev)
-    real = t < fed.unsqueeze(1)  # (N, C - 1): the fed tokens of each row
-    row, tok = real.nonzero(as_tuple=True)
+    row, tok = _fed_tokens(fed, sum(found.fed_per_row))
     at = (group[row], p + offset[row] + tok)
     ids[at], valid[at] = input_ids[row, p + tok], True
     segment[at], positions[at] = (row - first[group[row]]), row_positions[row, p + tok]
     rows = _row_index(group, offset, fed, width - p + 1, c)
     mask = _visibility(valid, segment)
-    slots = _slots(group, offset, fed, mask, width, p) if with_slots and c > 1 and int(fed.max()) > 0 else None
-    return Packed(ids, mask, positions, p - 1, rows, int(valid.sum()), slots)
+    longest = max(found.fed_per_row)
+    slots = (
+        _slots(group, offset, fed, mask, width, p, longest, (row, tok)) if with_slots and c > 1 and longest else None
+    )
+    return Packed(ids, mask, positions, p - 1, rows, found.prompt_tokens + sum(found.fed_per_row), slots)
+
+
+def _fed_tokens(fed: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(row, t)`` of every fed completion token, row by row (``total`` of them, known on the host, so
+    that their count costs no read of the device)."""
+    row = torch.repeat_interleave(torch.arange(len(fed), device=fed.device), fed, output_size=total)
+    return row, torch.arange(total, device=fed.device) - (fed.cumsum(0) - fed)[row]
 
 
 def _slots(
-    group: torch.Tensor, offset: torch.Tensor, fed: torch.Tensor, mask: torch.Tensor, width: int, p: int
+    group: torch.Tensor,
+    offset: torch.Tensor,
+    fed: torch.Tensor,
+    mask: torch.Tensor,
+    width: int,
+    p: int,
+    s: int,
+    tokens: tuple[torch.Tensor, torch.Tensor],
 ) -> Slots:
-    """Each row's completion slot, padded to the longest: where its tokens sit in the packed
-    sequences, and what each may see (the prompt keys its prompt rows see, its own slot causally)."""
-    s = int(fed.max())
+    """Each row's completion slot, padded to the longest (``s``): where its tokens sit in the packed
+    sequences, and what each may see (the prompt keys its prompt rows see, its own slot causally).
+    ``tokens``: :func:`_fed_tokens`, the real slot positions in order."""
     t = torch.arange(s, device=fed.device)
     real = t < fed.unsqueeze(1)
     index = torch.where(real, group.unsqueeze(1) * width + p + offset.unsqueeze(1) + t, 0)
@@ -180,7 +239,7 @@ def _slots(
     own |= torch.eye(s, dtype=torch.bool, device=fed.device)  # a position past the end sees itself
     seen = torch.cat([prompt_keys.unsqueeze(1).expand(-1, s, -1), own], dim=2)
     prompt_out = torch.arange(len(mask), device=fed.device).unsqueeze(1) * width + torch.arange(p, device=fed.device)
-    out_index = torch.cat([prompt_out.reshape(-1), index[real]])
+    out_index = torch.cat([prompt_out.reshape(-1), index[tokens]])
     return Slots(width, p, group, index, seen.unsqueeze(1), out_index, real)
 
 

@@ -334,12 +334,12 @@ def test_the_accelerators_decode_reads_the_device_once_per_chunk_of_tokens(works
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the audit is CUDA itself")
 def test_a_training_steps_device_reads_are_counted_and_bounded(workspace):
     """The reads of the device a GRPO step makes, counted by the audit (#49), a bound that a new read
-    in the hot path breaks. Per step, 17: the rollout's (prompt groups, the prefill's mask check, one
-    per chunk of tokens, the texts), the reward check, the optimizer's, the batch's metrics and the
-    micro-batches' token counts (one read for all of them). Per micro-batch, 6: the non-finite loss
-    guard (before any weight moves), the loss, its three metrics (clip ratio, KL, ratio mean) and its
-    entropy. Per shared-prefix pack (policy and reference log-probs), 7: its data-dependent layout
-    (group starts, fed tokens, widths)."""
+    in the hot path breaks. Per step, 18: the rollout's (prompt groups, the prefill's mask check, one
+    per chunk of tokens, the texts), the reward check, the optimizer's, the batch's metrics, the
+    micro-batches' token counts (one read for all of them) and the update's metrics (one read for
+    all of them). Per micro-batch, 1: the non-finite loss guard (before any weight moves). Per
+    shared-prefix pack (policy and reference log-probs), 1: its layout (group starts, fed tokens,
+    padding), whose sizes then need no wait (no nonzero). Before #49's cuts: 57 reads, 24 after."""
     params = validate_params(TINY)
     with audited() as mode:
         run = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
@@ -349,5 +349,5 @@ def test_a_training_steps_device_reads_are_counted_and_bounded(workspace):
     micro_batches = 2  # prompts_per_step 2 x G 2 rows, micro-batches of 2
     packs = 4
     reads = dict(mode.syncs)
-    assert reads.get("nonzero", 0) <= 2 * packs, reads
-    assert sum(reads.values()) <= 17 + 6 * micro_batches + 7 * packs, reads
+    assert reads.get("nonzero", 0) == 0 and reads.get("tolist", 0) <= packs + 3, reads
+    assert sum(reads.values()) <= 18 + micro_batches + packs, reads

@@ -62,9 +62,10 @@ class GRPO:
                 entropy_coef=cfg.entropy_coef,
                 token_weights=mb.weights,
             )
-            if M.KL not in m:  # the reward's penalty, or none
-                m[M.KL] = masked_mean(reward_kl[mb.sl], b.mask[mb.sl]) if reward_kl is not None else 0.0
-            learner.step(mb, loss, {M.KL: m[M.KL], M.CLIP_RATIO: m[M.CLIP_RATIO]})
+            kl = m.get(M.KL)
+            if kl is None:  # the reward's penalty, or none
+                kl = masked_mean(reward_kl[mb.sl], b.mask[mb.sl]) if reward_kl is not None else 0.0
+            learner.step(mb, loss, {M.KL: kl, M.CLIP_RATIO: m[M.CLIP_RATIO]})
         return micro_batches.metrics()
 
 

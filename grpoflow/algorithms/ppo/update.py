@@ -33,7 +33,7 @@ from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS, masked_whiten
 from grpoflow.rl.algorithm import Algorithm, Built, register
 from grpoflow.rl.batch import Batch
 from grpoflow.rl.inputs import TrainerInputs
-from grpoflow.rl.learner import Learner
+from grpoflow.rl.learner import Learner, host_values
 from grpoflow.rl.losses import clipped_surrogate_loss, kl_k3
 
 # What the batch's targets are: (KL to the reference or None, the critic's old values, advantages, returns).
@@ -121,16 +121,16 @@ class PPO:
 
     def _value_step(
         self, b: Batch, sl: slice, scale: float, old_values: torch.Tensor, returns: torch.Tensor, learner: Learner
-    ) -> float:
+    ) -> torch.Tensor:
         """The clipped value loss on micro-batch ``sl`` (``ppo.cliprange_value`` around the old values),
         a mean over its tokens, its backward (times ``scale``, its share of the step's tokens) and the
-        critic's optimizer step; the loss."""
+        critic's optimizer step; the loss, left on the device."""
         critic = self.critic
         values = completion_values(critic, b.ids[sl], b.attn[sl], b.start, learner.cfg.engine.shared_prefix)
         value_loss = clipped_value_loss(values, old_values[sl], returns[sl], b.mask[sl], self.ppo.cliprange_value)
         critic.backward(value_loss * scale)
         optimizer_step(critic)
-        return value_loss.item()
+        return value_loss.detach()
 
     def _critic_passes(
         self, b: Batch, old_values: torch.Tensor, returns: torch.Tensor, passes: int, learner: Learner
@@ -142,11 +142,14 @@ class PPO:
         slices = learner.plan(b)
         gas = critic.gradient_accumulation_steps()
         scales = learner.ranks.token_scales(b.mask, slices, gas)
-        value_loss = 0.0
+        losses, shares = [], []
         for _ in range(passes):
             for sl, scale in zip(micro_batches.accumulation(slices, critic), scales):
-                share = scale / gas  # as the policy's update weighs micro-batches
-                value_loss += self._value_step(b, sl, scale, old_values, returns, learner) * share
+                losses.append(self._value_step(b, sl, scale, old_values, returns, learner))
+                shares.append(scale / gas)  # as the policy's update weighs micro-batches
+        value_loss = 0.0
+        for loss, share in zip(host_values(losses), shares):  # one read of the device for the passes
+            value_loss += loss * share
         return value_loss / max(passes, 1)
 
     @staticmethod
