@@ -9,6 +9,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
+from grpoflow import catalog
 from grpoflow.io import sha256_paths
 
 # Where a flow run journals the files it rewrites for its length (dvc.yaml for another set, a params file with
@@ -157,7 +158,15 @@ def module_files(*modules: str, root: str | Path = ".") -> list[str]:
             continue
         seen[name] = path
         stack.extend(_imported(path, name) - seen.keys())
+        if name == catalog.__name__:  # it imports each algorithm's settings by name (the schema reads them)
+            stack.extend(m for loaded in _catalog_loads() for m in _imported_self(loaded) if m not in seen)
     return sorted({p.relative_to(root).as_posix() for p in seen.values()})
+
+
+def _catalog_loads() -> list[str]:
+    """The modules :mod:`grpoflow.catalog` loads by name: each algorithm's settings (its folder's
+    ``__init__`` comes with it as its package)."""
+    return [e.config for e in catalog.ALGORITHMS.values() if e.config]
 
 
 def _imported_self(name: str) -> list[str]:

@@ -33,11 +33,12 @@ def add_overrides(parser: argparse.ArgumentParser, example: str = "rl.steps=20")
     )
 
 
-def stage_parser(stage: str, description: str, declared=None) -> argparse.ArgumentParser:
+def stage_parser(stage: str, description: str, declared=None, module: str | None = None) -> argparse.ArgumentParser:
     """The stage's parser: ``--params`` and one option per path its declaration in tasks/stages.py
     names (``declared``, default the stage named ``stage``), with that path as the default (so
-    dvc.yaml, the CLI and the flow agree)."""
-    parser = command_parser(f"tasks.{stage}", description)
+    dvc.yaml, the CLI and the flow agree). ``module``: the command's module, where it is not
+    ``tasks.<stage>`` (the generic training CLI's)."""
+    parser = command_parser(module or f"tasks.{stage}", description)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
     for io in (declared or declaration(stage)).io:
         if io.flag is None:

@@ -194,7 +194,30 @@ def schema_markdown(demo: Params | None = None) -> str:
     return "\n".join(rows)
 
 
-if __name__ == "__main__":  # python -m grpoflow.config.docs: the table of docs/configuration.md
+REFERENCE = "docs/configuration.md"
+
+
+def write_reference(path: str = REFERENCE, demo: str = "params/default.yaml") -> None:
+    """Replace the configuration table in ``path`` (the first block of table rows from its header
+    on) with :func:`schema_markdown` of the schema as it is now (a new algorithm's section included)."""
+    from pathlib import Path
+
     from grpoflow.config.loader import load_params
 
-    print(schema_markdown(load_params("params/default.yaml")))
+    lines = Path(path).read_text().split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("| key | type |"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    lines[start:end] = schema_markdown(load_params(demo)).split("\n")
+    Path(path).write_text("\n".join(lines))
+
+
+if __name__ == "__main__":  # python -m grpoflow.config.docs [--write]: the table of docs/configuration.md
+    import sys
+
+    if "--write" in sys.argv[1:]:
+        write_reference()
+        print(f"wrote the configuration table of {REFERENCE}")
+    else:
+        from grpoflow.config.loader import load_params
+
+        print(schema_markdown(load_params("params/default.yaml")))

@@ -60,6 +60,8 @@ def _describe(err: dict[str, Any]) -> str:
     got = err.get("input")
     # Shortened: the value may be huge (a list of a million items), and the message goes to logs and the UI.
     got_text = "" if isinstance(got, dict) else f" (got {short_repr(got)})"
+    if not loc:  # a cross-field rule's message names its own keys first
+        return f"{clip(str(err['msg']))}{got_text}"
     return f"{key}: {clip(str(err['msg']))}{got_text}"
 
 

@@ -6,8 +6,17 @@
 - the update's micro-batches (:meth:`Learner.micro_batches`): ``rl.num_iterations`` passes over the
   batch, each micro-batch with the policy's log-probs (with gradient), its loss mask and token weights
   after rollout correction, and its named :class:`Scales`;
+- the reduction of a micro-batch's per-token loss the scales assume (:meth:`Learner.aggregate`);
 - one optimizer step on a micro-batch's loss (:meth:`Learner.step`), which also tallies its metrics;
 - the ranks (:class:`~grpoflow.rl.ranks.Ranks`): the step's statistics over every process.
+
+What the update owns: its loss, reduced with :meth:`Learner.aggregate` (or
+:func:`grpoflow.rl.losses.clipped_surrogate_loss`, which does), the rollout correction's token
+weights (``MicroBatch.weights``, None without one) and the entropy bonus (``rl.entropy_coef``, the
+clipped loss's ``entropy_coef``) in it, and, with ``rl.num_iterations`` > 1, the old log-probs
+(:meth:`Learner.old_logprobs`) that each pass's ratio or correction is taken against. The batch's
+rows are whole groups of ``Batch.group_size`` consecutive completions, each process holding whole
+groups; a statistic over the batch goes through ``ranks`` (``batch_wide``, ``summed``).
 
 Everything that makes one step's update the same on 1 process and on W, with any micro-batching, is
 here (the loss scales, the accumulation boundary), so an update never computes a scale itself.
@@ -266,6 +275,12 @@ class Learner:
         )
         assert entropy is not None
         return logp, entropy
+
+    def aggregate(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """A micro-batch's per-token loss reduced as ``rl.aggregation`` says: the reduction its loss
+        scale assumes (a row mean's micro-batches are weighed by their rows, a token mean's by their
+        tokens), so an update with a loss of its own reduces it here."""
+        return AGGREGATIONS[self.cfg.aggregation](per_token, mask)
 
     def micro_batches(self, b: Batch, old_logp: torch.Tensor | None = None, *, engines: tuple = ()) -> MicroBatches:
         """The update's micro-batches: ``rl.num_iterations`` passes over ``b``. ``old_logp``: the

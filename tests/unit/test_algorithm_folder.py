@@ -87,10 +87,11 @@ def joined() -> dict:
 
 
 def test_the_folder_joins_the_catalog_opt_in(joined):
-    assert joined["names"] == ["grpo", "ppo", NAME] and joined["default_run"] == ["grpo", "ppo"]
+    builtin = catalog.default_run()  # this process's: the repository's folders alone
+    assert joined["names"] == [*catalog.names(), NAME] and joined["default_run"] == builtin
     assert joined["arm"]  # the ablation trains it where an arm names it
     assert NAME not in joined["stages"] and joined["compare_deps"] == []  # a default run neither trains nor needs it
-    assert joined["gpu_stages"] == ["sft", "grpo", "ppo", "evaluate"]
+    assert joined["gpu_stages"] == ["sft", *[a for a in builtin if a in catalog.gpu_limited()], "evaluate"]
 
 
 def test_its_settings_are_a_params_section_a_tune_space_and_a_rule(joined):
