@@ -21,6 +21,7 @@ from grpoflow import catalog
 REPO = Path(__file__).resolve().parents[2]
 FOLDER = Path(__file__).parent / "toy_algorithm"
 NAME = "reinforce_kl"
+DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 CHECKS = r"""
 import json, sys, tempfile
@@ -77,7 +78,10 @@ print("RESULT " + json.dumps(out))
 @pytest.fixture(scope="module")
 def joined() -> dict:
     """What a process with the toy folder joined sees."""
-    env = {**os.environ, catalog.PLUGINS_ENV: "tests.unit.toy_algorithm", "PYTHONPATH": str(REPO)}
+    # Not this process's rendezvous: a test before may have started a process group on MASTER_PORT here,
+    # which the child would find taken (EADDRINUSE); the child picks a free port of its own.
+    inherited = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+    env = {**inherited, catalog.PLUGINS_ENV: "tests.unit.toy_algorithm", "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-c", CHECKS], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
     )
