@@ -77,7 +77,7 @@ def _merged(base: dict, over: dict) -> dict:
     return out
 
 
-def _workspace(root: Path) -> Path:
+def tiny_workspace(root: Path) -> Path:
     """Eight one-step problems and a saved tiny reference model with its own tokenizer."""
     from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
 
@@ -115,7 +115,7 @@ def fingerprint(name: str, workspace: Path) -> dict[str, Any]:
 
 
 def main(out: str) -> None:
-    workspace = _workspace(Path(tempfile.mkdtemp()))
+    workspace = tiny_workspace(Path(tempfile.mkdtemp()))
     found = {name: fingerprint(name, workspace) for name in VARIANTS}
     Path(out).write_text(json.dumps(found, indent=1))
     print(f"wrote {out}: {len(found)} variants, " + ", ".join(f"{k} {v['weights']}" for k, v in found.items()))
