@@ -87,7 +87,7 @@ def ablation(
 ) -> dict | State:
     """Arms ``arms`` (the first the baseline) at ``seeds`` on one parameter set, with validated
     ``overrides``; each tuned arm with its overlay unless ``tuned`` is false."""
-    arms = arms or catalog.names()
+    arms = arms or catalog.default_run()  # an opt-in algorithm is an arm only where named
     every, lines = with_tuned(params_file, arms, ablation_overrides(arms, seeds or [0], overrides), tuned)
     for line in lines:
         print(line)
@@ -114,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--arms",
         nargs="+",
-        default=catalog.names(),
+        default=catalog.default_run(),
         metavar="ARM",
         help=f"the arms, the first the baseline (known: {' '.join(ARMS)}; or the set's custom_arms)",
     )

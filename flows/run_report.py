@@ -379,7 +379,7 @@ def build(
     # A section per stage that ran; one of a stage this run does not have is left out, not left empty.
     optional = {
         "Reward model": _reward_model(here) if "reward_model" in here else "",
-        "compare": H.table(json.loads(table_path.read_text()), ["metric", *catalog.names()])
+        "compare": H.table(json.loads(table_path.read_text()), ["metric", *catalog.default_run()])
         if compare and table_path.is_file()
         else "",
         "Ablation": _ablation() if ABLATION_REPORT in here else "",
@@ -392,7 +392,7 @@ def build(
         ("Where the step time goes", _phases(trains)),
         ("Reward model", optional["Reward model"]),
         ("Evaluation", _evaluation(evaluation)),
-        (compare_title(catalog.names()), optional["compare"]),
+        (compare_title(catalog.default_run()), optional["compare"]),
         ("Ablation", optional["Ablation"]),
     ]
     html = H.page(

@@ -163,7 +163,7 @@ def tune(
     each (default ``tune.trials``);
     each arm's best settings replace its overlay when this tune's budget is at least the overlay's, or
     ``replace_overlay``, and go beside it otherwise."""
-    arms = arms or catalog.names()
+    arms = arms or catalog.default_run()  # an opt-in algorithm is tuned only where named
     every = tune_overrides(trials, overrides)
     precheck(params_file, every)
     check_spaces(load_params(params_file, every), arms)
@@ -204,7 +204,7 @@ def study_fingerprint_note() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("flows.tune", __doc__)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
-    parser.add_argument("--arms", nargs="+", default=catalog.names(), metavar="ARM", help="the arms to tune")
+    parser.add_argument("--arms", nargs="+", default=catalog.default_run(), metavar="ARM", help="the arms to tune")
     parser.add_argument("--trials", type=int, default=None, help="trials per arm (default: the set's tune.trials)")
     parser.add_argument("--fresh", action="store_true", help="delete the arms' studies and start them over")
     parser.add_argument(

@@ -8,8 +8,9 @@ its params section, its stage, its arm, its place in tune, smoke runs, evaluate 
 from the spec. An algorithm kept outside this repository, a folder of the same shape on the Python
 path, joins through ``GRPOFLOW_ALGORITHMS``: its package (its ``ENTRY``) or ``module:attribute`` of
 an :class:`Entry` or a list of them, comma-separated, read when this module is first imported (the
-params schema is built from it then). Every process of a run must see the same value: dvc.yaml is
-rendered from it.
+params schema is built from it then). A spec's module imports ``grpoflow.algorithms.entry`` alone:
+its own settings would import the schema that is waiting for the catalog. Every process of a run
+must see the same value: dvc.yaml is rendered from it.
 """
 
 from __future__ import annotations

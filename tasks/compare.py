@@ -209,7 +209,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     evaluation = json.loads(Path(args.evaluation).read_text())
     k = evaluation["k"]
     # Where each algorithm's stage writes (tasks/stages.py), read, like dvc.yaml, from the declaration.
-    names = catalog.names()
+    names = catalog.default_run()  # an opt-in algorithm has no stage: it trains as an ablation arm
     histories = {a: read_history(Path(stage(a).file("history"))) for a in names}
     trains = {a: json.loads(Path(stage(a).file("metrics")).read_text()) for a in names}
     summaries = {a: summarize(a, trains[a], histories[a], evaluation["models"].get(a, {}), k) for a in names}

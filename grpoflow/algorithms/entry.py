@@ -23,7 +23,7 @@ class Entry:
     stage_module: str | None = None  # a CLI of its own for its stage; None: the generic one (tasks/train.py)
     smoke: Mapping[str, Any] = field(default_factory=dict)  # dotted overrides that make it smoke-sized (--smoke)
     gpu_limited: bool = True  # its stage holds a slot of the GPU concurrency limit (orchestration.gpu_stages)
-    opt_in: bool = False  # a default run (dvc.yaml, compare) leaves it out; an ablation arm or a stage list names it
+    opt_in: bool = False  # a default run (dvc.yaml, compare, default arms) leaves it out; it trains as a named arm
 
     @property
     def sections(self) -> tuple[str, ...]:

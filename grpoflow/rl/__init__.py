@@ -1,7 +1,7 @@
 """Reinforcement learning on verifier rewards: the loop every algorithm shares (:mod:`.trainer`),
 the step's batch (:mod:`.step_batch`), the learner an update is written against (:mod:`.learner`),
-how a run is built from params (:mod:`.run`, :mod:`.algorithm`), each algorithm's update
-(:mod:`.grpo`, :mod:`.ppo` with its :mod:`.critic`) and the pieces they are made of: rewards,
+how a run is built from params (:mod:`.run`, :mod:`.algorithm`; each algorithm's own update is in
+its folder, :mod:`grpoflow.algorithms`) and the pieces the updates are made of: rewards,
 advantages, log-probs, losses, shared-prefix packing, micro-batch planning, reference refresh,
 health, preflight and step timing.
 

@@ -69,11 +69,23 @@ Value: TypeAlias = float | torch.Tensor
 
 
 def host_values(values: list[Value]) -> list[float]:
-    """``values`` as floats, every tensor among them read from the device at once: one wait for the
+    """``values`` as floats, the tensors among them read at once per device: one wait for the
     stream instead of one per value (on a GPU each read stalls the host)."""
-    tensors = [v.detach().reshape(()).double() for v in values if isinstance(v, torch.Tensor)]
-    read = iter(torch.stack(tensors).tolist() if tensors else [])
-    return [next(read) if isinstance(v, torch.Tensor) else float(v) for v in values]
+    read: dict[int, float] = {}
+    for device in {v.device for v in values if isinstance(v, torch.Tensor)}:
+        at = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor) and v.device == device]
+        stacked = torch.stack([values[i].detach().reshape(()).double() for i in at])  # type: ignore[union-attr]
+        read.update(zip(at, stacked.tolist()))
+    return [read[i] if isinstance(v, torch.Tensor) else float(v) for i, v in enumerate(values)]
+
+
+def _scalar(key: str, value: Value) -> Value:
+    """``value`` as a tally keeps it: a float, or a one-element tensor without its graph."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"metric {key!r}: one value per micro-batch, got a tensor of shape {tuple(value.shape)}")
+        return value.detach()
+    return float(value)
 
 
 @dataclass
@@ -88,8 +100,8 @@ class Tally:
     seen: dict[str, list[Value]] = field(default_factory=dict)
 
     def add(self, key: str, value: Value, times: float = 1.0, over: float = 1.0) -> None:
-        """Add the term ``value * times / over`` to ``key``'s sum."""
-        self.terms.setdefault(key, []).append((value, times, over))
+        """Add the term ``value * times / over`` to ``key``'s sum (a tensor's graph is not kept)."""
+        self.terms.setdefault(key, []).append((_scalar(key, value), times, over))
 
     def means(self) -> dict[str, float]:
         """Each sum as a mean over the passes; the mismatch as the step's (the largest ratio, the
@@ -125,7 +137,12 @@ class MicroBatches:
     :meth:`metrics` afterwards gives the update's tallied metrics."""
 
     def __init__(self, learner: Learner, b: Batch, old_logp: torch.Tensor | None, engines: tuple):
-        self.learner, self.b, self.engines = learner, b, engines
+        if old_logp is None and learner.cfg.num_iterations > 1:
+            raise ValueError(
+                "rl.num_iterations > 1: each pass's ratio and rollout correction are taken against the policy "
+                "before the update; pass learner.old_logprobs(batch) to learner.micro_batches"
+            )
+        self.learner, self.b, self.engines, self.started = learner, b, engines, False
         self.slices, self.gas = learner.plan(b), learner.engine.gradient_accumulation_steps()
         self.tokens = learner.ranks.token_scales(b.mask, self.slices, self.gas)
         self.tally = Tally(learner.cfg.num_iterations)
@@ -139,7 +156,9 @@ class MicroBatches:
             engine.train()
 
     def __iter__(self) -> Iterator[MicroBatch]:
-        b = self.b
+        if self.started:  # a second pass would tally every metric twice: rl.num_iterations sets the passes
+            raise RuntimeError("an update's micro-batches are iterated once (rl.num_iterations passes are in it)")
+        self.started, b = True, self.b
         for _ in range(self.learner.cfg.num_iterations):
             for i, sl in enumerate(micro_batches.accumulation(self.slices, *self.engines)):
                 mb = self._micro_batch(i, sl)

@@ -161,7 +161,10 @@ def rollout_correction(
     keep = mask.bool()
     log_rho = torch.where(keep, trainer_logp.detach() - sampler_logp.detach(), torch.zeros_like(trainer_logp))
     m = keep.to(trainer_logp.dtype)
-    largest = torch.where(keep, log_rho, torch.full_like(log_rho, -torch.inf)).max().exp()
+    if log_rho.numel():
+        largest = torch.where(keep, log_rho, torch.full_like(log_rho, -torch.inf)).max().exp()
+    else:  # no completion tokens at all: nothing is off-policy
+        largest = torch.ones((), dtype=log_rho.dtype, device=log_rho.device)
     metrics = {  # 0-dim tensors, left on the device (the caller reads them with its others)
         M.ROLLOUT_LOGP_DIFF: _masked_mean(log_rho.abs(), m),
         M.ROLLOUT_RATIO_MAX: torch.where(keep.any(), largest, torch.ones_like(largest)),

@@ -31,8 +31,8 @@ def plan(
     n = len(ids)
     if max_tokens is None:
         return [slice(i, min(i + max_rows, n)) for i in range(0, n, max_rows)]
-    group = sp.groups(ids[:, :start], attn[:, :start])[0].tolist()
-    fed = (attn[:, start:].sum(1) - 1).clamp(min=0).tolist()
+    found = sp.layout(ids, attn, start)  # one read of the device for the groups and the fed tokens
+    group, fed = found.group_of_row, found.fed_per_row
     slices, lo = [], 0
     while lo < n:
         hi = _extend(group, fed, lo, start, ids.shape[1], max_rows, max_tokens, packed)

@@ -251,7 +251,7 @@ def build_rl_run(
         health=health,
     )
     built = algorithm.build(params, inputs, reference_dir)
-    trainer = Trainer(inputs, built.update, kl_coef=catalog.kl_coef(params, algorithm.name))
+    trainer = Trainer(inputs, built.update, kl_coef=catalog.kl_coef(params, algorithm.name), engines=built.engines)
     return RLRun(
         algorithm=algorithm,
         params=params,

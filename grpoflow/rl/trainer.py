@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import fields
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -49,11 +50,15 @@ def _all_mean(values: dict[str, float], world: int, device: torch.device | str =
 class Trainer:
     """The loop, built from :class:`TrainerInputs` and the algorithm's ``update``; ``cfg`` is the
     ``rl`` section: the budget every algorithm uses. ``kl_coef`` is the algorithm's own KL
-    coefficient (:func:`grpoflow.catalog.kl_coef`), which adaptive KL control then moves."""
+    coefficient (:func:`grpoflow.catalog.kl_coef`), which adaptive KL control then moves;
+    ``engines`` the update's own (:class:`~grpoflow.rl.algorithm.Built`)."""
 
-    def __init__(self, inputs: TrainerInputs, update: Update, *, kl_coef: float = 0.0):
+    def __init__(
+        self, inputs: TrainerInputs, update: Update, *, kl_coef: float = 0.0, engines: dict[str, Any] | None = None
+    ):
         i = inputs
         self.cfg, self.engine, self.algorithm = i.cfg, i.engine, update
+        self.engines = dict(engines or {})  # the update's own engines (a critic's): a back-off clears them too
         self.world = i.world
         # The engine's device is the process's (grpoflow.models.device; build_engine checks they agree):
         # rollouts, rewards and every tensor of the update are moved or built there.
@@ -145,7 +150,8 @@ class Trainer:
         key, value = change
         old = {"num_generations": g, "max_completion_length": max_len, "micro_batch_size": micro}[key]
         self.state.backoff[key] = value
-        self.engine.zero_grad()
+        for engine in (self.engine, *self.engines.values()):  # a half-accumulated step leaves none behind
+            engine.zero_grad()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         self.health.record(

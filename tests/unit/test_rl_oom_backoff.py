@@ -113,7 +113,17 @@ def trainer_with_budget(parts, budget: MemoryBudget, **cfg_overrides) -> Trainer
             budget.check("micro-batch", engine.train_micro_batch_size_per_gpu(), budget.max_micro_batch)
             return grpo.update(batch, learner)
 
-    return Trainer(TrainerInputs(cfg, engine, None, rollout, tok, reward, prompts, seed=0), WithinBudget())
+    inputs = TrainerInputs(cfg, engine, None, rollout, tok, reward, prompts, seed=0)
+    return Trainer(inputs, WithinBudget(), engines={"critic": CriticGradients()})
+
+
+class CriticGradients:
+    """An update's own engine as the loop sees it (a critic's): it counts the back-offs that clear it."""
+
+    cleared = 0
+
+    def zero_grad(self) -> None:
+        self.cleared += 1
 
 
 def test_trainer_backs_off_in_order_records_each_change_and_finishes(parts):
@@ -143,6 +153,7 @@ def test_trainer_backs_off_in_order_records_each_change_and_finishes(parts):
         ]
     )
     assert budget.raised == 6
+    assert trainer.engines["critic"].cleared == 6  # a retry leaves no half-accumulated critic gradients
 
 
 def test_trainer_fails_clearly_when_nothing_fits(parts):
