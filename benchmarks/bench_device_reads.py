@@ -8,20 +8,14 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from benchmarks.step_fingerprint import tiny_workspace
+from benchmarks.step_fingerprint import BASE, with_overrides
+from tests.unit import rl_workspace
 
-TINY = {
-    "rl": {
-        "steps": 2,
-        "prompts_per_step": 2,
-        "num_generations": 2,
-        "checkpoint_every": 100,
-        "eval_every": 100,
-        "entropy_coef": 0.01,
-        "sampling": {"max_completion_length": 8},
-        "engine": {"micro_batch_size": 2, "lr": 0.01},
-    }
-}
+# The fingerprint's set, a step of 2 prompts x G=2 with an entropy bonus (a backward whatever the rewards).
+TINY = with_overrides(
+    BASE,
+    {"rl.steps": 2, "rl.prompts_per_step": 2, "rl.sampling.max_completion_length": 8, "rl.entropy_coef": 0.01},
+)
 DECODE_TOKENS = 32
 
 
@@ -60,7 +54,7 @@ def _decode_reads(workspace: Path) -> tuple[dict[str, int], int]:
 
 
 def run() -> dict:
-    workspace = tiny_workspace(Path(tempfile.mkdtemp()))
+    workspace = rl_workspace.build(Path(tempfile.mkdtemp()))
     step = _step_reads(workspace)
     decode, tokens = _decode_reads(workspace)
     return {

@@ -11,6 +11,7 @@ timings and memory are left out. Not a benchmark: ``make bench`` does not run it
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import sys
@@ -20,10 +21,10 @@ from typing import Any
 
 import torch
 
-from grpoflow.config import ModelConfig, validate_params
-from grpoflow.io import write_jsonl
+from grpoflow.config import set_dotted, validate_params
 from grpoflow.rl.algorithm import ALGORITHMS
 from grpoflow.rl.run import build_rl_run
+from tests.unit import rl_workspace
 
 BASE: dict[str, Any] = {
     "rl": {
@@ -36,58 +37,42 @@ BASE: dict[str, Any] = {
         "engine": {"micro_batch_size": 2, "lr": 0.01},
     }
 }
-# Each an algorithm and the options that take another path through the update.
+# Each an algorithm and the dotted overrides that take another path through the update.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "grpo": ("grpo", {}),
-    "grpo_mu2_bnpo": ("grpo", {"rl": {"num_iterations": 2, "aggregation": "bnpo"}}),
-    "grpo_reward_kl": ("grpo", {"grpo": {"kl_placement": "reward"}}),
-    "grpo_dr": (
-        "grpo",
-        {"rl": {"aggregation": "dr_grpo", "num_iterations": 2}, "grpo": {"advantage_estimator": "dr_grpo"}},
-    ),
+    "grpo_mu2_bnpo": ("grpo", {"rl.num_iterations": 2, "rl.aggregation": "bnpo"}),
+    "grpo_reward_kl": ("grpo", {"grpo.kl_placement": "reward"}),
+    "grpo_dr": ("grpo", {"rl.aggregation": "dr_grpo", "rl.num_iterations": 2, "grpo.advantage_estimator": "dr_grpo"}),
     "grpo_token_mask": (
         "grpo",
-        {"rl": {"rollout_correction": {"mode": "token_mask", "cap": 1.5}, "aggregation": "bnpo"}},
+        {"rl.rollout_correction.mode": "token_mask", "rl.rollout_correction.cap": 1.5, "rl.aggregation": "bnpo"},
     ),
-    "grpo_seq_truncate_mu2": (
-        "grpo",
-        {"rl": {"rollout_correction": {"mode": "sequence_truncate"}, "num_iterations": 2}},
-    ),
+    "grpo_seq_truncate_mu2": ("grpo", {"rl.rollout_correction.mode": "sequence_truncate", "rl.num_iterations": 2}),
     "grpo_dynamic_overlong": (
         "grpo",
-        {"rl": {"dynamic_sampling": {"enabled": True, "max_draws": 2}, "overlong_buffer": 3, "entropy_coef": 0.01}},
+        {
+            "rl.dynamic_sampling.enabled": True,
+            "rl.dynamic_sampling.max_draws": 2,
+            "rl.overlong_buffer": 3,
+            "rl.entropy_coef": 0.01,
+        },
     ),
-    "grpo_token_budget": ("grpo", {"rl": {"engine": {"max_tokens_per_micro_batch": 40}, "aggregation": "bnpo"}}),
-    "ppo_warmup_epochs": ("ppo", {"ppo": {"critic_warmup_steps": 1, "critic_epochs": 2}, "rl": {"num_iterations": 2}}),
+    "grpo_token_budget": ("grpo", {"rl.engine.max_tokens_per_micro_batch": 40, "rl.aggregation": "bnpo"}),
+    "ppo_warmup_epochs": ("ppo", {"ppo.critic_warmup_steps": 1, "ppo.critic_epochs": 2, "rl.num_iterations": 2}),
     "ppo_bnpo_mask": (
         "ppo",
-        {
-            "ppo": {"critic_warmup_steps": 0},
-            "rl": {"aggregation": "bnpo", "rollout_correction": {"mode": "token_mask"}},
-        },
+        {"ppo.critic_warmup_steps": 0, "rl.aggregation": "bnpo", "rl.rollout_correction.mode": "token_mask"},
     ),
 }
 TIMED = ("second", "per_s", "memory", "phase/", "_s")  # left out: they differ between runs
 
 
-def _merged(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
-    return out
-
-
-def tiny_workspace(root: Path) -> Path:
-    """Eight one-step problems and a saved tiny reference model with its own tokenizer."""
-    from grpoflow.models.modeling import build_tiny_model, save_pretrained, train_tokenizer
-
-    rows = [{"id": str(i), "prompt": f"Tom has {i} apples. How many?", "reference_answer": str(i)} for i in range(8)]
-    write_jsonl(root / "data" / "train.jsonl", rows)
-    write_jsonl(root / "data" / "val.jsonl", rows[:2])
-    tok = train_tokenizer([f"{r['prompt']}#### {i}" for i, r in enumerate(rows)] * 5, vocab_size=96)
-    shape = ModelConfig(hidden_size=32, num_layers=1, num_heads=1, intermediate_size=64, max_length=64)
-    save_pretrained(build_tiny_model(shape, tok, 0), tok, root / "ref")
-    return root
+def with_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the raw set ``base`` with each dotted key of ``overrides`` set."""
+    raw = copy.deepcopy(base)
+    for key, value in overrides.items():
+        set_dotted(raw, key, value)
+    return raw
 
 
 def _reward(completions: list[str], rows: list[dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -100,7 +85,7 @@ def fingerprint(name: str, workspace: Path) -> dict[str, Any]:
     """Variant ``name``'s three steps: each step's metrics (``repr``) and the trained weights' hash."""
     algorithm, overrides = VARIANTS[name]
     torch.manual_seed(0)
-    params = validate_params(_merged(BASE, overrides))
+    params = validate_params(with_overrides(BASE, overrides))
     run = build_rl_run(params, ALGORITHMS[algorithm], data_dir=workspace / "data", reference_dir=workspace / "ref")
     getattr(run.trainer, "batches", run.trainer).reward = _reward  # the loop draws the batch (before #52: itself)
     steps = []
@@ -115,7 +100,7 @@ def fingerprint(name: str, workspace: Path) -> dict[str, Any]:
 
 
 def main(out: str) -> None:
-    workspace = tiny_workspace(Path(tempfile.mkdtemp()))
+    workspace = rl_workspace.build(Path(tempfile.mkdtemp()))
     found = {name: fingerprint(name, workspace) for name in VARIANTS}
     Path(out).write_text(json.dumps(found, indent=1))
     print(f"wrote {out}: {len(found)} variants, " + ", ".join(f"{k} {v['weights']}" for k, v in found.items()))

@@ -24,6 +24,7 @@ here (the loss scales, the accumulation boundary), so an update never computes a
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from math import gcd
@@ -241,6 +242,8 @@ class Learner:
         self.cfg, self.engine, self.ref, self.ranks = cfg, engine, ref, ranks
         self.state, self.health, self.timer = state, health, timer
         self.global_step = 0  # the step under way (0-based), set by the loop before each update
+        # plan's last answer; the batch held weakly, so that a finished step's tensors are not kept for it
+        self._planned: tuple[weakref.ref[Batch], tuple[int, int | None], list[slice]] | None = None
 
     @property
     def kl_coef(self) -> float:
@@ -261,10 +264,15 @@ class Learner:
         return max(1, budget * self.micro_batch_size // self.cfg.engine.micro_batch_size)
 
     def plan(self, b: Batch) -> list[slice]:
-        """The batch's micro-batches (:func:`grpoflow.rl.micro_batches.plan`)."""
+        """The batch's micro-batches (:func:`grpoflow.rl.micro_batches.plan`), planned once per batch and
+        sizes: the reference's, the old policy's, the update's and a critic's passes all ask."""
+        sizes = (self.engine.train_micro_batch_size_per_gpu(), self.token_budget)
+        if self._planned is not None and self._planned[0]() is b and self._planned[1] == sizes:
+            return list(self._planned[2])
         packed = self.cfg.engine.shared_prefix and sp.unsupported(self.engine.module) is None
-        micro = self.engine.train_micro_batch_size_per_gpu()
-        return micro_batches.plan(b.ids, b.attn, b.start, micro, self.token_budget, packed)
+        slices = micro_batches.plan(b.ids, b.attn, b.start, sizes[0], sizes[1], packed)
+        self._planned = (weakref.ref(b), sizes, slices)
+        return list(slices)
 
     def reference_logprobs(self, b: Batch) -> torch.Tensor | None:
         """The frozen reference's per-token log-probs of the batch; None where the run has no reference."""

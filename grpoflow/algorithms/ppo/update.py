@@ -33,7 +33,7 @@ from grpoflow.rl.advantages import CRITIC_ESTIMATOR_FNS, masked_whiten
 from grpoflow.rl.algorithm import Algorithm, Built, register
 from grpoflow.rl.batch import Batch
 from grpoflow.rl.inputs import TrainerInputs
-from grpoflow.rl.learner import Learner, host_values
+from grpoflow.rl.learner import Learner, Tally
 from grpoflow.rl.losses import clipped_surrogate_loss, kl_k3
 
 # What the batch's targets are: (KL to the reference or None, the critic's old values, advantages, returns).
@@ -142,15 +142,12 @@ class PPO:
         slices = learner.plan(b)
         gas = critic.gradient_accumulation_steps()
         scales = learner.ranks.token_scales(b.mask, slices, gas)
-        losses, shares = [], []
+        tally = Tally(passes=max(passes, 1))  # read from the device once, after every pass
         for _ in range(passes):
             for sl, scale in zip(micro_batches.accumulation(slices, critic), scales):
-                losses.append(self._value_step(b, sl, scale, old_values, returns, learner))
-                shares.append(scale / gas)  # as the policy's update weighs micro-batches
-        value_loss = 0.0
-        for loss, share in zip(host_values(losses), shares):  # one read of the device for the passes
-            value_loss += loss * share
-        return value_loss / max(passes, 1)
+                # Weighed as the policy's update weighs micro-batches: its share of the step's tokens.
+                tally.add(M.VALUE_LOSS, self._value_step(b, sl, scale, old_values, returns, learner), scale / gas)
+        return tally.means().get(M.VALUE_LOSS, 0.0)
 
     @staticmethod
     def _critic_metrics(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, learner: Learner) -> dict:
