@@ -19,22 +19,23 @@ TINY = with_overrides(
 DECODE_TOKENS = 32
 
 
-def _step_reads(workspace: Path) -> dict[str, int]:
-    """The reads of the second GRPO step (the first builds what later steps reuse)."""
+def _step_reads(workspace: Path, micro_batch_size: int) -> tuple[dict[str, int], dict[str, int]]:
+    """The reads of the second GRPO step (the first builds what later steps reuse), by kind and by the
+    function of the project that made each."""
     from grpoflow.config import validate_params
     from grpoflow.rl.algorithm import ALGORITHMS
     from grpoflow.rl.run import build_rl_run
     from tests.device_audit import audited
 
+    params = validate_params(with_overrides(TINY, {"rl.engine.micro_batch_size": micro_batch_size}))
     with audited() as mode:
         assert mode is not None, "on CUDA the audit is CUDA itself: nothing to count"
-        run = build_rl_run(
-            validate_params(TINY), ALGORITHMS["grpo"], data_dir=workspace / "data", reference_dir=workspace / "ref"
-        )
+        run = build_rl_run(params, ALGORITHMS["grpo"], data_dir=workspace / "data", reference_dir=workspace / "ref")
         run.trainer.step(0)
         mode.syncs.clear()
+        mode.readers.clear()
         run.trainer.step(1)
-        return dict(mode.syncs)
+        return dict(mode.syncs), dict(mode.readers)
 
 
 def _decode_reads(workspace: Path) -> tuple[dict[str, int], int]:
@@ -55,11 +56,14 @@ def _decode_reads(workspace: Path) -> tuple[dict[str, int], int]:
 
 def run() -> dict:
     workspace = rl_workspace.build(Path(tempfile.mkdtemp()))
-    step = _step_reads(workspace)
+    step, readers = _step_reads(workspace, 2)
+    _, one_micro_batch = _step_reads(workspace, 4)
     decode, tokens = _decode_reads(workspace)
     return {
         "step_reads": sum(step.values()),
         "step_reads_by_kind": step,
+        "step_reads_by_reader": readers,  # 2 micro-batches of 2 rows
+        "step_reads_by_reader_one_micro_batch": one_micro_batch,  # the same step as 1 micro-batch of 4
         "decode_reads": sum(decode.values()),
         "decode_reads_by_kind": decode,
         "decode_steps": tokens,

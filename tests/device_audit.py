@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from unittest import mock
@@ -61,6 +62,10 @@ NO_HOST_SCALARS = frozenset(
         _aten.isin,
     }
 )
+
+
+# The project's helpers that read for their callers: a read is the caller's.
+READ_HELPERS = frozenset({"host_values", "_read"})
 
 
 class DeviceMixError(RuntimeError):
@@ -149,6 +154,18 @@ SYNCING = frozenset(
 )
 
 
+def reader() -> str:
+    """``module:function`` of the innermost frame of the project's code on the stack: who made a read
+    (a read helper of :data:`READ_HELPERS` passes it to its caller); or ``(outside grpoflow)``."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("grpoflow.") and frame.f_code.co_name not in READ_HELPERS:
+            return f"{module}:{frame.f_code.co_name}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "(outside grpoflow)"
+
+
 class DeviceAudit(TorchDispatchMode):
     """The dispatch mode of the audit (see the module's docstring); ``ops`` counts operators seen on
     the stand-in device, so that a test can tell the audit saw its passes; ``syncs`` counts the
@@ -159,18 +176,24 @@ class DeviceAudit(TorchDispatchMode):
         super().__init__()
         self.ops = 0
         self.syncs: Counter[str] = Counter()
+        self.readers: Counter[str] = Counter()  # the same reads, by the project's function that made each
+
+    def count(self, kind: str) -> None:
+        """One read of the device, of ``kind``, counted with the function of the project that made it."""
+        self.syncs[kind] += 1
+        self.readers[reader()] += 1
 
     def _count_sync(self, func, args, kwargs) -> None:
         device_in = any(isinstance(t, OnDevice) for t in tree_flatten((args, kwargs))[0])
         if not device_in:
             return
         if func.overloadpacket in SYNCING:
-            self.syncs[func.overloadpacket.__name__] += 1
+            self.count(func.overloadpacket.__name__)
         elif func is _aten._to_copy.default and kwargs.get("device") is not None:
             if torch.device(kwargs["device"]).type == "cpu":
-                self.syncs["to_host"] += 1
+                self.count("to_host")
         elif func in (_aten.copy_.default, _aten._copy_from.default) and not isinstance(args[0], OnDevice):
-            self.syncs["to_host"] += 1
+            self.count("to_host")
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -211,7 +234,7 @@ class _NewTensors(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         if func is torch.Tensor.tolist and isinstance(args[0], OnDevice):
             if self.audit is not None:
-                self.audit.syncs["tolist"] += 1
+                self.audit.count("tolist")
             return args[0].elem.tolist()
         if func is torch.Tensor.new_tensor and isinstance(args[0], OnDevice):
             # Built with the tensor's options below the dispatch modes, as torch.tensor is: build it here.

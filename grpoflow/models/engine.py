@@ -150,18 +150,28 @@ def deepspeed_config(cfg: EngineConfig, batch_size: int, world_size: int) -> dic
     }
 
 
-def optimizer_step(engine) -> None:
-    """``engine.step()``, keeping the global gradient norm (before clipping) where DeepSpeed keeps none.
+def unkept_grad_norm(engine) -> torch.Tensor | None:
+    """The global gradient norm (before clipping), still on the device, at the accumulation boundary
+    where DeepSpeed keeps none; else None.
 
     DeepSpeed takes the norm from its own optimizers (ZeRO 1-3, bf16); with a torch optimizer at
     ZeRO 0 its ``get_global_grad_norm()`` stays None. The gradients are all-reduced at the
     accumulation boundary's backward already, so every process computes the same norm here.
     """
-    if engine.is_gradient_accumulation_boundary() and not hasattr(engine.optimizer, "_global_grad_norm"):
-        grads = [p.grad for p in engine.module.parameters() if p.grad is not None]
-        if grads:
-            # The attribute get_global_grad_norm() reads, as DeepSpeed itself sets it from its optimizers.
-            engine._global_grad_norm = float(torch.nn.utils.get_total_norm(grads))
+    if not engine.is_gradient_accumulation_boundary() or hasattr(engine.optimizer, "_global_grad_norm"):
+        return None
+    grads = [p.grad for p in engine.module.parameters() if p.grad is not None]
+    return torch.nn.utils.get_total_norm(grads) if grads else None
+
+
+def optimizer_step(engine, grad_norm: float | None = None) -> None:
+    """``engine.step()``, keeping the global gradient norm where DeepSpeed keeps none
+    (:func:`unkept_grad_norm`): ``grad_norm`` when the caller read it already, else read here."""
+    if grad_norm is None and (norm := unkept_grad_norm(engine)) is not None:
+        grad_norm = float(norm)
+    if grad_norm is not None:
+        # The attribute get_global_grad_norm() reads, as DeepSpeed itself sets it from its optimizers.
+        engine._global_grad_norm = grad_norm
     engine.step()
 
 

@@ -85,8 +85,9 @@ class HealthMonitor:
         self.symptoms[symptom.name] = symptom
         self.pending.append(symptom)
 
-    def observe(self, step: int, metrics: dict) -> list[Symptom]:
-        """Record one step's metrics; returns the symptoms first seen at this step."""
+    @staticmethod
+    def check_finite(step: int, metrics: dict) -> None:
+        """Raise :class:`TrainingDiverged` when the loss or the gradient norm in ``metrics`` is not finite."""
         for key in (M.LOSS, M.GRAD_NORM):
             value = metrics.get(key)
             if value is not None and not math.isfinite(value):
@@ -95,6 +96,10 @@ class HealthMonitor:
                     "reward of inf/NaN. Remedy: lower rl.engine.lr, raise rl.engine.gradient_clipping, check the "
                     "verifiers; the last checkpoint is intact."
                 )
+
+    def observe(self, step: int, metrics: dict) -> list[Symptom]:
+        """Record one step's metrics; returns the symptoms first seen at this step."""
+        self.check_finite(step, metrics)
         self.history.append({"step": step, **metrics})
         held = self._rules(step)
         self.last_held.update((s.name, step) for s in held)

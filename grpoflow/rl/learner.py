@@ -34,7 +34,7 @@ import torch
 
 from grpoflow import metric_names as M
 from grpoflow.config import RLConfig
-from grpoflow.models.engine import optimizer_step
+from grpoflow.models.engine import optimizer_step, unkept_grad_norm
 from grpoflow.rl import micro_batches
 from grpoflow.rl import shared_prefix as sp
 from grpoflow.rl.batch import Batch, masked_mean
@@ -144,6 +144,7 @@ class MicroBatches:
                 "before the update; pass learner.old_logprobs(batch) to learner.micro_batches"
             )
         self.learner, self.b, self.engines, self.started = learner, b, engines, False
+        learner._unchecked = []  # an update cut short (out of memory) leaves none for the next
         self.slices, self.gas = learner.plan(b), learner.engine.gradient_accumulation_steps()
         self.tokens = learner.ranks.token_scales(b.mask, self.slices, self.gas)
         self.tally = Tally(learner.cfg.num_iterations)
@@ -242,8 +243,10 @@ class Learner:
         self.cfg, self.engine, self.ref, self.ranks = cfg, engine, ref, ranks
         self.state, self.health, self.timer = state, health, timer
         self.global_step = 0  # the step under way (0-based), set by the loop before each update
+        self._unchecked: list[torch.Tensor] = []  # the losses since the last optimizer step, checked at the next
         # plan's last answer; the batch held weakly, so that a finished step's tensors are not kept for it
         self._planned: tuple[weakref.ref[Batch], tuple[int, int | None], list[slice]] | None = None
+        self._rows: tuple[weakref.ref[Batch], sp.Rows | None] | None = None  # rows' last answer
 
     @property
     def kl_coef(self) -> float:
@@ -269,10 +272,23 @@ class Learner:
         sizes = (self.engine.train_micro_batch_size_per_gpu(), self.token_budget)
         if self._planned is not None and self._planned[0]() is b and self._planned[1] == sizes:
             return list(self._planned[2])
-        packed = self.cfg.engine.shared_prefix and sp.unsupported(self.engine.module) is None
-        slices = micro_batches.plan(b.ids, b.attn, b.start, sizes[0], sizes[1], packed)
+        slices = micro_batches.plan(b.ids, b.attn, b.start, sizes[0], sizes[1], self._packs(), self.rows(b))
         self._planned = (weakref.ref(b), sizes, slices)
         return list(slices)
+
+    def _packs(self) -> bool:
+        """Whether the policy's passes pack shared prompts (:mod:`grpoflow.rl.shared_prefix`)."""
+        return self.cfg.engine.shared_prefix and sp.unsupported(self.engine.module) is None
+
+    def rows(self, b: Batch, sl: slice = slice(None)) -> sp.Rows | None:
+        """Rows ``sl`` of the batch's shared-prefix layout, read from the device once per batch for every
+        pass and micro-batch (an update's own passes, a critic's, hand them to
+        :func:`~grpoflow.rl.shared_prefix.packed_for`); None where no pass packs and no token budget plans."""
+        if self._rows is None or self._rows[0]() is not b:
+            wanted = self._packs() or self.token_budget is not None
+            self._rows = (weakref.ref(b), sp.read_rows(b.ids, b.attn, b.start) if wanted else None)
+        rows = self._rows[1]
+        return None if rows is None else rows[sl]
 
     def reference_logprobs(self, b: Batch) -> torch.Tensor | None:
         """The frozen reference's per-token log-probs of the batch; None where the run has no reference."""
@@ -299,6 +315,7 @@ class Learner:
             with_entropy=True,
             entropy_grad=self.cfg.entropy_coef > 0,
             shared_prefix=self.cfg.engine.shared_prefix,
+            rows=self.rows(b, sl),
         )
         assert entropy is not None
         return logp, entropy
@@ -318,14 +335,27 @@ class Learner:
 
     def step(self, mb: MicroBatch, loss: torch.Tensor, metrics: dict[str, Value] | None = None) -> None:
         """Backward of ``loss`` (times its loss scale) and the policy's optimizer step; the loss and
-        ``metrics`` (each a mean over the micro-batch's tokens, a float or a 0-dim tensor) tallied. A
-        non-finite loss stops the run before any weight moves: the one read of the device a micro-batch makes."""
-        if not torch.isfinite(loss):
-            self.health.observe(self.global_step, {M.LOSS: float(loss)})  # raises TrainingDiverged
+        ``metrics`` (each a mean over the micro-batch's tokens, a float or a 0-dim tensor) tallied."""
+        self._unchecked.append(loss.detach())
         self.engine.backward(loss * mb.scales.loss)  # times 1.0 is exact: equal micro-batches are unchanged
-        optimizer_step(self.engine)
+        optimizer_step(self.engine, self._checked_grad_norm())
         mb.tally.add(M.LOSS, loss.detach(), mb.scales.loss, mb.scales.accumulation)
         self.record(mb, metrics or {})
+
+    def _checked_grad_norm(self) -> float | None:
+        """At the accumulation boundary, before any weight moves: stop the run on a non-finite loss
+        of the accumulated micro-batches or a non-finite gradient norm (all-reduced already, so every
+        process stops here together), both read from the device at once, the one read an optimizer
+        step makes; the norm read, where DeepSpeed keeps none (else None)."""
+        if not self.engine.is_gradient_accumulation_boundary():
+            return None
+        losses, self._unchecked = torch.stack(self._unchecked), []
+        first_bad = (~losses.isfinite()).long().argmax().view(1)  # (an index tensor: indexing with it would read it)
+        shown = losses.index_select(0, first_bad)[0]  # the first non-finite loss, if any
+        norm = unkept_grad_norm(self.engine)
+        loss, *grad_norm = host_values([shown] if norm is None else [shown, norm])
+        self.health.check_finite(self.global_step, {M.LOSS: loss, M.GRAD_NORM: grad_norm[0] if grad_norm else None})
+        return grad_norm[0] if grad_norm else None
 
     @staticmethod
     def record(mb: MicroBatch, metrics: dict[str, Value]) -> None:
@@ -353,6 +383,7 @@ class Learner:
                     b.start,
                     with_entropy=with_entropy,
                     shared_prefix=self.cfg.engine.shared_prefix,
+                    rows=self.rows(b, sl),
                 )
                 for sl in self.plan(b)
             ]

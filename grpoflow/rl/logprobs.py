@@ -32,6 +32,7 @@ def completion_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = False,
     shared_prefix: bool = True,
+    rows: sp.Rows | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs ``(N, T_c)`` of tokens ``input_ids[:, completion_start:]`` given everything before.
 
@@ -39,10 +40,11 @@ def completion_logprobs(
     attention mask so left padding does not shift positions. ``with_entropy`` also returns the
     per-token entropies ``(N, T_c)``, with gradient when ``entropy_grad`` (an entropy bonus).
     ``shared_prefix``: consecutive rows with the same prompt encode it once
-    (:mod:`grpoflow.rl.shared_prefix`); the results are the same.
+    (:mod:`grpoflow.rl.shared_prefix`); the results are the same. ``rows``: these rows' part of the
+    layout, when read already for their whole batch (else the packing reads it).
     """
     targets = input_ids[:, completion_start:]
-    packed = sp.packed_for(model, input_ids, attention_mask, completion_start) if shared_prefix else None
+    packed = sp.packed_for(model, input_ids, attention_mask, completion_start, rows) if shared_prefix else None
     if packed is not None:
         logits = shared_logits(model, packed)
         return _reduce_packed(logits, packed.rows, targets, with_entropy, entropy_grad)

@@ -24,14 +24,21 @@ from grpoflow.rl import shared_prefix as sp
 
 
 def plan(
-    ids: torch.Tensor, attn: torch.Tensor, start: int, max_rows: int, max_tokens: int | None, packed: bool
+    ids: torch.Tensor,
+    attn: torch.Tensor,
+    start: int,
+    max_rows: int,
+    max_tokens: int | None,
+    packed: bool,
+    rows: sp.Rows | None = None,
 ) -> list[slice]:
     """Consecutive slices of the batch's rows, each at most ``max_rows`` long and, when
-    ``max_tokens`` is set, at most ``max_tokens`` computed positions (or one row alone)."""
+    ``max_tokens`` is set, at most ``max_tokens`` computed positions (or one row alone). ``rows``:
+    the batch's layout rows, when read already (else they are read here, once)."""
     n = len(ids)
     if max_tokens is None:
         return [slice(i, min(i + max_rows, n)) for i in range(0, n, max_rows)]
-    found = sp.layout(ids, attn, start)  # one read of the device for the groups and the fed tokens
+    found = sp.layout(ids, attn, start, rows)
     group, fed = found.group_of_row, found.fed_per_row
     slices, lo = [], 0
     while lo < n:

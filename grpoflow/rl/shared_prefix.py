@@ -135,35 +135,74 @@ class Layout:
         return len(self.first) < len(self.fed)
 
 
-def layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int) -> Layout:
-    """The batch's :class:`Layout`: its groups, fed tokens and padding, with one read of the device."""
+@dataclass(frozen=True)
+class Rows:
+    """Each row's part of a :class:`Layout`, on the host: read from the device once for a whole batch
+    (:func:`read_rows`), the layout of any run of its rows (a micro-batch, in any pass) needs no read."""
+
+    starts: list[int]  # 1 where a row begins a group (a run of equal prompts), else 0
+    fed: list[int]  # completion tokens fed
+    prompt_lengths: list[int]  # real prompt tokens
+    right_padded: list[int]  # 1 where the row's completion tokens come first and its padding after
+
+    def __getitem__(self, sl: slice) -> Rows:
+        """Rows ``sl`` as a read of those rows alone gives them: the first of them begins a group."""
+        starts = self.starts[sl]
+        return Rows([1, *starts[1:]] if starts else [], self.fed[sl], self.prompt_lengths[sl], self.right_padded[sl])
+
+
+def _row_tensors(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(starts, fed, prompt lengths, right padded)``, each ``(N,)`` on the device."""
     p, prompt_mask, completion_mask = start, attention_mask[:, :start], attention_mask[:, start:]
-    starts = _starts(input_ids[:, :p], prompt_mask)
-    fed = (completion_mask.sum(1) - 1).clamp(min=0)
     lengths = completion_mask.sum(1, keepdim=True)
     steps = torch.arange(completion_mask.shape[1], device=lengths.device)
-    right_padded = (completion_mask.bool() == (steps < lengths)).all()
-    n = len(input_ids)
-    host = torch.cat([starts.long(), fed.long(), prompt_mask.long().sum(1), right_padded.long().view(1)]).tolist()
-    is_start, fed_per_row, prompt_lengths = host[:n], host[n : 2 * n], host[2 * n : 3 * n]
-    first = torch.nonzero_static(starts, size=sum(is_start)).squeeze(1)  # its size known: no second wait
-    group_of_row = [g - 1 for g in accumulate(is_start)]
+    right_padded = (completion_mask.bool() == (steps < lengths)).all(1)
+    fed = (completion_mask.sum(1) - 1).clamp(min=0)
+    return _starts(input_ids[:, :p], prompt_mask), fed, prompt_mask.long().sum(1), right_padded
+
+
+def read_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int) -> Rows:
+    """The batch's :class:`Rows`, with one read of the device."""
+    return _read(_row_tensors(input_ids, attention_mask, start))
+
+
+def _read(tensors: tuple[torch.Tensor, ...]) -> Rows:
+    n = len(tensors[0])
+    host = torch.cat([t.long() for t in tensors]).tolist()
+    return Rows(host[:n], host[n : 2 * n], host[2 * n : 3 * n], host[3 * n :])
+
+
+def layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int, rows: Rows | None = None) -> Layout:
+    """The batch's :class:`Layout`: its groups, fed tokens and padding, with one read of the device, or
+    none when its ``rows`` were read already (:meth:`Rows.__getitem__` of the whole batch's)."""
+    tensors = _row_tensors(input_ids, attention_mask, start)
+    starts, fed = tensors[0], tensors[1]
+    rows = rows if rows is not None else _read(tensors)
+    if len(rows.fed) != len(input_ids):
+        raise ValueError(f"rows of {len(rows.fed)} sequences for a batch of {len(input_ids)}")
+    first = torch.nonzero_static(starts, size=sum(rows.starts)).squeeze(1)  # its size known: no second wait
     return Layout(
         group=starts.long().cumsum(0) - 1,
         first=first,
         fed=fed,
-        fed_per_row=fed_per_row,
-        group_of_row=group_of_row,
-        prompt_tokens=sum(length for length, s in zip(prompt_lengths, is_start) if s),
-        right_padded=bool(host[-1]),
+        fed_per_row=rows.fed,
+        group_of_row=[g - 1 for g in accumulate(rows.starts)],
+        prompt_tokens=sum(length for length, s in zip(rows.prompt_lengths, rows.starts) if s),
+        right_padded=all(rows.right_padded),
     )
 
 
-def packed_for(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int) -> Packed | None:
+def packed_for(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int, rows: Rows | None = None
+) -> Packed | None:
     """:func:`pack` when two rows share a prompt and ``model`` is :func:`usable`, else None; the
-    layout is read once, here, and handed to :func:`pack`."""
-    found = layout(input_ids, attention_mask, start)
-    if not found.shared or not found.right_padded or not usable(model):
+    layout is made once, here (from ``rows`` when read already), and handed to :func:`pack`."""
+    if not usable(model):  # before the layout: a model that cannot pack reads nothing
+        return None
+    found = layout(input_ids, attention_mask, start, rows)
+    if not found.shared or not found.right_padded:
         return None
     return pack(input_ids, attention_mask, start, found, with_slots=takes_slots(model))
 

@@ -23,9 +23,14 @@ from grpoflow.rl.algorithm import Update, updates_policy
 from grpoflow.rl.batch import Batch, Scored
 from grpoflow.rl.health import HealthMonitor, Symptom
 from grpoflow.rl.inputs import TrainerInputs
-from grpoflow.rl.learner import Learner
+from grpoflow.rl.learner import Learner, host_values
 from grpoflow.rl.loop_state import LoopState
-from grpoflow.rl.oom_backoff import OutOfMemoryAfterBackoff, next_backoff
+from grpoflow.rl.oom_backoff import (
+    OutOfMemoryAfterBackoff,
+    OutOfMemoryInDistributedUpdate,
+    distributed_update_oom,
+    next_backoff,
+)
 from grpoflow.rl.ranks import Ranks
 from grpoflow.rl.reference_sync import reference_refresh_due, refresh_reference
 from grpoflow.rl.step_batch import StepBatches
@@ -44,7 +49,7 @@ def _all_mean(values: dict[str, float], world: int, device: torch.device | str =
     keys = sorted(values)
     t = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=device)  # NCCL reduces only CUDA tensors
     dist.all_reduce(t)
-    return {k: float(v) / world for k, v in zip(keys, t)}
+    return {k: v / world for k, v in zip(keys, t.tolist())}  # one read, not one per metric
 
 
 class Trainer:
@@ -95,10 +100,15 @@ class Trainer:
         self.timer.reset()
         scored, sampling_metrics = self.batches(step, g)
         t_rollout = time.perf_counter() - t0
-        local, t_update, tokens = self._update_on(step, scored, g)
+        try:
+            local, t_update, tokens = self._update_on(step, scored, g)
+        except torch.OutOfMemoryError as exc:
+            if self.world == 1:
+                raise  # the loop backs off
+            raise OutOfMemoryInDistributedUpdate(self._distributed_oom(step, g)) from exc
         with self.timer.phase(M.PHASE_WEIGHT_SYNC):
             self.batches.rollout.sync_weights(self.engine.module)
-        local.update(self._batch_metrics(scored, g, tokens / max(t_update, 1e-9), sampling_metrics, self.ranks))
+        local.update(self._batch_metrics(scored, g, (tokens, t_update), sampling_metrics, self.ranks))
         metrics = _all_mean(local, self.world, self.engine.device)
         metrics.update(self._loop_metrics(g, time.perf_counter() - t0, t_rollout, t_update))
         if (
@@ -108,9 +118,9 @@ class Trainer:
             self.state.beta = adapt_beta(self.state.beta, metrics[M.KL], a.target_kl, a.horizon)
         return metrics
 
-    def _update_on(self, step: int, scored: Scored, g: int) -> tuple[dict[str, float], float, float]:
-        """The algorithm's update on the step's batch: ``(its metrics, its seconds, the tokens each
-        of its passes computes)``."""
+    def _update_on(self, step: int, scored: Scored, g: int) -> tuple[dict[str, float], float, torch.Tensor]:
+        """The algorithm's update on the step's batch: ``(its metrics, its seconds, the tokens its
+        passes compute)``, the tokens still on the device (read with the batch's metrics)."""
         batch = self.batch_of(scored, g)
         t1 = time.perf_counter()
         # The update's own log-prob passes (reference, old policy) are timed apart, inside it.
@@ -118,7 +128,7 @@ class Trainer:
             local = self.update(step, batch)
         if self.cfg.num_iterations == 1:  # one optimizer step per batch: the ratio is 1, nothing can be clipped
             local.pop(M.CLIP_RATIO, None)
-        return local, time.perf_counter() - t1, float(batch.attn.sum()) * self.cfg.num_iterations
+        return local, time.perf_counter() - t1, batch.attn.sum() * self.cfg.num_iterations
 
     def batch_of(self, scored: Scored, g: int) -> Batch:
         """The scored rollouts as the update's batch (``rl.mask_truncated_completions`` applied)."""
@@ -131,6 +141,15 @@ class Trainer:
         return self.algorithm.update(batch, self.learner)
 
     # -- budget under out-of-memory back-off ------------------------------------------------
+    def _distributed_oom(self, step: int, g: int) -> str:
+        """Why a process among several stops on an out-of-memory error in its update, and what to set."""
+        settings = {
+            "num_generations": g,
+            "max_completion_length": self.batches.max_completion_length,
+            "micro_batch_size": self.learner.micro_batch_size,
+        }
+        return distributed_update_oom(step, self.ranks.rank, self.world, settings, self.cfg.oom_min_completion_length)
+
     def generations(self, step: int) -> int:
         """G at ``step``: the schedule's, capped by any out-of-memory back-off."""
         return self.state.capped("num_generations", self.cfg.generations_at(step))
@@ -166,24 +185,32 @@ class Trainer:
 
     @staticmethod
     def _batch_metrics(
-        scored: Scored, g: int, update_tokens_per_s: float, sampling: dict, ranks: Ranks
+        scored: Scored, g: int, update: tuple[torch.Tensor, float], sampling: dict, ranks: Ranks
     ) -> dict[str, float]:
-        """The step's rewards and lengths (every process's), this process's throughput."""
+        """The step's rewards and lengths (every process's), this process's throughput (``update``:
+        the tokens the update's passes computed, and its seconds), read from the device at once."""
         ro, total = scored.rollouts, ranks.gathered(scored.total)  # a std or max of per-rank ones is neither
-        grouped = total.view(-1, g)
+        group_std = total.view(-1, g).std(dim=1, correction=0)
         lengths = ranks.gathered(ro.completion_mask.sum(1).float())
+        parts = {f"{M.REWARD_PREFIX}{k}": v.mean() for k, v in scored.parts.items()}
+        stats = {
+            M.REWARD_MEAN: total.mean(),
+            M.REWARD_STD: total.std(correction=0),
+            M.GROUP_REWARD_STD: group_std.mean(),
+            M.FRAC_ZERO_STD_GROUPS: (group_std < 1e-6).float().mean(),
+            M.COMPLETION_LENGTH_MEAN: lengths.mean(),
+            M.COMPLETION_LENGTH_MAX: lengths.max(),
+            M.FRAC_TRUNCATED: ranks.gathered(ro.truncated.float()).mean(),
+        }
+        generated, computed, *read = host_values(
+            [ro.completion_mask.sum(), update[0], *stats.values(), *parts.values()]
+        )
         return {
-            M.REWARD_MEAN: float(total.mean()),
-            M.REWARD_STD: float(total.std(correction=0)),
-            M.GROUP_REWARD_STD: float(grouped.std(dim=1, correction=0).mean()),
-            M.FRAC_ZERO_STD_GROUPS: float((grouped.std(dim=1, correction=0) < 1e-6).float().mean()),
-            M.COMPLETION_LENGTH_MEAN: float(lengths.mean()),
-            M.COMPLETION_LENGTH_MAX: float(lengths.max()),
-            M.FRAC_TRUNCATED: float(ranks.gathered(ro.truncated.float()).mean()),
-            M.ROLLOUT_TOKENS_PER_S: ro.num_completion_tokens / max(ro.seconds, 1e-9),
-            M.UPDATE_TOKENS_PER_S: update_tokens_per_s,
+            **dict(zip(stats, read)),
+            M.ROLLOUT_TOKENS_PER_S: generated / max(ro.seconds, 1e-9),
+            M.UPDATE_TOKENS_PER_S: computed / max(update[1], 1e-9),
             **sampling,
-            **{f"{M.REWARD_PREFIX}{k}": float(v.mean()) for k, v in scored.parts.items()},
+            **dict(zip(parts, read[len(stats) :])),
         }
 
     def _loop_metrics(self, g: int, seconds: float, t_rollout: float, t_update: float) -> dict[str, float]:

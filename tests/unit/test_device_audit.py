@@ -5,6 +5,8 @@ on any tensor that mixes devices. On a CUDA machine the same tests run on ``cuda
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 
@@ -331,23 +333,67 @@ def test_the_accelerators_decode_reads_the_device_once_per_chunk_of_tokens(works
     assert sum(mode.syncs.values()) <= tokens // STOP_CHECK_EVERY + 4 < tokens, dict(mode.syncs)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the audit is CUDA itself")
-def test_a_training_steps_device_reads_are_counted_and_bounded(workspace):
-    """The reads of the device a GRPO step makes, counted by the audit (#49), a bound that a new read
-    in the hot path breaks. Per step, 18: the rollout's (prompt groups, the prefill's mask check, one
-    per chunk of tokens, the texts), the reward check, the optimizer's, the batch's metrics, the
-    micro-batches' token counts (one read for all of them) and the update's metrics (one read for
-    all of them). Per micro-batch, 1: the non-finite loss guard (before any weight moves). Per
-    shared-prefix pack (policy and reference log-probs), 1: its layout (group starts, fed tokens,
-    padding), whose sizes then need no wait (no nonzero). Before #49's cuts: 57 reads, 24 after."""
-    params = validate_params(TINY)
+# Every read of the device a GRPO step makes, by the function of the project that makes it (the audit's
+# ``readers``), and why the hot path keeps it (#49). The rollout's reads grow with its chunks of tokens;
+# every other is one read a step whatever the micro-batches, passes and packs, except the optimizer
+# step's guard, one per optimizer step. Before #49's cuts a step of this size made 57 reads, 24 after
+# its first round (one per micro-batch, one per pack), 9 now.
+STEP_READS = {
+    "grpoflow.rollout.decode:decode": "the samples' prompt groups; whether every row has stopped, per chunk",
+    "grpoflow.rollout.hf:generate": "the completions' tokens, for their texts",
+    "grpoflow.rl.advantages:_check_rewards": "the rewards finite, before they become advantages",
+    "grpoflow.rl.ranks:token_scales": "every micro-batch's token count, at once, for the loss scales",
+    "grpoflow.rl.shared_prefix:read_rows": "the batch's shared-prefix layout, for every pass and micro-batch",
+    "grpoflow.rl.learner:_checked_grad_norm": "the losses finite and the gradient norm, before weights move",
+    "grpoflow.rl.learner:means": "the update's metrics, at once",
+    "grpoflow.rl.trainer:_batch_metrics": "the step's rewards, lengths and token counts, at once",
+    # Not ours: transformers asks whether a row's padding mask can be skipped (two reads a forward pass,
+    # masking_utils), on the passes that do not pack shared prompts: single-row micro-batches, or
+    # rl.engine.shared_prefix off. A packed pass hands the model its own 4-D mask, which it takes as is.
+    "grpoflow.rl.logprobs:row_logits": "transformers' padding-mask check, per unpacked forward pass",
+}
+ROLLOUT_READERS = {"grpoflow.rollout.decode:decode", "grpoflow.rollout.hf:generate"}
+UNPACKED = "grpoflow.rl.logprobs:row_logits"
+
+
+def _second_step_readers(workspace, overrides: dict, algorithm=GRPO) -> Counter:
+    """The audit's reads of a run's second step (the first builds what later steps reuse), by reader."""
+    params = validate_params({**TINY, "rl": {**TINY["rl"], **overrides}})
     with audited() as mode:
-        run = build_rl_run(params, GRPO, data_dir=workspace / "data", reference_dir=workspace / "ref")
+        run = build_rl_run(params, algorithm, data_dir=workspace / "data", reference_dir=workspace / "ref")
         run.trainer.step(0)
-        mode.syncs.clear()
+        mode.readers.clear()
         run.trainer.step(1)
-    micro_batches = 2  # prompts_per_step 2 x G 2 rows, micro-batches of 2
-    packs = 4
-    reads = dict(mode.syncs)
-    assert reads.get("nonzero", 0) == 0 and reads.get("tolist", 0) <= packs + 3, reads
-    assert sum(reads.values()) <= 18 + micro_batches + packs, reads
+    return mode.readers
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the audit is CUDA itself")
+def test_a_training_steps_device_reads_are_each_named_and_a_fixed_few(workspace):
+    """A step's reads come from :data:`STEP_READS` alone (a new read in the hot path fails here, by
+    name), one each outside the rollout, as many with two packed micro-batches as with one; single-row
+    micro-batches (nothing to pack) add transformers' two a forward pass, and no more."""
+    one = _second_step_readers(workspace, {"engine": {"micro_batch_size": 4, "lr": 0.01}})
+    two = _second_step_readers(workspace, {"engine": {"micro_batch_size": 2, "lr": 0.01}})
+    for readers in (one, two):
+        assert set(readers) <= set(STEP_READS), dict(readers)
+        update = {k: n for k, n in readers.items() if k not in ROLLOUT_READERS}
+        assert update == dict.fromkeys(set(STEP_READS) - ROLLOUT_READERS - {UNPACKED}, 1), update
+        assert sum(readers.values()) <= len(STEP_READS) + 2, dict(readers)  # 8 tokens: 2 chunks
+    rows = _second_step_readers(workspace, {"engine": {"micro_batch_size": 1, "lr": 0.01}})
+    assert set(rows) <= set(STEP_READS), dict(rows)
+    assert rows[UNPACKED] <= 2 * 4 * 2, dict(rows)  # four micro-batches, the reference's pass and the update's
+    others = {k: n for k, n in rows.items() if k not in ROLLOUT_READERS | {UNPACKED}}
+    assert others == dict.fromkeys(set(STEP_READS) - ROLLOUT_READERS - {UNPACKED}, 1), dict(rows)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the audit is CUDA itself")
+def test_a_ppo_steps_reads_do_not_grow_with_its_micro_batches(workspace):
+    """PPO's critic passes take the batch's layout as the policy's do: its step reads as often with
+    two packed micro-batches as with one (its critic's step, value and metric reads, once each)."""
+
+    def update_reads(micro: int) -> dict:
+        readers = _second_step_readers(workspace, {"engine": {"micro_batch_size": micro, "lr": 0.01}}, PPO)
+        return {k: n for k, n in readers.items() if k not in ROLLOUT_READERS}
+
+    one, two = update_reads(4), update_reads(2)
+    assert one == two and one["grpoflow.rl.shared_prefix:read_rows"] == 1, (one, two)

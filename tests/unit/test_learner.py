@@ -1,6 +1,7 @@
 """The learner's contract guards what an update could get silently wrong (grpoflow/rl/learner.py):
 old log-probs for more than one pass, one iteration of the micro-batches, one value per metric; and
-the update's metrics are read from the device at once, per device, in order."""
+the update's metrics are read from the device at once, per device, in order; a non-finite loss or
+gradient norm stops the step before any weight moves."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from grpoflow.config import validate_params
 from grpoflow.rl.algorithm import ALGORITHMS
+from grpoflow.rl.health import TrainingDiverged
 from grpoflow.rl.learner import Tally, host_values
 from grpoflow.rl.losses import rollout_correction
 from grpoflow.rl.run import build_rl_run
@@ -78,3 +80,44 @@ def test_rollout_correction_of_no_completion_tokens_is_no_correction():
     weights, mask, metrics = rollout_correction(empty, empty, empty, "token_truncate", 2.0)
     assert weights is not None and weights.shape == (2, 0) and mask.shape == (2, 0)
     assert float(metrics["rollout_ratio_max"]) == 1.0
+
+
+def _weights(learner) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in learner.engine.module.parameters()]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_loss_stops_the_step_before_any_weight_moves(workspace, bad):
+    """The first micro-batch's loss is bad, the second's fine: the guard reads at the optimizer step
+    (once a step, not once a micro-batch) and names the bad loss, the weights as they were."""
+    learner, batch = learner_and_batch(workspace, engine={"micro_batch_size": 1, "lr": 0.01})
+    before, micro_batches = _weights(learner), iter(learner.micro_batches(batch))
+    first = next(micro_batches)
+    learner.step(first, (first.logp * first.mask).sum() * bad)
+    with pytest.raises(TrainingDiverged, match=f"loss is -?{bad}"):
+        for mb in micro_batches:
+            learner.step(mb, (mb.logp * mb.mask).sum())
+    assert all(torch.equal(a, b) for a, b in zip(before, _weights(learner)))
+
+
+def test_a_non_finite_gradient_norm_stops_the_step_before_any_weight_moves(workspace):
+    """A finite loss whose gradient is not (on one process, all-reduced to every one: each stops here)."""
+    learner, batch = learner_and_batch(workspace)
+    before = _weights(learner)
+    first = next(p for p in learner.engine.module.parameters() if p.requires_grad)
+    first.register_hook(lambda grad: grad * float("nan"))
+    with pytest.raises(TrainingDiverged, match="grad_norm is nan"):
+        for mb in learner.micro_batches(batch):
+            learner.step(mb, (mb.logp * mb.mask).sum())
+    assert all(torch.equal(a, b) for a, b in zip(before, _weights(learner)))
+
+
+def test_an_update_cut_short_leaves_no_unchecked_loss_to_the_next(workspace):
+    """An update that stopped mid-accumulation (out of memory) does not hand its losses to the next."""
+    learner, batch = learner_and_batch(workspace, engine={"micro_batch_size": 1, "lr": 0.01})
+    mb = next(iter(learner.micro_batches(batch)))
+    learner.step(mb, (mb.logp * mb.mask).sum() * float("nan"))  # not the boundary: nothing read yet
+    learner.engine.zero_grad()
+    for mb in learner.micro_batches(batch):
+        learner.step(mb, (mb.logp * mb.mask).sum())
+    assert learner.engine.get_global_grad_norm() is not None

@@ -1,5 +1,6 @@
 """Out-of-memory back-off: the order of the changes, and a real GRPO trainer (tiny model, real
-DeepSpeed engine on CPU, real HF rollouts) that meets injected OOMs during rollout and update."""
+DeepSpeed engine on CPU, real HF rollouts) that meets injected OOMs during rollout and update; on
+two processes, an OOM or a non-finite loss on one of them ends every process (none stalls)."""
 
 from __future__ import annotations
 
@@ -170,7 +171,10 @@ def test_backoff_can_be_switched_off(parts):
         trainer.train()
 
 
-def _two_process_worker(rank: int, port: int, results) -> None:
+def _two_process_worker(rank: int, port: int, results, phase: str) -> None:
+    """A two-process GRPO run of 2 steps, G=8, that runs out of memory on rank 1 alone, in ``phase``
+    (``rollout`` or ``update``) of its first step, or whose loss is NaN there (``nan``); what each
+    process ended with goes into ``results``."""
     import os
 
     os.environ.update(
@@ -188,7 +192,7 @@ def _two_process_worker(rank: int, port: int, results) -> None:
         checkpoint_every=100,
         eval_every=100,
         sampling={"max_completion_length": 8},
-        engine={"micro_batch_size": 8, "lr": 1e-3},
+        engine={"micro_batch_size": 4, "lr": 1e-3},
         oom_min_completion_length=8,
     )
     engine = build_engine(model, cfg.engine, cfg.prompts_per_step * cfg.num_generations)
@@ -196,7 +200,7 @@ def _two_process_worker(rank: int, port: int, results) -> None:
     generate = rollout.generate
 
     def generate_rank1_oom_at_g8(batch, n, sampling, seed):
-        if rank == 1 and n == 8:  # only this process runs out of memory
+        if phase == "rollout" and rank == 1 and n == 8:  # only this process runs out of memory
             raise torch.OutOfMemoryError("CUDA out of memory (injected on rank 1)")
         return generate(batch, n, sampling, seed)
 
@@ -206,16 +210,67 @@ def _two_process_worker(rank: int, port: int, results) -> None:
         TrainerInputs(cfg, engine, None, rollout, tok, reward, prompts, seed=0, rank=rank, world=2),
         GRPO(GRPOConfig(beta=0.0)),
     )
-    gs = []
-    trainer.train(on_step=lambda step, m: gs.append(m["num_generations"]))
+    policy_logprobs, passes = trainer.learner.policy_logprobs, []
+
+    def second_micro_batch_oom_on_rank1(b, sl):
+        passes.append(sl)
+        if phase == "update" and rank == 1 and len(passes) == 2:  # mid-accumulation: rank 0 reduces gradients
+            raise torch.OutOfMemoryError("CUDA out of memory (injected on rank 1, in the update)")
+        logp, entropy = policy_logprobs(b, sl)
+        if phase == "nan" and rank == 1 and len(passes) == 1:  # a diverged loss on one process alone
+            logp = logp * float("nan")
+        return logp, entropy
+
+    trainer.learner.policy_logprobs = second_micro_batch_oom_on_rank1
+    gs: list[int] = []
+    try:
+        trainer.train(on_step=lambda step, m: gs.append(m["num_generations"]))
+    except Exception as exc:
+        results[rank] = (type(exc).__name__, str(exc))
+        raise
     results[rank] = (gs, dict(trainer.state.backoff))
 
 
-def test_an_oom_on_one_process_backs_off_every_process():
+def _two_processes(phase: str, deadline_s: float = 300) -> dict:
+    """:func:`_two_process_worker` on two processes; what each ended with. A process that has not ended
+    by ``deadline_s`` (a stall: the test fails rather than wait for the collective's half-hour timeout)."""
+    import time
+
     import torch.multiprocessing as mp
 
     from grpoflow.ports import free_port
 
     results = mp.Manager().dict()
-    mp.spawn(_two_process_worker, args=(free_port(), results), nprocs=2, join=True)
+    context = mp.spawn(_two_process_worker, args=(free_port(), results, phase), nprocs=2, join=False)
+    start = time.monotonic()
+    try:
+        while not context.join(timeout=2):
+            if time.monotonic() - start > deadline_s:
+                for process in context.processes:
+                    process.kill()
+                pytest.fail(f"stalled: the processes had not ended after {deadline_s} s ({dict(results)})")
+    except mp.ProcessRaisedException:
+        pass  # a process raised (the other is then stopped, as torchrun stops it): results say which
+    return dict(results)
+
+
+def test_an_oom_on_one_process_backs_off_every_process():
+    results = _two_processes("rollout")
     assert results[0] == results[1] == ([4, 4], {"num_generations": 4})
+
+
+def test_an_oom_in_one_processs_update_stops_it_with_the_setting_to_change():
+    """The others wait in the update's gradient reduction: a back-off on one process alone would
+    stall them all (it did, until the collective's timeout); it stops instead, naming the setting."""
+    results = _two_processes("update")
+    name, message = results[1]
+    assert name == "OutOfMemoryInDistributedUpdate", results
+    assert "at step 1 on process 1 of 2" in message and "set rl.num_generations: 4 (now 8)" in message, message
+
+
+def test_a_non_finite_loss_on_one_process_stops_every_process_at_the_same_step():
+    """Rank 1's loss is NaN: its gradients, all-reduced, make every process's gradient norm NaN, so each
+    stops at the optimizer step's guard before any weight moves, none waiting on another."""
+    results = _two_processes("nan")
+    assert results[1][0] == results[0][0] == "TrainingDiverged", results
+    assert "step 0: loss is nan" in results[1][1] and "step 0: grad_norm is nan" in results[0][1], results

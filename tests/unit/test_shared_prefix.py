@@ -254,3 +254,39 @@ def test_packed_reduction_over_many_chunks(monkeypatch):
     ids, attn, start = batch([5, 8, 3], g=3, c_lens=[4, 2, 6])
     monkeypatch.setattr(lp, "_CHUNK_BYTES", 1)  # one packed group (and one row) per chunk
     assert_same(model, ids, attn, start)
+
+
+def _same_layout(a: sp.Layout, b: sp.Layout) -> bool:
+    tensors = all(torch.equal(getattr(a, f), getattr(b, f)) for f in ("group", "first", "fed"))
+    hosts = all(getattr(a, f) == getattr(b, f) for f in ("fed_per_row", "group_of_row", "prompt_tokens"))
+    return tensors and hosts and a.right_padded == b.right_padded
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    prompts=st.lists(st.integers(1, 10), min_size=1, max_size=4),
+    g=st.integers(1, 4),
+    c_lens=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    lo=st.integers(0, 15),
+    size=st.integers(1, 16),
+    left_padded_completion=st.booleans(),
+    seed=st.integers(0, 100),
+)
+def test_a_slice_of_the_batchs_rows_is_the_layout_its_own_read_gives(
+    prompts, g, c_lens, lo, size, left_padded_completion, seed
+):
+    """Rows read once for the batch, sliced for a micro-batch (a group split across two included),
+    give the layout a read of the micro-batch alone gives: the passes need no read of their own."""
+    ids, attn, start = batch(prompts, g, c_lens, seed=seed)
+    if left_padded_completion:  # a row whose completion is not right-padded: pack must refuse the batch
+        attn[0, start:] = attn[0, start:].flip(0)
+    rows, n = sp.read_rows(ids, attn, start), len(ids)
+    sl = slice(min(lo, n - 1), min(lo, n - 1) + size)
+    assert _same_layout(sp.layout(ids[sl], attn[sl], start, rows[sl]), sp.layout(ids[sl], attn[sl], start))
+    assert _same_layout(sp.layout(ids, attn, start, rows), sp.layout(ids, attn, start))
+
+
+def test_rows_of_another_batch_are_refused():
+    ids, attn, start = batch([3, 2], 2, [2, 3])
+    with pytest.raises(ValueError, match="rows of 2 sequences for a batch of 4"):
+        sp.layout(ids, attn, start, sp.read_rows(ids[:2], attn[:2], start))

@@ -59,10 +59,13 @@ class ValueModel(torch.nn.Module):
         return self.head(hidden).squeeze(-1)
 
 
-def completion_values(critic, ids, attn, start: int, shared_prefix: bool = True) -> torch.Tensor:
+def completion_values(
+    critic, ids, attn, start: int, shared_prefix: bool = True, rows: sp.Rows | None = None
+) -> torch.Tensor:
     """``V(s_t)`` for each completion token t: the value at the position that predicts it.
-    ``shared_prefix``: each group's prompt encoded once (:mod:`grpoflow.rl.shared_prefix`), same values."""
-    packed = sp.packed_for(critic, ids, attn, start) if shared_prefix else None
+    ``shared_prefix``: each group's prompt encoded once (:mod:`grpoflow.rl.shared_prefix`), same values;
+    ``rows``: these rows' part of the layout, when read already (:meth:`~grpoflow.rl.learner.Learner.rows`)."""
+    packed = sp.packed_for(critic, ids, attn, start, rows) if shared_prefix else None
     if packed is not None:
         values = critic(
             packed.input_ids, sp.mask_for(critic, packed.mask), packed.position_ids, **sp.slot_kwargs(critic, packed)

@@ -116,7 +116,10 @@ class PPO:
     def _old_values(self, b: Batch, learner: Learner) -> torch.Tensor:
         shared = learner.cfg.engine.shared_prefix
         return torch.cat(
-            [completion_values(self.critic, b.ids[sl], b.attn[sl], b.start, shared) for sl in learner.plan(b)]
+            [
+                completion_values(self.critic, b.ids[sl], b.attn[sl], b.start, shared, learner.rows(b, sl))
+                for sl in learner.plan(b)
+            ]
         )
 
     def _value_step(
@@ -126,7 +129,8 @@ class PPO:
         a mean over its tokens, its backward (times ``scale``, its share of the step's tokens) and the
         critic's optimizer step; the loss, left on the device."""
         critic = self.critic
-        values = completion_values(critic, b.ids[sl], b.attn[sl], b.start, learner.cfg.engine.shared_prefix)
+        shared = learner.cfg.engine.shared_prefix
+        values = completion_values(critic, b.ids[sl], b.attn[sl], b.start, shared, learner.rows(b, sl))
         value_loss = clipped_value_loss(values, old_values[sl], returns[sl], b.mask[sl], self.ppo.cliprange_value)
         critic.backward(value_loss * scale)
         optimizer_step(critic)
