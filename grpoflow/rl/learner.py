@@ -164,8 +164,10 @@ class MicroBatches:
         for _ in range(self.learner.cfg.num_iterations):
             for i, sl in enumerate(micro_batches.accumulation(self.slices, *self.engines)):
                 mb = self._micro_batch(i, sl)
-                yield mb
+                # Tallied before the update sees it: an update that stops early keeps the entropy of
+                # every micro-batch it was handed.
                 self.tally.add(M.ENTROPY, masked_mean(mb.entropy, b.mask[sl]), mb.scales.share)
+                yield mb
 
     def metrics(self) -> dict[str, float]:
         """The update's metrics: the loss, the entropy and the update's own tallies, each a mean over

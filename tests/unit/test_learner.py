@@ -121,3 +121,17 @@ def test_an_update_cut_short_leaves_no_unchecked_loss_to_the_next(workspace):
     for mb in learner.micro_batches(batch):
         learner.step(mb, (mb.logp * mb.mask).sum())
     assert learner.engine.get_global_grad_norm() is not None
+
+
+def test_an_update_that_stops_early_keeps_the_entropy_of_its_last_micro_batch(workspace):
+    """An update may stop before the last micro-batch (a KL limit, say): the one it stopped on was
+    handed to it, and its entropy is in the metrics, as its loss is."""
+    learner, batch = learner_and_batch(workspace, engine={"micro_batch_size": 1, "lr": 0.01})
+    micro_batches = learner.micro_batches(batch)
+    for mb in micro_batches:
+        learner.step(mb, (mb.logp * mb.mask).sum() * 0.0)
+        first = mb
+        break
+    tally = micro_batches.tally
+    assert len(tally.terms["entropy"]) == len(tally.terms["loss"]) == 1, tally.terms
+    assert micro_batches.metrics()["entropy"] > 0 and first.scales.share < 1
