@@ -349,7 +349,7 @@ def _train(s: RunningStage, val_start: float | None, steps_log) -> None:
     """Train to ``rl.steps``: each step reported (first process), each checkpoint saved with the
     stage's state; a diverged or out-of-memory run stops the stage with its verdict."""
     from grpoflow.rl.health import TrainingDiverged
-    from grpoflow.rl.oom_backoff import OutOfMemoryAfterBackoff
+    from grpoflow.rl.oom_backoff import OutOfMemoryAfterBackoff, OutOfMemoryInDistributedUpdate
 
     trainer = s.rl_run.trainer
     recorder = StepRecorder(s.history, steps_log.log, trainer.checkpoint_due) if s.history is not None else None
@@ -360,7 +360,7 @@ def _train(s: RunningStage, val_start: float | None, steps_log) -> None:
             on_checkpoint=_on_checkpoint(s, recorder, val_start),
             evaluate=s.rl_run.evaluate,
         )
-    except (TrainingDiverged, OutOfMemoryAfterBackoff) as exc:
+    except (TrainingDiverged, OutOfMemoryAfterBackoff, OutOfMemoryInDistributedUpdate) as exc:
         reason = "diverged" if isinstance(exc, TrainingDiverged) else "out_of_memory"
         if s.lead:
             import mlflow
@@ -368,6 +368,8 @@ def _train(s: RunningStage, val_start: float | None, steps_log) -> None:
             mlflow.set_tag("health", reason)
             print(f"{s.name}: STOPPED: {exc}", file=sys.stderr)
             events.emit(events.STOPPED, s.name, reason=reason, message=str(exc))
+        elif isinstance(exc, OutOfMemoryInDistributedUpdate):  # this process alone knows why the run stops
+            print(f"{s.name}: STOPPED: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_VERDICT) from None
     finally:
         if console:

@@ -7,7 +7,10 @@
   batch, each micro-batch with the policy's log-probs (with gradient), its loss mask and token weights
   after rollout correction, and its named :class:`Scales`;
 - the reduction of a micro-batch's per-token loss the scales assume (:meth:`Learner.aggregate`);
-- one optimizer step on a micro-batch's loss (:meth:`Learner.step`), which also tallies its metrics;
+- one optimizer step on a micro-batch's loss (:meth:`Learner.step`), which also tallies its metrics
+  and, at the accumulation boundary, stops on a non-finite loss or gradient norm before weights move;
+- the batch's micro-batch plan (:meth:`Learner.plan`) and shared-prefix layout (:meth:`Learner.rows`),
+  for an update's passes of its own (a critic's): read from the device once per batch;
 - the ranks (:class:`~grpoflow.rl.ranks.Ranks`): the step's statistics over every process.
 
 What the update owns: its loss, reduced with :meth:`Learner.aggregate` (or

@@ -14,7 +14,7 @@ from grpoflow.algorithms.grpo.update import GRPO
 from grpoflow.config import ModelConfig, RLConfig
 from grpoflow.models.engine import build_engine
 from grpoflow.models.modeling import build_tiny_model, train_tokenizer
-from grpoflow.rl.oom_backoff import OutOfMemoryAfterBackoff, next_backoff
+from grpoflow.rl.oom_backoff import OutOfMemoryAfterBackoff, distributed_update_oom, next_backoff
 from grpoflow.rl.rewards import RewardComponent, WeightedReward
 from grpoflow.rl.trainer import Trainer, TrainerInputs
 from grpoflow.rollout.hf import HFRolloutEngine
@@ -274,3 +274,12 @@ def test_a_non_finite_loss_on_one_process_stops_every_process_at_the_same_step()
     results = _two_processes("nan")
     assert results[1][0] == results[0][0] == "TrainingDiverged", results
     assert "step 0: loss is nan" in results[1][1] and "step 0: grad_norm is nan" in results[0][1], results
+
+
+def test_a_distributed_update_oom_names_the_next_setting_or_that_none_is_left():
+    settings = {"num_generations": 2, "max_completion_length": 64, "micro_batch_size": 4}
+    message = distributed_update_oom(4, 1, 2, settings, 16)
+    assert "at step 5 on process 1 of 2" in message, message
+    assert "set rl.sampling.max_completion_length: 32 (now 64)" in message, message
+    spent = {"num_generations": 2, "max_completion_length": 16, "micro_batch_size": 1}
+    assert distributed_update_oom(0, 3, 4, spent, 16).endswith("or lower rl.prompts_per_step")
