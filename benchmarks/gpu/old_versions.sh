@@ -23,4 +23,5 @@ PY
 "$VENV/bin/python" -m pip install -q -r "$VENV/requirements.txt"
 "$VENV/bin/python" -c 'import torch, transformers; print("versions:", torch.__version__, transformers.__version__)'
 TORCH_EXTENSIONS_DIR="$VENV/torch_extensions" OMP_NUM_THREADS=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/unit/test_device_audit.py tests/unit/test_static_decode.py tests/unit/test_decode.py tests/unit/test_rollout.py
+  tests/unit/test_device_audit.py tests/unit/test_static_decode.py tests/unit/test_decode.py tests/unit/test_rollout.py \
+  tests/unit/test_learner.py tests/unit/test_shared_prefix.py

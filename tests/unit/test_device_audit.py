@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 import torch
+from packaging.version import Version
 
 from grpoflow.algorithms.grpo.update import ALGORITHM as GRPO
 from grpoflow.algorithms.ppo.update import ALGORITHM as PPO
@@ -178,6 +179,13 @@ def test_sft_steps_on_the_device(workspace):
         assert any(not torch.equal(b, p.detach()) for b, p in zip(before, engine.module.parameters()))
 
 
+# torch 2.11 (the lent image's) cannot make a view of the audit's wrapper tensor under inference_mode
+# ("Cannot set version_counter for inference tensor", a rotary embedding's buffer in the reward model's
+# scoring pass); 2.13 can, and on CUDA there is no wrapper. benchmarks/gpu/old_versions.sh found it.
+@pytest.mark.skipif(
+    not torch.cuda.is_available() and Version(torch.__version__).release < (2, 13),
+    reason="the audit's stand-in tensor takes no inference_mode view before torch 2.13 (a limit of the audit)",
+)
 def test_the_reward_model_trains_scores_and_evaluates_on_the_device(workspace, tmp_path):
     from grpoflow.data.pairs import Pair, encode_pairs
     from grpoflow.evaluation.pairwise import pairwise_eval
