@@ -189,7 +189,8 @@ class _Events:
             kind = event["event"]
             if kind == events.START:
                 self.log.ran = True
-            elif kind == events.EXIT:
+            elif kind == events.EXIT and self.log.stage_code not in (EXIT_BAD_INPUT, EXIT_VERDICT):
+                # A verdict stands: another process's later exit (the lead's, cut off by it) does not undo it.
                 self.log.stage_code = int(event["code"])
             elif kind in (events.HEALTH, events.STOPPED):
                 self.log.diagnosis.append(events.describe(event))

@@ -120,7 +120,8 @@ def run_stage_cli(parser: argparse.ArgumentParser, body: Callable[[argparse.Name
         code = exc.code if isinstance(exc.code, int) else 1
         raise
     finally:
-        events.emit(events.EXIT, stage, code=code)
+        # A verdict may be one process's own (out of memory in its update): the flow hears it from any.
+        events.emit(events.EXIT, stage, code=code, every_rank=code in (EXIT_BAD_INPUT, EXIT_VERDICT))
 
 
 # A gated stage's report on the console: the flow streams a stage's output into its log, so a

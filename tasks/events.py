@@ -5,7 +5,9 @@ and emits nothing). The flow reads them instead of parsing console text.
 Kinds: ``start`` (the stage's command began: DVC did not skip it), ``progress`` (step, total),
 ``health`` (a symptom's fields), ``stopped`` (reason, message), ``preflight`` (verdict, report),
 ``exit`` (code). Each carries
-``stage``. Only the lead process (rank 0) of a multi-process stage emits.
+``stage``. Only the lead process (rank 0) of a multi-process stage emits, but for what one process
+alone knows: its own verdict (a stop, an exit code 2 or 3), which the lead may never report (torchrun
+stops it when that process exits), is emitted ``every_rank``.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ EVENTS_ENV = "GRPOFLOW_EVENTS"
 START, PROGRESS, HEALTH, STOPPED, EXIT, PREFLIGHT = "start", "progress", "health", "stopped", "exit", "preflight"
 
 
-def emit(kind: str, stage: str, **fields: Any) -> None:
-    """Append one event, if a reader asked for them; one write per line, so processes never interleave."""
+def emit(kind: str, stage: str, *, every_rank: bool = False, **fields: Any) -> None:
+    """Append one event, if a reader asked for them (from the lead process alone, unless
+    ``every_rank``); one write per line, so processes never interleave."""
     path = os.environ.get(EVENTS_ENV)
-    if not path or os.environ.get("RANK", "0") != "0":
+    if not path or (os.environ.get("RANK", "0") != "0" and not every_rank):
         return
     line = json.dumps({"event": kind, "stage": stage, **fields}, default=str) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -370,6 +370,7 @@ def _train(s: RunningStage, val_start: float | None, steps_log) -> None:
             events.emit(events.STOPPED, s.name, reason=reason, message=str(exc))
         elif isinstance(exc, OutOfMemoryInDistributedUpdate):  # this process alone knows why the run stops
             print(f"{s.name}: STOPPED: {exc}", file=sys.stderr)
+            events.emit(events.STOPPED, s.name, every_rank=True, reason=reason, message=str(exc))
         raise SystemExit(EXIT_VERDICT) from None
     finally:
         if console:

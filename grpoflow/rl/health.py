@@ -66,6 +66,15 @@ def _window(history: list[dict], key: str, n: int) -> list[float]:
     return [h[key] for h in history[-n:] if key in h and h[key] is not None]
 
 
+def diverged(step: int, what: str) -> TrainingDiverged:
+    """The stop at ``step`` for ``what`` went non-finite, with its likely causes and remedy."""
+    return TrainingDiverged(
+        f"step {step}: {what}. Likely causes: learning rate too high, bf16 overflow, a reward of inf/NaN. "
+        "Remedy: lower rl.engine.lr, raise rl.engine.gradient_clipping, check the verifiers; the last "
+        "checkpoint is intact."
+    )
+
+
 @dataclass
 class HealthMonitor:
     """Watches the metric history for the GRPO spec's symptoms, each reported once."""
@@ -91,11 +100,7 @@ class HealthMonitor:
         for key in (M.LOSS, M.GRAD_NORM):
             value = metrics.get(key)
             if value is not None and not math.isfinite(value):
-                raise TrainingDiverged(
-                    f"step {step}: {key} is {value}. Likely causes: learning rate too high, bf16 overflow, a "
-                    "reward of inf/NaN. Remedy: lower rl.engine.lr, raise rl.engine.gradient_clipping, check the "
-                    "verifiers; the last checkpoint is intact."
-                )
+                raise diverged(step, f"{key} is {value}")
 
     def observe(self, step: int, metrics: dict) -> list[Symptom]:
         """Record one step's metrics; returns the symptoms first seen at this step."""

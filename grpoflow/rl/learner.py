@@ -41,7 +41,7 @@ from grpoflow.models.engine import optimizer_step, unkept_grad_norm
 from grpoflow.rl import micro_batches
 from grpoflow.rl import shared_prefix as sp
 from grpoflow.rl.batch import Batch, masked_mean
-from grpoflow.rl.health import HealthMonitor
+from grpoflow.rl.health import HealthMonitor, diverged
 from grpoflow.rl.logprobs import completion_logprobs
 from grpoflow.rl.loop_state import LoopState
 from grpoflow.rl.losses import AGGREGATIONS, rollout_correction
@@ -147,7 +147,6 @@ class MicroBatches:
                 "before the update; pass learner.old_logprobs(batch) to learner.micro_batches"
             )
         self.learner, self.b, self.engines, self.started = learner, b, engines, False
-        learner._unchecked = []  # an update cut short (out of memory) leaves none for the next
         self.slices, self.gas = learner.plan(b), learner.engine.gradient_accumulation_steps()
         self.tokens = learner.ranks.token_scales(b.mask, self.slices, self.gas)
         self.tally = Tally(learner.cfg.num_iterations)
@@ -248,7 +247,9 @@ class Learner:
         self.cfg, self.engine, self.ref, self.ranks = cfg, engine, ref, ranks
         self.state, self.health, self.timer = state, health, timer
         self.global_step = 0  # the step under way (0-based), set by the loop before each update
-        self._unchecked: list[torch.Tensor] = []  # the losses since the last optimizer step, checked at the next
+        # The losses since the last optimizer step, checked at the next: kept across updates (one that stopped
+        # early left its gradients behind), dropped with those gradients (zero_grad).
+        self._unchecked: list[torch.Tensor] = []
         # plan's last answer; the batch held weakly, so that a finished step's tensors are not kept for it
         self._planned: tuple[weakref.ref[Batch], tuple[int, int | None], list[slice]] | None = None
         self._rows: tuple[weakref.ref[Batch], sp.Rows | None] | None = None  # rows' last answer
@@ -348,19 +349,31 @@ class Learner:
         self.record(mb, metrics or {})
 
     def _checked_grad_norm(self) -> float | None:
-        """At the accumulation boundary, before any weight moves: stop the run on a non-finite loss
-        of the accumulated micro-batches or a non-finite gradient norm (all-reduced already, so every
-        process stops here together), both read from the device at once, the one read an optimizer
-        step makes; the norm read, where DeepSpeed keeps none (else None)."""
+        """At the accumulation boundary, before any weight moves: stop the run on a non-finite loss of
+        the accumulated micro-batches, on this process or another (their count summed over processes,
+        so that every process stops here together, whatever optimizer DeepSpeed runs), or on a
+        non-finite gradient norm; all read from the device at once, the one read an optimizer step
+        makes. Returns the norm read where DeepSpeed keeps none (else None)."""
         if not self.engine.is_gradient_accumulation_boundary():
             return None
         losses, self._unchecked = torch.stack(self._unchecked), []
-        first_bad = (~losses.isfinite()).long().argmax().view(1)  # (an index tensor: indexing with it would read it)
-        shown = losses.index_select(0, first_bad)[0]  # the first non-finite loss, if any
+        bad = (~losses.isfinite()).long()
+        # The first non-finite loss, if any (index_select: indexing with a device tensor would read it).
+        shown = losses.index_select(0, bad.argmax().view(1))[0]
+        elsewhere = self.ranks.summed(bad.sum()) - bad.sum()
         norm = unkept_grad_norm(self.engine)
-        loss, *grad_norm = host_values([shown] if norm is None else [shown, norm])
-        self.health.check_finite(self.global_step, {M.LOSS: loss, M.GRAD_NORM: grad_norm[0] if grad_norm else None})
+        loss, others, *grad_norm = host_values([shown, elsewhere] if norm is None else [shown, elsewhere, norm])
+        self.health.check_finite(self.global_step, {M.LOSS: loss})
+        if others:
+            raise diverged(self.global_step, f"loss is not finite in {others:.0f} micro-batch(es) of another process")
+        self.health.check_finite(self.global_step, {M.GRAD_NORM: grad_norm[0] if grad_norm else None})
         return grad_norm[0] if grad_norm else None
+
+    def zero_grad(self) -> None:
+        """Drop the policy's half-accumulated gradients and the losses they came from (an update cut
+        short by an out-of-memory error, to be retried smaller)."""
+        self.engine.zero_grad()
+        self._unchecked = []
 
     @staticmethod
     def record(mb: MicroBatch, metrics: dict[str, Value]) -> None:

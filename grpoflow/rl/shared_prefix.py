@@ -146,7 +146,10 @@ class Rows:
     right_padded: list[int]  # 1 where the row's completion tokens come first and its padding after
 
     def __getitem__(self, sl: slice) -> Rows:
-        """Rows ``sl`` as a read of those rows alone gives them: the first of them begins a group."""
+        """Rows ``sl`` (a run of consecutive rows, as micro-batches are) as a read of those rows alone
+        gives them: the first of them begins a group."""
+        if sl.step not in (None, 1):
+            raise ValueError(f"rows of a run of consecutive rows, not every {sl.step}th")
         starts = self.starts[sl]
         return Rows([1, *starts[1:]] if starts else [], self.fed[sl], self.prompt_lengths[sl], self.right_padded[sl])
 

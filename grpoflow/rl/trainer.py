@@ -169,7 +169,8 @@ class Trainer:
         key, value = change
         old = {"num_generations": g, "max_completion_length": max_len, "micro_batch_size": micro}[key]
         self.state.backoff[key] = value
-        for engine in (self.engine, *self.engines.values()):  # a half-accumulated step leaves none behind
+        self.learner.zero_grad()  # a half-accumulated step leaves none behind
+        for engine in self.engines.values():
             engine.zero_grad()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

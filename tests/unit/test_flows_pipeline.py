@@ -597,3 +597,32 @@ def test_a_flow_started_with_sigint_ignored_still_stops_on_it(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_one_processs_verdict_stands_when_the_lead_exits_after_it(tmp_path, monkeypatch):
+    """A two-process stage: process 1 runs out of memory in its update and exits with its verdict (3);
+    the lead, cut off in a collective, exits 1 after it. The flow hears the verdict (not retried), and
+    process 1's reason is in the diagnosis."""
+    import logging
+
+    from flows import stage_run
+    from flows.stage_run import StageVerdict, _fail
+
+    script = tmp_path / "two_ranks.py"
+    script.write_text(
+        "import os\n"
+        "from tasks import events\n"
+        "os.environ['RANK'] = '1'\n"
+        "events.emit(events.STOPPED, 'grpo', every_rank=True, reason='out_of_memory', message='set rl.x')\n"
+        "events.emit(events.EXIT, 'grpo', code=3, every_rank=True)\n"
+        "events.emit(events.PROGRESS, 'grpo', step=1, total=2)  # not the lead's to say: dropped\n"
+        "os.environ['RANK'] = '0'\n"
+        "events.emit(events.EXIT, 'grpo', code=1)\n"
+    )
+    monkeypatch.setattr(stage_run, "get_run_logger", lambda: logging.getLogger("test-stage-log"))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    log = stage_run._stream([sys.executable, str(script)], {})
+    assert log.stage_code == 3 and log.diagnosis == ["grpo: STOPPED (out_of_memory): set rl.x"], log
+    monkeypatch.setattr(stage_run, "create_markdown_artifact", lambda *a, **k: None)
+    with pytest.raises(StageVerdict, match="exit code 3"):
+        _fail("grpo", log)

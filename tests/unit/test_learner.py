@@ -112,15 +112,30 @@ def test_a_non_finite_gradient_norm_stops_the_step_before_any_weight_moves(works
     assert all(torch.equal(a, b) for a, b in zip(before, _weights(learner)))
 
 
-def test_an_update_cut_short_leaves_no_unchecked_loss_to_the_next(workspace):
-    """An update that stopped mid-accumulation (out of memory) does not hand its losses to the next."""
+def test_an_update_cut_short_by_a_back_off_leaves_no_unchecked_loss_to_the_next(workspace):
+    """An update that stopped mid-accumulation (out of memory) and whose gradients the back-off dropped
+    does not hand its losses to the next."""
     learner, batch = learner_and_batch(workspace, engine={"micro_batch_size": 1, "lr": 0.01})
     mb = next(iter(learner.micro_batches(batch)))
     learner.step(mb, (mb.logp * mb.mask).sum() * float("nan"))  # not the boundary: nothing read yet
-    learner.engine.zero_grad()
+    learner.zero_grad()
     for mb in learner.micro_batches(batch):
         learner.step(mb, (mb.logp * mb.mask).sum())
     assert learner.engine.get_global_grad_norm() is not None
+
+
+def test_an_update_that_stops_early_hands_its_unchecked_loss_to_the_next(workspace):
+    """An update that stops before the boundary leaves its gradients, a NaN loss's among them: the
+    next update's optimizer step checks that loss too, before any weight moves."""
+    learner, batch = learner_and_batch(workspace, engine={"micro_batch_size": 1, "lr": 0.01})
+    before = _weights(learner)
+    for mb in learner.micro_batches(batch):
+        learner.step(mb, (mb.logp * mb.mask).sum() * float("nan"))
+        break
+    with pytest.raises(TrainingDiverged, match="loss is -?nan"):
+        for mb in learner.micro_batches(batch):
+            learner.step(mb, (mb.logp * mb.mask).sum())
+    assert all(torch.equal(a, b) for a, b in zip(before, _weights(learner)))
 
 
 def test_an_update_that_stops_early_keeps_the_entropy_of_its_last_micro_batch(workspace):

@@ -290,3 +290,5 @@ def test_rows_of_another_batch_are_refused():
     ids, attn, start = batch([3, 2], 2, [2, 3])
     with pytest.raises(ValueError, match="rows of 2 sequences for a batch of 4"):
         sp.layout(ids, attn, start, sp.read_rows(ids[:2], attn[:2], start))
+    with pytest.raises(ValueError, match="a run of consecutive rows"):
+        sp.read_rows(ids, attn, start)[::2]
