@@ -27,11 +27,13 @@ import argparse
 import csv
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -47,6 +49,8 @@ OUT = Path("metrics/gpu_check.json")
 EXIT_NO_CUDA = 2
 FULL_STACK = ("vllm", "prefect", "dvc")  # the rehearsal parts' packages (none of them on the bare image)
 BUNDLE = Path(".gpu-bundle")
+# What the parts' numbers depend on: recorded with them, since the image's and the bundle's mix.
+STACK = ("torch", "transformers", "accelerate", "peft", "deepspeed", "trl", "numpy", "pydantic")
 TWO_RANKS = "two_ranks"
 TWO_RANK_OUTPUTS = {
     "--out": "models/grpo_2ranks",
@@ -93,9 +97,24 @@ def history_stats(path: Path) -> dict[str, Any]:
     }
 
 
-def summary(parts: dict[str, dict], gpu: dict[str, Any]) -> dict[str, Any]:
-    """metrics/gpu_check.json: each part's outcome and numbers, the GPU, and whether all passed."""
-    return {"gpu": gpu, "parts": parts, "passed": all(p.get("ok") for p in parts.values() if not p.get("skipped"))}
+def summary(parts: dict[str, dict], gpu: dict[str, Any], versions: dict[str, str] | None = None) -> dict[str, Any]:
+    """metrics/gpu_check.json: each part's outcome and numbers, the GPU, the versions the parts ran on,
+    and whether all passed."""
+    passed = all(p.get("ok") for p in parts.values() if not p.get("skipped"))
+    return {"gpu": gpu, "versions": versions or {}, "parts": parts, "passed": passed}
+
+
+def stack_versions() -> dict[str, str]:
+    """The versions of :data:`STACK` that the parts import: the first distribution on ``sys.path``, as
+    the parts' processes see it (check.sh puts the bundle's wheels ahead of the image's own, so on
+    the lent image this is torch 2.11 with the bundle's transformers), "absent" where none is."""
+    found = {"python": platform.python_version()}
+    for name in STACK:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "absent"
+    return found
 
 
 def summary_lines(result: dict[str, Any]) -> list[str]:
@@ -104,6 +123,8 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     lines = [
         f"gpu-check on {gpu.get('name', '?')} x {gpu.get('count', '?')}: {'PASSED' if result['passed'] else 'FAILED'}"
     ]
+    if result.get("versions"):
+        lines.append("  versions: " + ", ".join(f"{name} {v}" for name, v in result["versions"].items()))
     for name, part in result["parts"].items():
         if part.get("skipped"):
             lines.append(f"  {name}: skipped ({part['skipped']})")
@@ -265,7 +286,7 @@ def run_check(out: Path = OUT, *, dry: bool = False, bundle: Path = BUNDLE) -> i
         parts = run_parts(plan, gpu)
     finally:
         shutil.rmtree(plan.scratch, ignore_errors=True)
-    result = summary(parts, gpu) | {"dry": dry, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    result = summary(parts, gpu, stack_versions()) | {"dry": dry, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     write_json(out, result)
     print("\n".join([*summary_lines(result), f"written to {out}"]), flush=True)
     return 0 if result["passed"] else 1

@@ -5,12 +5,14 @@ training history and each part's outcome by pure functions, checked here on made
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from benchmarks import gpu_check
 from flows.rehearse import load_params_from, smoke_params
@@ -106,6 +108,7 @@ def test_the_check_writes_its_json_and_shares_one_gpu_between_two_ranks_only_whe
     monkeypatch.setattr(gpu_check, "gpu_info", lambda: {"name": "NVIDIA H200", "count": count, "memory_mib": 1.0})
     monkeypatch.setattr(gpu_check, "run_gpu_tests", lambda plan: parts["gpu_tests"])
     monkeypatch.setattr(gpu_check, "full_stack_missing", lambda: [])
+    monkeypatch.setattr(gpu_check, "STACK", ("torch", "no-such-package-grpoflow"))
     monkeypatch.setattr(gpu_check, "run_grpo", lambda scratch, timeout: parts["grpo"])
     monkeypatch.setattr(gpu_check, "run_two_ranks", lambda project, timeout: ran.append(project) or {**parts["grpo"]})
     for name in ("run_matmul", "run_chain", "run_step_timing"):
@@ -113,11 +116,19 @@ def test_the_check_writes_its_json_and_shares_one_gpu_between_two_ranks_only_whe
     out = tmp_path / "metrics" / "gpu_check.json"
     assert gpu_check.run_check(out) == 0
     written = json.loads(out.read_text())
+    printed = capsys.readouterr().out
     assert written["gpu"]["count"] == count and written["passed"] is True
+    # The versions the parts ran on: the distribution imported (PyPI's CUDA torch leaves out "+cu130").
+    torch_version = written["versions"]["torch"]
+    assert torch_version in (torch.__version__, torch.__version__.split("+")[0])
+    assert written["versions"] == {
+        "python": platform.python_version(), "torch": torch_version, "no-such-package-grpoflow": "absent"
+    }  # fmt: skip
+    assert f"  versions: python {platform.python_version()}, torch {torch_version}, no-such" in printed
     assert set(written["parts"]) == {"gpu_tests", "matmul_bf16", "core_chain", "step_timing", "grpo", "two_ranks"}
     assert written["parts"]["step_timing"]["by"] == "run_step_timing"
     assert bool(ran) == two_ranks_run and ("skipped" in written["parts"]["two_ranks"]) != two_ranks_run
-    assert f"written to {out}" in capsys.readouterr().out
+    assert f"written to {out}" in printed
 
 
 def test_the_grpo_part_is_the_sets_rehearsal_with_four_steps_of_its_own_batch_in_bf16_on_vllm(monkeypatch):
