@@ -134,3 +134,56 @@ def test_a_model_without_static_layers_falls_back_to_the_growing_cache(tiny, mon
     expected = HFRolloutEngine(model, tok, static=False).generate(_prompts([3, 4]), 2, sampling, seed=0)
     assert engine.static is False and engine.share_prefill is True
     assert torch.equal(out.completion_ids, expected.completion_ids)
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [Sampling(temperature=0.0, max_new_tokens=12, logprobs=True), Sampling(temperature=1.0, max_new_tokens=12)],
+    ids=["greedy", "sampled"],
+)
+def test_the_graph_path_replays_the_growing_caches_tokens_under_a_graphs_rules(tiny, monkeypatch, sampling):  # noqa: F811
+    """#49: the capture and replay path, never run on a GPU, runs here under a CUDA graph's rules
+    (tests/unit/fake_cuda_graph.py: a capture runs nothing, a replay reruns the recorded kernels on the
+    tensors they were recorded with, a device read while capturing is refused): one capture per batch,
+    one replay per token, and the growing cache's tokens and log-probs."""
+    from tests.unit import fake_cuda_graph
+
+    model, tok = tiny
+    prompts = _prompts([2, 9, 5])
+    grown = HFRolloutEngine(model, tok, static=False).generate(prompts, 2, sampling, seed=3)
+    graphs = fake_cuda_graph.install(monkeypatch)
+    # a CUDA device's choice, the fallback's (static False) kept: a wrong capture falls back, and fails here
+    monkeypatch.setattr(HFRolloutEngine, "_static", lambda self: (self.static is not False,) * 2)
+    engine = HFRolloutEngine(model, tok, static=True)
+    replayed = engine.generate(prompts, 2, sampling, seed=3)
+    assert engine.static is True and len(graphs) == 1 and graphs[0].calls
+    assert graphs[0].replays == int(replayed.completion_mask.sum(1).max()) - 1  # the first token: the prefill's
+    assert torch.equal(replayed.completion_ids, grown.completion_ids)
+    if sampling.logprobs:
+        mask = grown.completion_mask.bool()
+        assert torch.allclose(replayed.sampler_logprobs[mask], grown.sampler_logprobs[mask], atol=1e-5, rtol=0)
+
+
+def test_the_fake_graph_keeps_a_graphs_rules(monkeypatch):
+    """The fake's own rules, each of which a wrong capture breaks: nothing runs in the capture, a replay
+    sees in-place writes to the recorded tensors but not a rebound name, and a read is refused."""
+    from tests.unit import fake_cuda_graph
+
+    fake_cuda_graph.install(monkeypatch)
+    state, x = torch.zeros(3), torch.ones(3)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = x * 2
+        state.add_(y)
+    assert torch.equal(state, torch.zeros(3)) and torch.isnan(y).all()  # a capture runs nothing
+    graph.replay()
+    assert torch.equal(state, torch.full((3,), 2.0)) and torch.equal(y, torch.full((3,), 2.0))
+    x.fill_(5.0)  # written in place: seen
+    graph.replay()
+    assert torch.equal(state, torch.full((3,), 12.0))
+    x = torch.zeros(3)  # rebound: not seen
+    graph.replay()
+    assert torch.equal(state, torch.full((3,), 22.0))
+    with pytest.raises(RuntimeError, match="not permitted when stream is capturing"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            state.sum().item()
