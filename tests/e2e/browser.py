@@ -124,11 +124,14 @@ def _text_of(dom: str) -> str:
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", dom))).strip()
 
 
-def visible_text(url: str, until: list[str], wait_ms: int = 20000, tries: int = 3, height: int | None = None) -> str:
+def visible_text(url: str, until: list[str], wait_ms: int = 20000, tries: int = 4, height: int | None = None) -> str:
     """The text of ``url`` (a single-page app) once Chromium has rendered it for ``wait_ms`` of
     the page's own time: a fetch in flight holds that clock, so a slow server only makes it take
-    longer. Rendered again, up to ``tries`` times, while any of ``until`` is missing (a server's
-    first answers can come after the page gave up); the last text either way. A window ``height``
+    longer. Rendered again, up to ``tries`` times, each with four times the page's time, while any of
+    ``until`` is missing; the last text either way. A busy CPU spends the page's time faster than the
+    page renders: Chromium moves that clock on when tasks queue too long, so the MLflow UI's charts,
+    drawn after 20 s of its time on an idle machine, needed 60 to 120 s of it with 8 busy processes
+    on 2 cores (2026-12-06), in 6 to 8 s of real time either way. A window ``height``
     pixels tall (None: Chromium's own): what an app draws only once scrolled into view is drawn in a taller one."""
     text = ""
     for attempt in range(tries):
@@ -138,7 +141,7 @@ def visible_text(url: str, until: list[str], wait_ms: int = 20000, tries: int = 
                     chromium(),
                     *FLAGS,
                     f"--user-data-dir={tmp}/profile",
-                    f"--virtual-time-budget={wait_ms * (attempt + 1)}",
+                    f"--virtual-time-budget={wait_ms * 4**attempt}",
                     *([f"--window-size=1280,{height}"] if height else []),
                     "--dump-dom",
                     url,
