@@ -266,9 +266,11 @@ def mismatches(run: Run, reference: tuple[dict, list[dict]]) -> list[str]:
             if outside > max(1, w.numel() // 1000) or bool((apart > 20 * bound).any()):
                 out.append(f"{model}.{name}: {apart.max():.3g} apart ({outside} weights), lr {lr} x {k} steps")
     for step, (ours, theirs) in enumerate(zip(run.metrics, metrics)):
-        rel = 1e-5 if step == 0 else 1e-4  # a later step starts from weights equal up to the noise above
+        # A later step starts from weights equal only up to the noise above, and a metric near zero (the
+        # returns' mean, about 0.01) carries it whole: 1.2e-6 apart at step 2 on an AVX2-only EPYC (2026-12-06).
+        rel, tiny = (1e-5, 1e-6) if step == 0 else (1e-4, 1e-5)
         for key in METRICS:
-            if key in ours and ours[key] != pytest.approx(theirs[key], rel=rel, abs=1e-6):
+            if key in ours and ours[key] != pytest.approx(theirs[key], rel=rel, abs=tiny):
                 out.append(f"step {step} {key}: {ours[key]} != {theirs[key]}")
     return out
 
