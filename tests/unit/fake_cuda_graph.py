@@ -24,13 +24,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-# Kernels whose result the host needs: CUDA refuses them in a capture ("operation not permitted when
-# stream is capturing"), as they would synchronise the stream.
-READS = {"_local_scalar_dense", "nonzero", "masked_select", "unique_consecutive", "_unique2", "unique_dim"}
-
-
-def _name(func) -> str:
-    return func._schema.name.split("::")[-1]
+from tests.device_audit import SYNCING
 
 
 def _written(func, args, kwargs) -> list[torch.Tensor]:
@@ -81,8 +75,8 @@ class _Capture(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if _name(func) in READS:
-            raise RuntimeError(f"operation not permitted when stream is capturing ({_name(func)})")
+        if func.overloadpacket in SYNCING:  # the host would wait for the stream: CUDA refuses it in a capture
+            raise RuntimeError(f"operation not permitted when stream is capturing ({func})")
         for tensor in _written(func, args, kwargs):
             self.before.setdefault(id(tensor), (tensor, tensor.detach().clone()))
         out = func(*args, **kwargs)

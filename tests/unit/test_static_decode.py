@@ -9,6 +9,7 @@ import torch
 
 from grpoflow.rollout import Sampling
 from grpoflow.rollout.hf import HFRolloutEngine
+from tests.unit import fake_cuda_graph
 from tests.unit.test_rollout import _prompts, tiny  # noqa: F401  (tiny: a module fixture)
 
 
@@ -146,8 +147,6 @@ def test_the_graph_path_replays_the_growing_caches_tokens_under_a_graphs_rules(t
     (tests/unit/fake_cuda_graph.py: a capture runs nothing, a replay reruns the recorded kernels on the
     tensors they were recorded with, a device read while capturing is refused): one capture per batch,
     one replay per token, and the growing cache's tokens and log-probs."""
-    from tests.unit import fake_cuda_graph
-
     model, tok = tiny
     prompts = _prompts([2, 9, 5])
     grown = HFRolloutEngine(model, tok, static=False).generate(prompts, 2, sampling, seed=3)
@@ -167,8 +166,6 @@ def test_the_graph_path_replays_the_growing_caches_tokens_under_a_graphs_rules(t
 def test_the_fake_graph_keeps_a_graphs_rules(monkeypatch):
     """The fake's own rules, each of which a wrong capture breaks: nothing runs in the capture, a replay
     sees in-place writes to the recorded tensors but not a rebound name, and a read is refused."""
-    from tests.unit import fake_cuda_graph
-
     fake_cuda_graph.install(monkeypatch)
     state, x = torch.zeros(3), torch.ones(3)
     graph = torch.cuda.CUDAGraph()
