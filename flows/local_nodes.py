@@ -63,7 +63,10 @@ def _relay(proc: subprocess.Popen, node: int) -> None:
 
 
 def say(text: str) -> None:
-    print(f"local_nodes: {text}", flush=True)
+    # One write for the line and its newline: node 0's agent shares this stdout, and print's two
+    # writes (under a write-through stream such as pytest's capture) let its line fall between them.
+    sys.stdout.write(f"local_nodes: {text}\n")
+    sys.stdout.flush()
 
 
 def start_agents(words: Sequence[str], nnodes: int) -> list[subprocess.Popen]:

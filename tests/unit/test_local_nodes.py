@@ -79,3 +79,20 @@ def test_a_failed_agent_stops_the_others_and_its_code_is_the_commands(tmp_path, 
     assert local_nodes.main(["--nnodes", "2", "--", str(script), "-m", "x"]) == 3
     assert (tmp_path / "ended-0").exists()  # node 1 (is_host=0) ran to its failure
     assert not (tmp_path / "ended-1").exists()  # node 0 was stopped, not left to finish its ten minutes
+
+
+def test_each_line_of_its_own_is_one_write(monkeypatch):
+    # Node 0's agent writes to this process's stdout: under a write-through stream (pytest's capture),
+    # a line written in two calls (print: the text, then the newline) let the agent's line in between.
+    class Writes(list):
+        def write(self, text: str) -> int:
+            self.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    writes = Writes()
+    monkeypatch.setattr(sys, "stdout", writes)
+    local_nodes.say("node 1 of 2: agent started (pid 7)")
+    assert writes == ["local_nodes: node 1 of 2: agent started (pid 7)\n"]
