@@ -3,15 +3,22 @@ and Prefect home, so that the real tools run exactly as a user's clone would run
 
 from __future__ import annotations
 
+import atexit
+import fcntl
+import functools
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
+import tempfile
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+from flows.rehearse import OP_CACHE
 from grpoflow.provenance import copy_checkout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,16 +47,37 @@ def project(tmp_path: Path) -> Path:
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
 
 
-def tool_env(home: Path) -> dict[str, str]:
+@functools.cache
+def migrated_prefect_db() -> Path:
+    """An empty Prefect database with every migration applied, made once per test process by a
+    temporary server: a new home's first server spends 8-9 s of a core migrating its database."""
+    scratch = Path(tempfile.mkdtemp(prefix="grpoflow-prefect-db-"))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    prefect_query(scratch, tool_env(scratch, migrated=False), "return len(await c.read_flow_runs())")
+    template = scratch / "migrated.db"
+    # SQLite's backup folds in what the server left in its write-ahead log: prefect.db alone lacks it.
+    with closing(sqlite3.connect(scratch / "prefect-home" / "prefect.db")) as src:
+        with closing(sqlite3.connect(template)) as dst:
+            src.backup(dst)
+    return template
+
+
+def tool_env(home: Path, migrated: bool = True) -> dict[str, str]:
     """This process's environment for the real tools, with Prefect's home under ``home`` and no
-    tracking server, Prefect API, run or process group of the caller's leaking in."""
+    tracking server, Prefect API, run or process group of the caller's leaking in. ``migrated``:
+    the home starts with a copy of :func:`migrated_prefect_db` (a user's first run migrates its own:
+    the smoke tests' rehearsal homes do)."""
+    prefect_home = home / "prefect-home"
+    if migrated and not (prefect_home / "prefect.db").exists():
+        prefect_home.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(migrated_prefect_db(), prefect_home / "prefect.db")
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_", "TORCHELASTIC_")) and k not in LAUNCHER_VARS
     }
     env.update(
-        PREFECT_HOME=str(home / "prefect-home"),
+        PREFECT_HOME=str(prefect_home),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         MLFLOW_DISABLE_TELEMETRY="true",
         DVC_NO_ANALYTICS="1",
@@ -58,6 +86,9 @@ def tool_env(home: Path) -> dict[str, str]:
         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300",
         PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
     )
+    # Every project copy shares this checkout's DeepSpeed op build, as under `make test` (the Makefile
+    # sets it): left to its default, each copy's stages compile the op again (a minute of both cores).
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(OP_CACHE))
     return env
 
 
@@ -88,16 +119,17 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> R
     return ran
 
 
-def prefect_query(project: Path, env: dict[str, str], body: str):
+def prefect_query(project: Path, env: dict[str, str], body: str, timeout: int = 400):
     """The JSON value that ``body`` (async Python, a Prefect client as ``c``, returning it) gives
-    against the Prefect API that ``env`` points at."""
+    against the Prefect API that ``env`` points at, within ``timeout`` seconds (the default is above
+    run_env's 300 s server start)."""
     code = (
         "import asyncio, json\nfrom prefect.client.orchestration import get_client\n"
         "async def main():\n    async with get_client() as c:\n"
         + "\n".join("        " + line for line in body.strip().splitlines())
         + "\nprint(json.dumps(asyncio.run(main()), default=str))"
     )
-    out = run([sys.executable, "-c", code], project, env, timeout=400)  # above run_env's 300 s server start
+    out = run([sys.executable, "-c", code], project, env, timeout=timeout)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -158,17 +190,36 @@ def smoke(project: Path) -> tuple[Path, str]:
     return smoke_project(project)
 
 
+# The stages :func:`smoke_sft_built` reproduces with their deps: validate_verifiers is no dep of sft,
+# but of every training stage after it.
+SFT_BUILT = ("base_model", "prepare", "validate_verifiers", "sft")
+
+
+def build_smoke_sft(root: Path) -> tuple[Path, str]:
+    """A smoke project at ``root/project`` with :data:`SFT_BUILT` reproduced by DVC."""
+    project, rel = smoke_project(new_project(root / "project"))
+    out = run([sys.executable, "-m", "dvc", "repro", *SFT_BUILT], project, tool_env(root))
+    assert out.returncode == 0, out
+    return project, rel
+
+
 @pytest.fixture(scope="session")
 def smoke_sft_built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """One smoke project with the stages every training stage starts from (base_model, prepare,
     validate_verifiers, sft) reproduced by DVC, built once per session: the tests that start from
-    a finished SFT each get a copy (:func:`smoke_sft`)."""
-    root = tmp_path_factory.mktemp("smoke-sft")
-    project, rel = smoke_project(new_project(root / "project"))
-    # validate_verifiers is no dep of sft, but of every training stage after it: built here too.
-    out = run([sys.executable, "-m", "dvc", "repro", "sft", "validate_verifiers"], project, tool_env(root))
-    assert out.returncode == 0, out
-    return project, rel
+    a finished SFT each get a copy (:func:`smoke_sft`). Under xdist the first worker to ask builds it
+    in the run's shared temporary folder and the others wait for it (a build is a minute of a core)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return build_smoke_sft(tmp_path_factory.mktemp("smoke-sft"))
+    root = tmp_path_factory.getbasetemp().parent / "smoke-sft"  # every worker's basetemp is in it
+    with open(f"{root}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the build fails
+        done = root / "built"
+        if not done.is_file():
+            shutil.rmtree(root, ignore_errors=True)  # a failed build of another worker's
+            done.parent.mkdir(parents=True)
+            done.write_text(build_smoke_sft(root)[1])
+        return root / "project", done.read_text()
 
 
 def copy_project(built: Path, dest: Path) -> Path:
