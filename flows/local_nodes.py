@@ -55,18 +55,21 @@ def agent_command(words: Sequence[str], node: int) -> list[str]:
     return [out[0], "--rdzv_conf", host, *out[1:]]
 
 
+def _write_line(line: str) -> None:
+    """``line`` (with its newline) in one write: node 0's agent shares this stdout, and print's two
+    writes (under a write-through stream such as pytest's capture) let the agent's line fall between."""
+    sys.stdout.write(line)
+    sys.stdout.flush()
+
+
 def _relay(proc: subprocess.Popen, node: int) -> None:
     prefix = node_prefix(node)
     for line in proc.stdout:  # type: ignore[union-attr]
-        sys.stdout.write(prefix + line)
-        sys.stdout.flush()
+        _write_line(prefix + line)
 
 
 def say(text: str) -> None:
-    # One write for the line and its newline: node 0's agent shares this stdout, and print's two
-    # writes (under a write-through stream such as pytest's capture) let its line fall between them.
-    sys.stdout.write(f"local_nodes: {text}\n")
-    sys.stdout.flush()
+    _write_line(f"local_nodes: {text}\n")
 
 
 def start_agents(words: Sequence[str], nnodes: int) -> list[subprocess.Popen]:

@@ -209,9 +209,9 @@ def smoke_sft_built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str
     validate_verifiers, sft) reproduced by DVC, built once per session: the tests that start from
     a finished SFT each get a copy (:func:`smoke_sft`). Under xdist the first worker to ask builds it
     in the run's shared temporary folder and the others wait for it (a build is a minute of a core)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return build_smoke_sft(tmp_path_factory.mktemp("smoke-sft"))
-    root = tmp_path_factory.getbasetemp().parent / "smoke-sft"  # every worker's basetemp is in it
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist: each worker's basetemp is in it
+    root = shared / "smoke-sft"
     with open(f"{root}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the build fails
         done = root / "built"
