@@ -64,7 +64,9 @@ def migrated_prefect_db() -> Path:
 
 def tool_env(home: Path, migrated: bool = True) -> dict[str, str]:
     """This process's environment for the real tools, with Prefect's home under ``home`` and no
-    tracking server, Prefect API, run or process group of the caller's leaking in. ``migrated``:
+    tracking server, Prefect API, run or process group of the caller's leaking in; Python writes its
+    bytecode caches beside the code, as on a user's machine, even where this one's says not to
+    (PYTHONDONTWRITEBYTECODE, set where this suite was built, hid the caches from DVC). ``migrated``:
     the home starts with a copy of :func:`migrated_prefect_db` (a user's first run migrates its own:
     the smoke tests' rehearsal homes do)."""
     prefect_home = home / "prefect-home"
@@ -74,7 +76,8 @@ def tool_env(home: Path, migrated: bool = True) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_", "TORCHELASTIC_")) and k not in LAUNCHER_VARS
+        if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_", "TORCHELASTIC_"))
+        and k not in LAUNCHER_VARS | {"PYTHONDONTWRITEBYTECODE"}
     }
     env.update(
         PREFECT_HOME=str(prefect_home),

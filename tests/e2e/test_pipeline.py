@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.e2e.conftest import prefect_query, run
+from tests.e2e.conftest import SFT_BUILT, prefect_query, run
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -65,6 +65,19 @@ def test_editing_a_module_reruns_exactly_the_stages_that_import_it(smoke_sft, ru
     for stage in ("prepare", "validate_verifiers", "sft"):
         assert f"Stage '{stage}' didn't change" in again.stdout
     assert "Running stage 'grpo'" in again.stdout
+
+
+def test_files_that_tools_write_beside_the_code_change_no_stage(smoke_sft, run_env):
+    # On a user's machine every import writes __pycache__/ beside the module, into the folders that
+    # stages depend on whole (verifiers, grpoflow/rollout, ...), and macOS's Finder a .DS_Store: DVC must
+    # not see them (.dvcignore), or the next repro would run every stage downstream again.
+    project, _ = smoke_sft
+    compiled = run([PY, "-m", "compileall", "-q", "grpoflow", "verifiers", "tasks", "flows"], project, run_env)
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    assert list((project / "verifiers" / "__pycache__").glob("*.pyc"))  # written, so the check below bites
+    (project / "grpoflow" / "rollout" / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    status = run([PY, "-m", "dvc", "status", *SFT_BUILT], project, run_env)
+    assert status.returncode == 0 and "Data and pipelines are up to date." in status.stdout, status.stdout
 
 
 def test_dvc_repro_alone_shares_the_cache_and_reacts_to_params(project, run_env):
