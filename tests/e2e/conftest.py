@@ -45,6 +45,10 @@ def project(tmp_path: Path) -> Path:
 # A launcher's variables: a test that built an engine in this process set them for its own group
 # (grpoflow.models.engine.init_distributed), and every stage started with them would bind that port.
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
+# What no tool of a test inherits: the launcher's variables, and PYTHONDONTWRITEBYTECODE, so that Python
+# writes its bytecode caches beside the code as on a user's machine (set where this suite was built,
+# the variable hid those caches from DVC's hashes of the code folders: .dvcignore).
+NOT_INHERITED = LAUNCHER_VARS | {"PYTHONDONTWRITEBYTECODE"}
 
 
 @functools.cache
@@ -64,11 +68,9 @@ def migrated_prefect_db() -> Path:
 
 def tool_env(home: Path, migrated: bool = True) -> dict[str, str]:
     """This process's environment for the real tools, with Prefect's home under ``home`` and no
-    tracking server, Prefect API, run or process group of the caller's leaking in; Python writes its
-    bytecode caches beside the code, as on a user's machine, even where this one's says not to
-    (PYTHONDONTWRITEBYTECODE, set where this suite was built, hid the caches from DVC). ``migrated``:
-    the home starts with a copy of :func:`migrated_prefect_db` (a user's first run migrates its own:
-    the smoke tests' rehearsal homes do)."""
+    tracking server, Prefect API, run or process group of the caller's leaking in (:data:`NOT_INHERITED`).
+    ``migrated``: the home starts with a copy of :func:`migrated_prefect_db` (a user's first run
+    migrates its own: the smoke tests' rehearsal homes do)."""
     prefect_home = home / "prefect-home"
     if migrated and not (prefect_home / "prefect.db").exists():
         prefect_home.mkdir(parents=True, exist_ok=True)
@@ -76,8 +78,7 @@ def tool_env(home: Path, migrated: bool = True) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_", "TORCHELASTIC_"))
-        and k not in LAUNCHER_VARS | {"PYTHONDONTWRITEBYTECODE"}
+        if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_", "TORCHELASTIC_")) and k not in NOT_INHERITED
     }
     env.update(
         PREFECT_HOME=str(prefect_home),
