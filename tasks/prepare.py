@@ -73,8 +73,10 @@ def write_outputs(prepared: Prepared, out: Path, report: str) -> str:
 def main(args: argparse.Namespace, params: Params) -> None:
     import mlflow  # here, not above: --help answers without loading MLflow
 
+    from grpoflow.data.pii import finders
     from tasks import notes, tracking
 
+    finders(tuple(params.data.pii.entities))  # while the process has one thread: grpoflow/data/pii.py says why
     out = Path(args.out)
     with tracking.stage_run("prepare", params, args.params):
         start = time.perf_counter()

@@ -303,3 +303,65 @@ def test_prepare_quarantines_and_the_stage_records_the_counts_with_the_data_hash
     assert metrics["data_hash"] and metrics["pii"]["matches"]["email"] == 1 and metrics["pii"]["mode"] == "quarantine"
     assert tags["data_hash"] == metrics["data_hash"] and tags["pii"] == "1 of 31 rows (quarantine)"
     assert "tom@example.com" not in (tmp_path / "out" / "quarantine.jsonl").read_text()
+
+
+# A fresh interpreter loads every recognizer, finds each type, and leaves torch and transformers unimported
+# (Presidio's package would import both); once loaded, both import as usual.
+FRESH_PROCESS = """
+import json, sys
+from grpoflow.data import pii
+found = [[text[m.start:m.end] for m in pii.find(text, [e])] for e, text, _ in json.loads(sys.argv[1])]
+loaded = sorted(n for n in pii.NLP_BACKENDS if n in sys.modules)
+import torch, transformers
+print(json.dumps({"found": found, "loaded": loaded, "after": [torch.__name__, transformers.__name__]}))
+"""
+
+
+def test_a_fresh_process_loads_the_recognizers_without_torch_or_transformers():
+    import subprocess
+    import sys
+
+    cases = [c for c in FOUND if c[0] != "api_key"]  # detect-secrets is not Presidio
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, json.dumps(cases)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["loaded"] == [] and out["after"] == ["torch", "transformers"]
+    for (entity, text, expected), found in zip(cases, out["found"], strict=True):
+        assert expected in found, (entity, text, found)
+
+
+def _module(tmp_path: Path, monkeypatch, name: str) -> str:
+    (tmp_path / f"{name}.py").write_text("VALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, name, raising=False)
+    return name
+
+
+def test_absent_hides_a_module_not_yet_imported_and_only_inside_the_block(tmp_path, monkeypatch):
+    import importlib
+
+    name = _module(tmp_path, monkeypatch, "grpoflow_pii_backend_a")
+    with pii.absent([name, "json"]) as hidden:
+        assert hidden == [name]  # json is imported already: it stays visible
+        with pytest.raises(ImportError):
+            importlib.import_module(name)
+        assert importlib.import_module("json").dumps(1) == "1"
+    assert importlib.import_module(name).VALUE == 7
+
+
+def test_absent_hides_nothing_while_another_thread_runs(tmp_path, monkeypatch):
+    import importlib
+    import threading
+
+    name = _module(tmp_path, monkeypatch, "grpoflow_pii_backend_b")
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        with pii.absent([name]) as hidden:
+            assert hidden == [] and importlib.import_module(name).VALUE == 7
+    finally:
+        release.set()
+        other.join()
