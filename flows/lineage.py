@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from flows.stage_errors import StageVerdict
-from grpoflow.io import atomic_write
+from grpoflow.io import TOOL_DIRS, atomic_write, written_by_tools
 
 RECORDS = Path(".grpoflow/lineage")
 Fingerprint = dict[str, list[int]]  # file -> [size, mtime_ns]
@@ -39,18 +39,18 @@ def stage_deps(stage: str, dvc_yaml: str | Path = "dvc.yaml") -> list[str]:
 
 
 def fingerprint(paths: list[str]) -> Fingerprint:
-    """Every file under ``paths`` (a file, or a directory walked whole) with its size and mtime; Python's
-    bytecode caches left out (a stage's first import writes them into the code it depends on, and DVC
-    hashes no ``__pycache__`` either: git ignores it)."""
+    """Every file under ``paths`` (a file, or a directory walked whole) with its size and mtime; the
+    files tools write beside the code left out (:func:`grpoflow.io.written_by_tools`: a stage's first
+    import writes bytecode into the code it depends on, and DVC hashes none of them either)."""
     found: Fingerprint = {}
     for path in paths:
         if os.path.isfile(path):
             found[path] = _stat(path)
             continue
         for folder, dirs, files in os.walk(path):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            dirs[:] = [d for d in dirs if d not in TOOL_DIRS]
             for name in files:
-                if not name.endswith(".pyc"):
+                if not written_by_tools(name):
                     file = os.path.join(folder, name)
                     found[file] = _stat(file)
     return found

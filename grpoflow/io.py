@@ -8,8 +8,21 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
+
+# Files that tools write beside the code on a user's machine: Python's bytecode caches (the first
+# import of a module writes them) and macOS Finder's folder settings. No hash of the project's sees
+# one, as DVC sees none: .dvcignore lists the same (tests/unit/test_io.py holds the two together).
+TOOL_DIRS = frozenset({"__pycache__"})
+TOOL_SUFFIXES = frozenset({".pyc", ".pyo", ".pyd"})
+TOOL_NAMES = frozenset({".DS_Store"})
+
+
+def written_by_tools(relative: str | Path) -> bool:
+    """Whether the file at ``relative`` (a path inside a hashed folder) is one tools write beside the code."""
+    path = PurePath(relative)
+    return path.name in TOOL_NAMES or path.suffix in TOOL_SUFFIXES or not TOOL_DIRS.isdisjoint(path.parts[:-1])
 
 
 def _umask() -> int:
@@ -88,14 +101,16 @@ def sha256_paths(paths: Iterable[str | Path], root: str | Path | None = None) ->
     """One digest over files and directories (recursively), independent of listing order.
 
     Each file contributes its path (relative to ``root`` when given) and its bytes, so a
-    rename changes the digest as well as an edit.
+    rename changes the digest as well as an edit. In a directory, the files tools write beside the
+    code (:func:`written_by_tools`) are left out.
     """
     files: list[tuple[str, Path]] = []
     for p in map(Path, paths):
-        found = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and not written_by_tools(f.relative_to(p)))
+        else:
+            found = [p]
         for f in found:
-            if "__pycache__" in f.parts:
-                continue
             name = f.relative_to(root).as_posix() if root else f.as_posix()
             files.append((name, f))
     h = hashlib.sha256()

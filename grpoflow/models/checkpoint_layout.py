@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
-from grpoflow.io import sha256_file
+from grpoflow.io import sha256_file, written_by_tools
 
 MANIFEST = "manifest.json"
 FINGERPRINT = "fingerprint.json"
@@ -54,10 +54,17 @@ def step_parts(directory: Path, step: int) -> list[Path]:
 
 
 def files_of(directory: Path, tag: str) -> list[Path]:
-    """Every file of checkpoint ``tag`` but its manifest: the policy's folder and each engine's."""
+    """Every file of checkpoint ``tag`` but its manifest: the policy's folder and each engine's, less
+    what tools write there (:func:`grpoflow.io.written_by_tools`: a Finder window on the folder)."""
     dirs = [directory / tag] + [d / tag for d in engine_dirs(directory)]
     manifest = directory / tag / MANIFEST
-    return sorted(p for d in dirs if d.is_dir() for p in d.rglob("*") if p.is_file() and p != manifest)
+    return sorted(
+        p
+        for d in dirs
+        if d.is_dir()
+        for p in d.rglob("*")
+        if p.is_file() and p != manifest and not written_by_tools(p.relative_to(d))
+    )
 
 
 def saved_steps(directory: str | Path) -> list[int]:

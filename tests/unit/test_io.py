@@ -1,6 +1,10 @@
+from pathlib import Path
+
 import pytest
 
-from grpoflow.io import atomic_write, read_jsonl, sha256_paths, write_jsonl
+from grpoflow.io import atomic_write, read_jsonl, sha256_paths, write_jsonl, written_by_tools
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_interrupted_write_keeps_the_old_file_and_leaves_no_temp(tmp_path):
@@ -47,3 +51,38 @@ def test_write_jsonl_can_refuse_nan_and_writes_utf8(tmp_path):
     assert not target.exists()
     write_jsonl(target, [{"x": "café"}], allow_nan=False)
     assert target.read_bytes() == '{"x": "café"}\n'.encode()
+
+
+# Files inside a hashed folder: those tools write beside the code (bytecode caches, a Finder's .DS_Store)
+# and those that are the code, whatever their folder is called.
+TOOL_WRITTEN = [
+    "__pycache__/math.cpython-311.pyc",
+    "sub/__pycache__/x.pyc",
+    "stray.pyc",
+    "old.pyo",
+    ".DS_Store",
+    "a/.DS_Store",
+]
+CONTENT = ["math.py", "sub/x.py", "pyc.py", "DS_Store", "notes/.DS_Store.md", "data.pyc.json", "__pycache__.py"]
+
+
+@pytest.mark.parametrize("path", TOOL_WRITTEN + CONTENT)
+def test_the_files_no_hash_sees_are_those_dvc_ignores(path):
+    from pathspec import PathSpec
+
+    ignored = PathSpec.from_lines("gitwildmatch", (ROOT / ".dvcignore").read_text().splitlines())
+    assert written_by_tools(path) == ignored.match_file(path) == (path in TOOL_WRITTEN)
+
+
+def test_a_folders_hash_does_not_see_what_tools_write_beside_the_code(tmp_path):
+    folder = tmp_path / "__pycache__" / "verifiers"  # a hashed folder may itself sit under such a name
+    for name in CONTENT:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(name)
+    before = sha256_paths([folder], root=tmp_path)
+    for name in TOOL_WRITTEN:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"\x00")
+    assert sha256_paths([folder], root=tmp_path) == before
+    (folder / "sub" / "x.py").write_text("changed")
+    assert sha256_paths([folder], root=tmp_path) != before

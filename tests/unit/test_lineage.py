@@ -7,7 +7,7 @@ import os
 from flows import lineage
 
 
-def test_a_file_that_appears_goes_or_changes_is_named_and_bytecode_caches_are_not_inputs(tmp_path):
+def test_a_file_that_appears_goes_or_changes_is_named_and_what_tools_write_is_not_an_input(tmp_path):
     code = tmp_path / "verifiers"
     code.mkdir()
     (code / "math.py").write_text("x = 1\n")
@@ -18,6 +18,7 @@ def test_a_file_that_appears_goes_or_changes_is_named_and_bytecode_caches_are_no
     (code / "__pycache__").mkdir()
     (code / "__pycache__" / "math.cpython-311.pyc").write_bytes(b"\x00")
     (code / "stray.pyc").write_bytes(b"\x00")
+    (code / ".DS_Store").write_bytes(b"\x00")  # and a Finder window on the folder neither
     assert lineage.differences(before, lineage.fingerprint(deps)) == []
     (code / "new.py").write_text("y = 2\n")
     (tmp_path / "data.jsonl").write_text("{}\n{}\n")
