@@ -9,6 +9,8 @@ DeepSpeed's fused CPU Adam costs a long compile and buys nothing at this size.
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,13 +27,26 @@ EXTENSIONS_DIR = Path(__file__).resolve().parents[2] / ".cache" / "torch_extensi
 DIST_BACKEND_ENV = "GRPOFLOW_DIST_BACKEND"  # the process group's backend, where not NCCL on CUDA / gloo on CPU
 
 
+def use_own_ninja() -> None:
+    """Put the environment's own ninja (``ninja`` beside the interpreter: DeepSpeed requires the
+    package) first on PATH, where another comes first. torch builds an op with the ninja PATH finds,
+    and ninja versions log a build's command under different hashes (1.11 and 1.13 do): a process
+    started with the environment on PATH (make, an activated venv) and one started without it
+    (``.venv/bin/python ...``, a system ninja) would rebuild the op in turn, silently, half a minute each."""
+    own = Path(sys.executable).parent / "ninja"
+    found = shutil.which("ninja")
+    if own.is_file() and os.access(own, os.X_OK) and (found is None or Path(found).resolve() != own.resolve()):
+        os.environ["PATH"] = os.pathsep.join(filter(None, [str(own.parent), os.environ.get("PATH")]))
+
+
 def import_deepspeed():
     """DeepSpeed, set up for this machine before its import: without CUDA it is told its CPU
     accelerator (else it warns at every start that it fell back to it), and its compiled ops live
-    in the project's cache."""
+    in the project's cache, built by the environment's ninja (:func:`use_own_ninja`)."""
     if compute_device().type == "cpu":
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(EXTENSIONS_DIR))
+    use_own_ninja()
     import deepspeed
 
     return deepspeed

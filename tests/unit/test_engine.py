@@ -1,5 +1,9 @@
 """The training loop's parts, on hand-made inputs."""
 
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 
 from grpoflow.config import validate_params
@@ -114,3 +118,34 @@ def test_leaving_runs_the_release_on_every_rank_while_the_group_lives_and_tolera
     )
     got = [seen.get(timeout=60) for _ in range(4)]
     assert sorted(got, key=repr) == sorted([(0, 2.0), (1, 2.0), (0, False), (1, False)], key=repr)
+
+
+def _ninja(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "ninja").write_text("#!/bin/sh\n")
+    (folder / "ninja").chmod(0o755)
+    return folder / "ninja"
+
+
+@pytest.mark.parametrize("first_on_path", ["another", "none", "own"])
+def test_the_environments_own_ninja_builds_the_ops_whatever_path_the_process_got(tmp_path, monkeypatch, first_on_path):
+    from grpoflow.models import engine
+
+    own = _ninja(tmp_path / "venv" / "bin")
+    another = _ninja(tmp_path / "usr" / "bin")
+    monkeypatch.setattr(engine.sys, "executable", str(own.parent / "python"))
+    path = {"another": [another.parent], "none": [tmp_path], "own": [own.parent, another.parent]}[first_on_path]
+    monkeypatch.setenv("PATH", os.pathsep.join(map(str, path)))
+    engine.use_own_ninja()
+    assert shutil.which("ninja") == str(own)
+    assert os.environ["PATH"].split(os.pathsep) == [str(own.parent)] + [str(p) for p in path if p != own.parent]
+
+
+def test_without_a_ninja_beside_the_interpreter_path_is_left_as_it_is(tmp_path, monkeypatch):
+    from grpoflow.models import engine
+
+    another = _ninja(tmp_path / "usr" / "bin")
+    monkeypatch.setattr(engine.sys, "executable", str(tmp_path / "python3"))
+    monkeypatch.setenv("PATH", str(another.parent))
+    engine.use_own_ninja()
+    assert os.environ["PATH"] == str(another.parent) and shutil.which("ninja") == str(another)
