@@ -50,8 +50,8 @@ def fingerprint(paths: list[str]) -> Fingerprint:
         for folder, dirs, files in os.walk(path):
             dirs[:] = [d for d in dirs if d not in TOOL_DIRS]
             for name in files:
-                if not written_by_tools(name):
-                    file = os.path.join(folder, name)
+                file = os.path.join(folder, name)
+                if not written_by_tools(os.path.relpath(file, path)):
                     found[file] = _stat(file)
     return found
 

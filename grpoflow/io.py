@@ -8,21 +8,24 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from fnmatch import fnmatchcase
 from pathlib import Path, PurePath
 from typing import Any
 
-# Files that tools write beside the code on a user's machine: Python's bytecode caches (the first
-# import of a module writes them) and macOS Finder's folder settings. No hash of the project's sees
-# one, as DVC sees none: .dvcignore lists the same (tests/unit/test_io.py holds the two together).
+# Files that tools write beside the code on a user's machine: Python's bytecode caches and compiled
+# modules (an import writes the caches) and macOS Finder's folder settings. No folder hash of the
+# project's sees one, as DVC sees none: the same patterns are in .dvcignore (tests/unit/test_io.py
+# holds the two together), a name pattern matching a file or a folder, a folder name only folders.
 TOOL_DIRS = frozenset({"__pycache__"})
-TOOL_SUFFIXES = frozenset({".pyc", ".pyo", ".pyd"})
-TOOL_NAMES = frozenset({".DS_Store"})
+TOOL_PATTERNS = ("*.py[cod]", ".DS_Store")
 
 
 def written_by_tools(relative: str | Path) -> bool:
-    """Whether the file at ``relative`` (a path inside a hashed folder) is one tools write beside the code."""
-    path = PurePath(relative)
-    return path.name in TOOL_NAMES or path.suffix in TOOL_SUFFIXES or not TOOL_DIRS.isdisjoint(path.parts[:-1])
+    """Whether the file at ``relative`` (a path inside a hashed folder) is one tools write beside the
+    code, or lies in a folder that is."""
+    parts = PurePath(relative).parts
+    named = any(fnmatchcase(part, pattern) for part in parts for pattern in TOOL_PATTERNS)
+    return named or not TOOL_DIRS.isdisjoint(parts[:-1])
 
 
 def _umask() -> int:

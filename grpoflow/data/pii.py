@@ -152,9 +152,9 @@ def absent(names: Sequence[str]) -> Iterator[list[str]]:
     thread's own import of one would fail. An optional import made in the block stays without them
     for the process (Presidio's transformers engine, thinc's torch ops): none is used here."""
     hidden = [] if threading.active_count() > 1 else [n for n in names if n not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]
     try:
+        for name in hidden:
+            sys.modules[name] = None  # type: ignore[assignment]
         yield hidden
     finally:
         for name in hidden:

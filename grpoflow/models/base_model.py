@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from grpoflow.config import Params
-from grpoflow.io import sha256_file, sha256_paths, write_json
+from grpoflow.io import sha256_file, sha256_paths, write_json, written_by_tools
 from grpoflow.models.model_source import is_gguf, looks_local_path, resolve_file
 
 SOURCE_FILE = "source.json"
@@ -43,7 +43,7 @@ def _hub_folder(name: str) -> Path:
 
 
 def _folder_hash(folder: Path) -> str:
-    files = [p for p in folder.iterdir() if p.is_file() and p.name != SOURCE_FILE]
+    files = [p for p in folder.iterdir() if p.is_file() and p.name != SOURCE_FILE and not written_by_tools(p.name)]
     return sha256_paths(files, root=folder)
 
 

@@ -77,6 +77,12 @@ def test_a_local_folder_is_recorded_where_it_is(chat_dir, tmp_path):
     assert base_model_path(tmp_path / "base") == str(chat_dir)
     assert json.loads((tmp_path / "base" / SOURCE_FILE).read_text()) == record
     assert has_chat_template(str(chat_dir)) is True
+    finder = chat_dir / ".DS_Store"  # a Finder window on the folder: the same model
+    finder.write_bytes(b"\x00")
+    try:
+        assert prepare_base(params, tmp_path / "again")["sha256"] == record["sha256"]
+    finally:
+        finder.unlink()
 
 
 def test_the_tiny_default_is_recorded_as_built_here(tmp_path):

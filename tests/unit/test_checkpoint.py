@@ -135,7 +135,12 @@ def test_a_manifest_of_another_step_does_not_vouch_for_this_one(ckpt):
 
 def test_a_manifest_must_list_every_file_and_the_model_states_of_each_engine(ckpt):
     save(ckpt, F, 4, extra_engines={"critic": FakeEngine(4.0)})
-    (ckpt / "step_000004" / ".DS_Store").write_bytes(b"\x00")  # a Finder window on the folder is no damage
+    finder = ckpt / "step_000004" / ".DS_Store"  # a Finder window on the folder is no damage
+    finder.write_bytes(b"\x00")
+    assert checkpoint.verify(ckpt, 4, engines=["critic"]) is None
+    older = json.loads(manifest_of(ckpt, 4).read_text())  # nor is one an older save listed, since rewritten
+    older["files"]["step_000004/.DS_Store"] = "0" * 64
+    manifest_of(ckpt, 4).write_text(json.dumps(older))
     assert checkpoint.verify(ckpt, 4, engines=["critic"]) is None
     data = json.loads(manifest_of(ckpt, 4).read_text())
     optimizer = "step_000004/zero_pp_rank_0_mp_rank_00_optim_states.pt"

@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -53,36 +54,49 @@ def test_write_jsonl_can_refuse_nan_and_writes_utf8(tmp_path):
     assert target.read_bytes() == '{"x": "café"}\n'.encode()
 
 
-# Files inside a hashed folder: those tools write beside the code (bytecode caches, a Finder's .DS_Store)
-# and those that are the code, whatever their folder is called.
+# Files inside a hashed folder: those tools write beside the code (bytecode caches, compiled modules, a
+# Finder's .DS_Store, or anything in a folder so named) and those that are the code, whatever their name.
 TOOL_WRITTEN = [
     "__pycache__/math.cpython-311.pyc",
     "sub/__pycache__/x.pyc",
     "stray.pyc",
     "old.pyo",
+    ".pyc",
+    "built.pyd/inner.txt",
     ".DS_Store",
     "a/.DS_Store",
+    "b/.DS_Store/inner.txt",
 ]
-CONTENT = ["math.py", "sub/x.py", "pyc.py", "DS_Store", "notes/.DS_Store.md", "data.pyc.json", "__pycache__.py"]
+CONTENT = [
+    *("math.py", "sub/x.py", "pyc.py", "DS_Store", "notes/.DS_Store.md", "data.pyc.json", "__pycache__.py", "ok.PYC"),
+]
 
 
-@pytest.mark.parametrize("path", TOOL_WRITTEN + CONTENT)
-def test_the_files_no_hash_sees_are_those_dvc_ignores(path):
-    from pathspec import PathSpec
+def _tree(folder: Path, names: list[str]) -> None:
+    for name in names:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(name)
 
-    ignored = PathSpec.from_lines("gitwildmatch", (ROOT / ".dvcignore").read_text().splitlines())
-    assert written_by_tools(path) == ignored.match_file(path) == (path in TOOL_WRITTEN)
+
+def test_the_files_no_folder_hash_sees_are_those_dvc_ignores(tmp_path):
+    from dvc.ignore import DvcIgnorePatterns
+
+    _tree(tmp_path, TOOL_WRITTEN + CONTENT)
+    lines = [line.strip() for line in (ROOT / ".dvcignore").read_text().splitlines()]
+    ignore = DvcIgnorePatterns([line for line in lines if line and not line.startswith("#")], str(tmp_path), os.sep)
+    seen_by_dvc = set()
+    for folder, dirs, files in os.walk(tmp_path):  # as DVC walks a folder dependency
+        dirs[:], files = ignore(folder, dirs, files)
+        seen_by_dvc |= {Path(folder, f).relative_to(tmp_path).as_posix() for f in files}
+    assert seen_by_dvc == set(CONTENT)
+    assert [p for p in TOOL_WRITTEN + CONTENT if not written_by_tools(p)] == CONTENT
 
 
 def test_a_folders_hash_does_not_see_what_tools_write_beside_the_code(tmp_path):
     folder = tmp_path / "__pycache__" / "verifiers"  # a hashed folder may itself sit under such a name
-    for name in CONTENT:
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(name)
+    _tree(folder, CONTENT)
     before = sha256_paths([folder], root=tmp_path)
-    for name in TOOL_WRITTEN:
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_bytes(b"\x00")
+    _tree(folder, TOOL_WRITTEN)
     assert sha256_paths([folder], root=tmp_path) == before
     (folder / "sub" / "x.py").write_text("changed")
     assert sha256_paths([folder], root=tmp_path) != before

@@ -343,6 +343,7 @@ def test_absent_hides_a_module_not_yet_imported_and_only_inside_the_block(tmp_pa
     import importlib
 
     name = _module(tmp_path, monkeypatch, "grpoflow_pii_backend_a")
+    monkeypatch.setattr(pii.threading, "active_count", lambda: 1)  # as in a stage before its MLflow run
     with pii.absent([name, "json"]) as hidden:
         assert hidden == [name]  # json is imported already: it stays visible
         with pytest.raises(ImportError):
@@ -353,15 +354,8 @@ def test_absent_hides_a_module_not_yet_imported_and_only_inside_the_block(tmp_pa
 
 def test_absent_hides_nothing_while_another_thread_runs(tmp_path, monkeypatch):
     import importlib
-    import threading
 
     name = _module(tmp_path, monkeypatch, "grpoflow_pii_backend_b")
-    release = threading.Event()
-    other = threading.Thread(target=release.wait)
-    other.start()
-    try:
-        with pii.absent([name]) as hidden:
-            assert hidden == [] and importlib.import_module(name).VALUE == 7
-    finally:
-        release.set()
-        other.join()
+    monkeypatch.setattr(pii.threading, "active_count", lambda: 2)  # e.g. MLflow's system metrics
+    with pii.absent([name]) as hidden:
+        assert hidden == [] and importlib.import_module(name).VALUE == 7
