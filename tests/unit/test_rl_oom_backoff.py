@@ -4,6 +4,8 @@ two processes, an OOM or a non-finite loss on one of them ends every process (no
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import given
@@ -251,6 +253,9 @@ def _two_processes(phase: str, deadline_s: float = 300) -> dict:
                 pytest.fail(f"stalled: the processes had not ended after {deadline_s} s ({dict(results)})")
     except mp.ProcessRaisedException:
         pass  # a process raised (the other is then stopped, as torchrun stops it): results say which
+    finally:
+        for name in context.error_files:  # torch writes each process's traceback to /tmp and leaves it
+            Path(name).unlink(missing_ok=True)
     return dict(results)
 
 
