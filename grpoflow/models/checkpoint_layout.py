@@ -156,9 +156,9 @@ def verify(directory: str | Path, step: int, engines: Iterable[str] = ()) -> str
     directory = Path(directory)
     tag = step_tag(step)
     listed, problem = _read_manifest(directory / tag / MANIFEST, step)
+    problem = problem or next(filter(None, (_path_problem(directory, tag, rel) for rel in listed)), None)
     # A manifest written before files_of left them out may list a .DS_Store, which Finder rewrites at will.
     listed = {rel: digest for rel, digest in listed.items() if not written_by_tools(rel)}
-    problem = problem or next(filter(None, (_path_problem(directory, tag, rel) for rel in listed)), None)
     problem = problem or _completeness_problem(tag, listed, engines)
     if problem:
         return problem

@@ -33,10 +33,13 @@ def use_own_ninja() -> None:
     and ninja versions log a build's command under different hashes (1.11 and 1.13 do): a process
     started with the environment on PATH (make, an activated venv) and one started without it
     (``.venv/bin/python ...``, a system ninja) would rebuild the op in turn, silently, half a minute each."""
+    if not os.path.isabs(sys.executable):  # unknown ("") or relative: no environment to speak of
+        return
     own = Path(sys.executable).parent / "ninja"
     found = shutil.which("ninja")
     if own.is_file() and os.access(own, os.X_OK) and (found is None or Path(found).resolve() != own.resolve()):
-        os.environ["PATH"] = os.pathsep.join(filter(None, [str(own.parent), os.environ.get("PATH")]))
+        # Unset, PATH means the system's default (os.defpath), where the compiler ninja runs is found.
+        os.environ["PATH"] = os.pathsep.join(filter(None, [str(own.parent), os.environ.get("PATH", os.defpath)]))
 
 
 def import_deepspeed():

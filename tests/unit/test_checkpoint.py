@@ -167,6 +167,8 @@ def add_entry(ckpt: Path, step: int, rel: str, target: Path) -> None:
         ("../outside.txt", "is not a plain relative path"),
         ("step_000004/../../outside.txt", "is not a plain relative path"),
         ("/OUTSIDE", "is not a plain relative path"),
+        ("step_000004/../../outside.pyc", "is not a plain relative path"),  # a name tools write is checked too
+        ("step_000002/.DS_Store", "is outside checkpoint step_000004"),
         ("step_000002/mp_rank_00_model_states.pt", "is outside checkpoint step_000004"),
         ("notes.txt", "is outside checkpoint step_000004"),
     ],
@@ -178,6 +180,8 @@ def test_manifest_entries_must_stay_inside_the_checkpoint(ckpt, monkeypatch, rel
     (ckpt / "notes.txt").write_text("x")
     rel = rel.replace("/OUTSIDE", str(outside))
     target = (ckpt / rel) if not rel.startswith("/") else Path(rel)
+    if not target.exists():  # the tool-written names: a file there, as a hostile manifest would have it
+        target.write_text("x")
     add_entry(ckpt, 4, rel, target)
     hashed: list[Path] = []
     monkeypatch.setattr(checkpoint_layout, "sha256_file", lambda p: hashed.append(Path(p)) or sha256_file(p))

@@ -149,3 +149,24 @@ def test_without_a_ninja_beside_the_interpreter_path_is_left_as_it_is(tmp_path, 
     monkeypatch.setenv("PATH", str(another.parent))
     engine.use_own_ninja()
     assert os.environ["PATH"] == str(another.parent) and shutil.which("ninja") == str(another)
+
+
+def test_an_unset_path_keeps_the_systems_default_after_the_own_ninja(tmp_path, monkeypatch):
+    from grpoflow.models import engine
+
+    own = _ninja(tmp_path / "venv" / "bin")
+    monkeypatch.setattr(engine.sys, "executable", str(own.parent / "python"))
+    monkeypatch.delenv("PATH")
+    engine.use_own_ninja()
+    assert os.environ["PATH"] == os.pathsep.join([str(own.parent), os.defpath])
+
+
+def test_an_interpreter_of_unknown_place_changes_nothing(tmp_path, monkeypatch):
+    from grpoflow.models import engine
+
+    _ninja(tmp_path)
+    monkeypatch.chdir(tmp_path)  # a relative "ninja" would be this folder's
+    monkeypatch.setattr(engine.sys, "executable", "")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    engine.use_own_ninja()
+    assert os.environ["PATH"] == "/nonexistent"
