@@ -28,6 +28,12 @@ def written_by_tools(relative: str | Path) -> bool:
     return named or not TOOL_DIRS.isdisjoint(parts[:-1])
 
 
+def files_in(folder: Path, pattern: str = "*") -> list[Path]:
+    """The files under ``folder`` (at any depth) whose names match ``pattern``, sorted, less those
+    tools write beside the code (:func:`written_by_tools`)."""
+    return sorted(f for f in folder.rglob(pattern) if f.is_file() and not written_by_tools(f.relative_to(folder)))
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -109,11 +115,7 @@ def sha256_paths(paths: Iterable[str | Path], root: str | Path | None = None) ->
     """
     files: list[tuple[str, Path]] = []
     for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and not written_by_tools(f.relative_to(p)))
-        else:
-            found = [p]
-        for f in found:
+        for f in files_in(p) if p.is_dir() else [p]:
             name = f.relative_to(root).as_posix() if root else f.as_posix()
             files.append((name, f))
     h = hashlib.sha256()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from grpoflow.io import written_by_tools
+from grpoflow.io import files_in
 from grpoflow.provenance import PROJECT_PACKAGES, module_files
 from verifiers.catalog import BUILTIN
 
@@ -115,11 +115,7 @@ def collapse(files: list[str], root: Path = Path(".")) -> list[str]:
     for d in dirs:
         if any(d == k or d.startswith(k + "/") for k in kept) or d.split("/")[0] not in PROJECT_PACKAGES:
             continue
-        in_dir = {
-            p.relative_to(root).as_posix()
-            for p in (root / d).rglob("*.py")
-            if not written_by_tools(p.relative_to(root / d))
-        }
+        in_dir = {p.relative_to(root).as_posix() for p in files_in(root / d, "*.py")}
         if in_dir and in_dir <= chosen:
             kept.append(d)
     loose = [f for f in files if not any(f.startswith(k + "/") for k in kept)]

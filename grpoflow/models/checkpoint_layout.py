@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
-from grpoflow.io import sha256_file, written_by_tools
+from grpoflow.io import files_in, sha256_file, written_by_tools
 
 MANIFEST = "manifest.json"
 FINGERPRINT = "fingerprint.json"
@@ -58,13 +58,7 @@ def files_of(directory: Path, tag: str) -> list[Path]:
     what tools write there (:func:`grpoflow.io.written_by_tools`: a Finder window on the folder)."""
     dirs = [directory / tag] + [d / tag for d in engine_dirs(directory)]
     manifest = directory / tag / MANIFEST
-    return sorted(
-        p
-        for d in dirs
-        if d.is_dir()
-        for p in d.rglob("*")
-        if p.is_file() and p != manifest and not written_by_tools(p.relative_to(d))
-    )
+    return sorted(p for d in dirs if d.is_dir() for p in files_in(d) if p != manifest)
 
 
 def saved_steps(directory: str | Path) -> list[int]:
