@@ -74,10 +74,14 @@ class Shape:
     warmup: int
     order: tuple[str, ...]
     chain: tuple[str, ...] = field(default=())  # core_chain's arguments
+    layers: int | None = None  # the step timing's random SmolLM2 this deep; None: its config's 30
 
 
 FULL = Shape(16, 8, 256, 3, 1, ("ours", "trl", "ours", "trl"))
-DRY = Shape(2, 2, 8, 1, 1, ("ours", "trl"), ("--examples", "200", "--rl-steps", "2", "--eval-prompts", "8"))
+# Two layers: every code path of the step at SmolLM2's width, vocabulary and bf16, at a size a CPU
+# without native bf16 (AVX2 only) runs in the part's time: 30 layers took 30 s a step there, TRL's
+# side did not finish in its 117 s, and the whole dry run failed (2026-12-07).
+DRY = Shape(2, 2, 8, 1, 1, ("ours", "trl"), ("--examples", "200", "--rl-steps", "2", "--eval-prompts", "8"), layers=2)
 
 
 def load_factor(cpus: int | None = None, load: float | None = None) -> float:
@@ -248,9 +252,11 @@ def run_chain(plan_: Plan) -> dict:
 
 
 def _random_smollm(plan_: Plan) -> Path:
-    """SmolLM2-135M's shape with seeded random weights, from the bundle's config and tokenizer."""
+    """SmolLM2-135M's shape with seeded random weights, from the bundle's config and tokenizer (the
+    shape's depth where it sets one)."""
     out = plan_.scratch / "smollm2-random"
     cmd = [sys.executable, "-m", "benchmarks.random_model", str(plan_.bundle / "smollm2"), str(out), "0"]
+    cmd += [str(plan_.shape.layers)] if plan_.shape.layers else []
     part, _ = run_part("step_timing", cmd, plan_, timeout=90 * plan_.factor)
     if not part["ok"]:
         raise RuntimeError(f"the random SmolLM2 was not built: {part.get('error')}: {part.get('tail', '')[-400:]}")
@@ -325,6 +331,8 @@ def run_step_timing(plan_: Plan) -> dict:
         runs.append({"impl": impl, **{k: v for k, v in part.items() if k != "tail"}})
     sides = {impl: _side(r) for impl, r in results.items() if r}
     record: dict[str, Any] = {"ok": set(sides) == {"ours", "trl"}, "sizes": sizes, "runs": runs, "sides": sides}
+    if shape.layers:
+        record["layers"] = shape.layers
     record["kernels"] = kernels
     if record["ok"]:
         ours, trl = sides["ours"], sides["trl"]
@@ -374,7 +382,7 @@ def floor_and_efficiency(step: dict, matmul: dict, prompt_tokens: int = PROMPT_T
 def detail_lines(name: str, part: dict) -> list[str]:
     """A part's numbers as the table lines under its head line (none for parts without numbers)."""
     if name == "matmul_bf16" and "tflops" in part:
-        return [f"    bf16 matmul {part['n']}^3 on {part['device']}: {part['tflops']:.1f} TFLOP/s"]
+        return [f"    bf16 matmul {part['n']}^3 on {part['device']}: {part['tflops']:.3g} TFLOP/s"]
     if name == "core_chain" and "stage_seconds" in part:
         stages = ", ".join(f"{k} {v:.1f} s" for k, v in part["stage_seconds"].items())
         scores = ", ".join(f"{k} {v:.3f}" for k, v in part["test_pass_at_1"].items())
@@ -387,7 +395,8 @@ def detail_lines(name: str, part: dict) -> list[str]:
 
 def _side_lines(part: dict) -> list[str]:
     """The step-timing part's table: each side, their ratio, our phases and the FLOP floor."""
-    lines = [f"    {'side':<6}{'s/step':>9}{'tokens/step':>13}{'peak alloc MB':>15}   (sizes {part['sizes']})"]
+    depth = f", {part['layers']} layers" if part.get("layers") else ""
+    lines = [f"    {'side':<6}{'s/step':>9}{'tokens/step':>13}{'peak alloc MB':>15}   (sizes {part['sizes']}{depth})"]
     for side, d in part["sides"].items():
         peak = d["cuda_peak_allocated_mb"]
         lines.append(f"    {side:<6}{d['s_per_step']:>9.3f}{d['completion_tokens_per_step']:>13.0f}{peak:>15.0f}")

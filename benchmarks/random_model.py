@@ -1,9 +1,10 @@
 """A model folder of a given shape with random weights: the config and tokenizer files of ``SRC``
 (no weights travel to the GPU machine: SmolLM2-135M's are 540 MB) and weights that transformers
 initialises from one seed, saved in fp32 as the converted folder is. Both sides of the GPU check's
-step timing load this one folder.
+step timing load this one folder. ``LAYERS`` keeps the config but its depth: the dry run's model
+(on a CPU without native bf16 SmolLM2's 30 layers take half a minute a step; 2 take 4 s).
 
-    python -m benchmarks.random_model SRC OUT [SEED]
+    python -m benchmarks.random_model SRC OUT [SEED [LAYERS]]
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ import sys
 from pathlib import Path
 
 
-def random_model(src: Path, out: Path, seed: int = 0) -> int:
-    """Write the random model to ``out``; its parameter count."""
+def random_model(src: Path, out: Path, seed: int = 0, layers: int | None = None) -> int:
+    """Write the random model to ``out`` (``layers`` deep where given); its parameter count."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    config = AutoConfig.from_pretrained(src)
+    if layers is not None:
+        config.num_hidden_layers = layers
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(src), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     for f in src.iterdir():
@@ -30,7 +34,9 @@ def random_model(src: Path, out: Path, seed: int = 0) -> int:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if len(args) not in (2, 3):
+    if len(args) not in (2, 3, 4):
         raise SystemExit(__doc__)
-    n = random_model(Path(args[0]), Path(args[1]), int(args[2]) if len(args) == 3 else 0)
+    seed = int(args[2]) if len(args) > 2 else 0
+    layers = int(args[3]) if len(args) > 3 else None
+    n = random_model(Path(args[0]), Path(args[1]), seed, layers)
     print(f"random model with {n} parameters saved to {args[1]}")

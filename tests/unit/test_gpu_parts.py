@@ -139,3 +139,30 @@ def test_part_budgets_scale_with_the_load_the_check_starts_under(monkeypatch, ca
         assert "x1.50 for the load" in capsys.readouterr().out
     finally:
         shutil.rmtree(plan.scratch)
+
+
+def test_the_dry_run_times_a_two_layer_model_and_says_so(tmp_path, monkeypatch):
+    """2026-12-07: on a CPU without native bf16 the dry run's 30-layer SmolLM2 took 30 s a step and
+    TRL's side overran the part; the dry shape keeps the config but two layers, the full one all."""
+    from transformers import LlamaConfig
+
+    from benchmarks.random_model import random_model
+
+    src = tmp_path / "src"
+    LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2
+    ).save_pretrained(src)
+    (src / "tokenizer.json").write_text("{}")
+    full, shallow = random_model(src, tmp_path / "full"), random_model(src, tmp_path / "shallow", layers=1)
+    # a layer by hand: q, k, v, o 4 x 16 x 16, the MLP 3 x 16 x 32, two norms 2 x 16
+    assert full - shallow == 2 * (4 * 16 * 16 + 3 * 16 * 32 + 2 * 16)
+    assert LlamaConfig.from_pretrained(tmp_path / "shallow").num_hidden_layers == 1
+    assert (tmp_path / "shallow" / "tokenizer.json").is_file()
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(gpu_parts, "run_part", lambda name, cmd, plan, timeout: calls.append(cmd) or ({"ok": True}, ""))
+    for dry in (True, False):
+        gpu_parts._random_smollm(gpu_parts.Plan(dry, tmp_path, tmp_path, {}))
+    assert calls[0][-2:] == ["0", "2"] and calls[1][-1] == "0"  # the seed, then the dry shape's depth
+    part = {"sizes": "2,2,8", "layers": 2, "sides": {"ours": gpu_parts._side([_result([1.0], [32], 0.0)])}}
+    assert gpu_parts.detail_lines("step_timing", part)[0].endswith("(sizes 2,2,8, 2 layers)")
