@@ -14,7 +14,9 @@ so that one failure does not hide the others (:mod:`benchmarks.gpu_parts`):
    of the SmolLM2 set through the flow as a rehearsal runs them (vLLM rollouts, bf16), and with one
    GPU the same stage on 2 ranks sharing it (gloo: NCCL refuses two ranks on one device).
 
-It prints a table and writes metrics/gpu_check.json (logs in metrics/gpu_check_logs/). Without CUDA
+It prints a table and writes metrics/gpu_check.json (logs in metrics/gpu_check_logs/), after each
+part too (``"partial": true`` until the last), with a copy in ``$OUT`` where a device call sets it: a
+call cut off at its time limit still brings back the parts it finished. Without CUDA
 it exits at once with status 2 and one line; ``--dry`` runs every part on the CPU at tiny sizes.
 
     make gpu-check                      # on the GPU machine: bash benchmarks/gpu/check.sh
@@ -33,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from statistics import mean
@@ -245,8 +248,9 @@ def _rehearsals(gpu: dict[str, Any], plan: Plan) -> dict[str, dict]:
     return parts
 
 
-def run_parts(plan: Plan, gpu: dict[str, Any]) -> dict[str, dict]:
-    """Every part in turn, each reporting on its own whatever the others did."""
+def run_parts(plan: Plan, gpu: dict[str, Any], save: Callable[[dict[str, dict]], object]) -> dict[str, dict]:
+    """Every part in turn, each reporting on its own whatever the others did; ``save`` gets the parts
+    done so far after each."""
     parts: dict[str, dict] = {}
     for name, run in (
         ("gpu_tests", lambda: run_gpu_tests(plan)),
@@ -259,6 +263,7 @@ def run_parts(plan: Plan, gpu: dict[str, Any]) -> dict[str, dict]:
         except Exception as exc:  # noqa: BLE001 - a part that breaks reports, and the next runs
             parts[name] = {"ok": False, "seconds": 0, "error": f"{type(exc).__name__}: {exc}"}
         print(f"gpu-check {name}: {json.dumps(parts[name])[:600]}", flush=True)
+        save(parts)
     floor = gpu_parts.floor_and_efficiency(parts["step_timing"], parts["matmul_bf16"])
     if floor is not None:
         parts["step_timing"]["floor"] = floor
@@ -280,14 +285,24 @@ def clear_build_locks() -> None:
 def run_check(out: Path = OUT, *, dry: bool = False, bundle: Path = BUNDLE) -> int:
     """Every part, the summary printed and written to ``out``; 0 when all passed."""
     gpu = gpu_info() if not dry else {"count": 0, "name": "cpu (dry run)", "memory_mib": 0.0}
+    versions = stack_versions()
+
+    def save(parts: dict[str, dict], partial: bool = True) -> dict[str, Any]:
+        result = summary(parts, gpu, versions) | {"dry": dry, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+        write_json(out, result | ({"partial": True} if partial else {}))
+        if os.environ.get("OUT"):  # a device call's folder: what is there comes back even if the call is cut off
+            shutil.copy(out, Path(os.environ["OUT"]) / out.name)
+            if gpu_parts.LOGS.is_dir():
+                shutil.copytree(gpu_parts.LOGS, Path(os.environ["OUT"]) / gpu_parts.LOGS.name, dirs_exist_ok=True)
+        return result
+
     clear_build_locks()
     plan = gpu_parts.plan(dry, bundle)
     try:
-        parts = run_parts(plan, gpu)
+        parts = run_parts(plan, gpu, save)
     finally:
         shutil.rmtree(plan.scratch, ignore_errors=True)
-    result = summary(parts, gpu, stack_versions()) | {"dry": dry, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    write_json(out, result)
+    result = save(parts, partial=False)
     print("\n".join([*summary_lines(result), f"written to {out}"]), flush=True)
     return 0 if result["passed"] else 1
 

@@ -3,7 +3,8 @@
 # (Python 3.12, CUDA torch, transformers, accelerate, peft; see docs/operations.md). It installs the
 # bundle's wheels (`make gpu-bundle`, carried as .gpu-bundle/) into a scratch site ahead of the
 # image's packages and runs benchmarks/gpu_check.py, whose parts each have their own timeout. It
-# writes metrics/gpu_check.json (and, where $OUT is set, as a device call sets it, a copy there).
+# writes metrics/gpu_check.json after each part (and, where $OUT is set, as a device call sets it, a
+# copy there, so that a call cut off at its limit brings back the parts it finished).
 #
 #   bash benchmarks/gpu/check.sh          # on the GPU machine (what `make gpu-check` runs)
 #   DRY=1 bash benchmarks/gpu/check.sh    # here, on CPU at tiny sizes: every part's code path, with

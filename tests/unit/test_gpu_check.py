@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmarks import gpu_check
+from benchmarks import gpu_check, gpu_parts
 from flows.rehearse import load_params_from, smoke_params
 from grpoflow.config import load_params
 
@@ -111,13 +111,36 @@ def test_the_check_writes_its_json_and_shares_one_gpu_between_two_ranks_only_whe
     monkeypatch.setattr(gpu_check, "STACK", ("torch", "no-such-package-grpoflow"))
     monkeypatch.setattr(gpu_check, "run_grpo", lambda scratch, timeout: parts["grpo"])
     monkeypatch.setattr(gpu_check, "run_two_ranks", lambda project, timeout: ran.append(project) or {**parts["grpo"]})
-    for name in ("run_matmul", "run_chain", "run_step_timing"):
-        monkeypatch.setattr(gpu_check.gpu_parts, name, lambda plan, name=name: {"ok": True, "seconds": 1.0, "by": name})
-    out = tmp_path / "metrics" / "gpu_check.json"
+    monkeypatch.chdir(tmp_path)  # the parts' logs: metrics/gpu_check_logs here
+
+    def part(plan, name):
+        gpu_parts.LOGS.mkdir(parents=True, exist_ok=True)
+        (gpu_parts.LOGS / f"{name}.log").write_text("ran")
+        return {"ok": True, "seconds": 1.0, "by": name}
+
+    for name in ("run_matmul", "run_chain"):
+        monkeypatch.setattr(gpu_check.gpu_parts, name, lambda plan, name=name: part(plan, name))
+    out, device_out = tmp_path / "metrics" / "gpu_check.json", tmp_path / "device-out"
+    device_out.mkdir()
+    monkeypatch.setenv("OUT", str(device_out))
+    seen_mid_run = []
+
+    def step_timing(plan):
+        # A device call cut off here still brings back the parts done: written after each, and to $OUT.
+        seen_mid_run.extend(json.loads(f.read_text()) for f in (out, device_out / "gpu_check.json"))
+        assert (device_out / "gpu_check_logs" / "run_chain.log").read_text() == "ran"  # the parts' logs too
+        return {"ok": True, "seconds": 1.0, "by": "run_step_timing"}
+
+    monkeypatch.setattr(gpu_check.gpu_parts, "run_step_timing", step_timing)
     assert gpu_check.run_check(out) == 0
+    for mid in seen_mid_run:
+        assert mid["partial"] is True and set(mid["parts"]) == {"gpu_tests", "matmul_bf16", "core_chain"}
+    assert len(seen_mid_run) == 2 and json.loads((device_out / "gpu_check.json").read_text()) == json.loads(
+        out.read_text()
+    )
     written = json.loads(out.read_text())
     printed = capsys.readouterr().out
-    assert written["gpu"]["count"] == count and written["passed"] is True
+    assert written["gpu"]["count"] == count and written["passed"] is True and "partial" not in written
     # The versions the parts ran on: the distribution imported (PyPI's CUDA torch leaves out "+cu130").
     torch_version = written["versions"]["torch"]
     assert torch_version in (torch.__version__, torch.__version__.split("+")[0])
