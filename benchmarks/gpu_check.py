@@ -282,6 +282,15 @@ def clear_build_locks() -> None:
         check_build_locks(folder, say=lambda line: print(f"gpu-check: {line}", flush=True))
 
 
+def copy_to(folder: Path, out: Path) -> None:
+    """``out`` and the parts' logs into ``folder`` (made where missing)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if (folder / out.name).resolve() != out.resolve():
+        shutil.copy(out, folder / out.name)
+    if gpu_parts.LOGS.is_dir() and (folder / gpu_parts.LOGS.name).resolve() != gpu_parts.LOGS.resolve():
+        shutil.copytree(gpu_parts.LOGS, folder / gpu_parts.LOGS.name, dirs_exist_ok=True)
+
+
 def run_check(out: Path = OUT, *, dry: bool = False, bundle: Path = BUNDLE) -> int:
     """Every part, the summary printed and written to ``out``; 0 when all passed."""
     gpu = gpu_info() if not dry else {"count": 0, "name": "cpu (dry run)", "memory_mib": 0.0}
@@ -291,9 +300,7 @@ def run_check(out: Path = OUT, *, dry: bool = False, bundle: Path = BUNDLE) -> i
         result = summary(parts, gpu, versions) | {"dry": dry, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
         write_json(out, result | ({"partial": True} if partial else {}))
         if os.environ.get("OUT"):  # a device call's folder: what is there comes back even if the call is cut off
-            shutil.copy(out, Path(os.environ["OUT"]) / out.name)
-            if gpu_parts.LOGS.is_dir():
-                shutil.copytree(gpu_parts.LOGS, Path(os.environ["OUT"]) / gpu_parts.LOGS.name, dirs_exist_ok=True)
+            copy_to(Path(os.environ["OUT"]), out)
         return result
 
     clear_build_locks()

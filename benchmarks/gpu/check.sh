@@ -49,9 +49,4 @@ if ! "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" 
     "$SITE" "$BUNDLE"/whl/*.whl || exit 1
 fi
 export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-"$PY" -m benchmarks.gpu_check --bundle "$BUNDLE" "$@"
-rc=$?
-if [ -n "${OUT:-}" ] && [ -f metrics/gpu_check.json ]; then
-  mkdir -p "$OUT" && cp metrics/gpu_check.json "$OUT/" && cp -r metrics/gpu_check_logs "$OUT/" 2>/dev/null
-fi
-exit $rc
+exec "$PY" -m benchmarks.gpu_check --bundle "$BUNDLE" "$@"  # it copies its JSON and logs to $OUT after each part

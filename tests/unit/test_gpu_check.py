@@ -120,8 +120,7 @@ def test_the_check_writes_its_json_and_shares_one_gpu_between_two_ranks_only_whe
 
     for name in ("run_matmul", "run_chain"):
         monkeypatch.setattr(gpu_check.gpu_parts, name, lambda plan, name=name: part(plan, name))
-    out, device_out = tmp_path / "metrics" / "gpu_check.json", tmp_path / "device-out"
-    device_out.mkdir()
+    out, device_out = tmp_path / "metrics" / "gpu_check.json", tmp_path / "device-out"  # made by the check
     monkeypatch.setenv("OUT", str(device_out))
     seen_mid_run = []
 
