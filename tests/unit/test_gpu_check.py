@@ -112,6 +112,8 @@ def test_the_check_writes_its_json_and_shares_one_gpu_between_two_ranks_only_whe
     monkeypatch.setattr(gpu_check, "run_grpo", lambda scratch, timeout: parts["grpo"])
     monkeypatch.setattr(gpu_check, "run_two_ranks", lambda project, timeout: ran.append(project) or {**parts["grpo"]})
     monkeypatch.chdir(tmp_path)  # the parts' logs: metrics/gpu_check_logs here
+    gpu_parts.LOGS.mkdir(parents=True)
+    (gpu_parts.LOGS / "two_ranks.log").write_text("an earlier check's")  # gone: the logs are this run's
 
     def part(plan, name):
         gpu_parts.LOGS.mkdir(parents=True, exist_ok=True)
@@ -127,7 +129,9 @@ def test_the_check_writes_its_json_and_shares_one_gpu_between_two_ranks_only_whe
     def step_timing(plan):
         # A device call cut off here still brings back the parts done: written after each, and to $OUT.
         seen_mid_run.extend(json.loads(f.read_text()) for f in (out, device_out / "gpu_check.json"))
-        assert (device_out / "gpu_check_logs" / "run_chain.log").read_text() == "ran"  # the parts' logs too
+        logs = device_out / "gpu_check_logs"  # the parts' logs too, this run's only
+        assert sorted(f.name for f in logs.iterdir()) == ["run_chain.log", "run_matmul.log"]
+        assert (logs / "run_chain.log").read_text() == "ran"
         return {"ok": True, "seconds": 1.0, "by": "run_step_timing"}
 
     monkeypatch.setattr(gpu_check.gpu_parts, "run_step_timing", step_timing)
@@ -227,3 +231,17 @@ def test_the_bundle_converts_smollm2_into_a_scratch_folder_unless_the_benchmarks
     assert models.smollm_folder(tmp_path / "scratch") == tmp_path / "scratch" and not models.FOLDER.exists()
     assert models.smollm_folder() == models.FOLDER  # the benchmarks' own conversion, cached
     assert models.smollm_folder(tmp_path / "elsewhere") == models.FOLDER and len(converted) == 2
+
+
+@pytest.mark.parametrize("dry", [False, True])
+def test_the_flop_floor_is_a_gpu_figure_left_out_of_a_dry_run(monkeypatch, tmp_path, dry):
+    """On a CPU one small bf16 matmul is no peak: the dry run of 2026-12-07 read 1,268% of it."""
+    step = {"ok": True, "sizes": "2,2,8", "sides": {"ours": {"parameters": 10, "update_tokens_per_s": 5.0}}}
+    monkeypatch.setattr(gpu_check, "run_gpu_tests", lambda plan: {"ok": True})
+    monkeypatch.setattr(gpu_check.gpu_parts, "run_matmul", lambda plan: {"ok": True, "tflops": 1.0})
+    monkeypatch.setattr(gpu_check.gpu_parts, "run_chain", lambda plan: {"ok": True})
+    monkeypatch.setattr(gpu_check.gpu_parts, "run_step_timing", lambda plan: dict(step))
+    monkeypatch.setattr(gpu_check, "full_stack_missing", lambda: ["vllm"])
+    plan = gpu_parts.Plan(dry, tmp_path, tmp_path, {})
+    parts = gpu_check.run_parts(plan, {"count": 1}, save=lambda parts: None)
+    assert ("floor" in parts["step_timing"]) is not dry
