@@ -234,21 +234,25 @@ def full_stack_missing() -> list[str]:
     return [name for name in FULL_STACK if importlib.util.find_spec(name) is None]
 
 
-def _rehearsals(gpu: dict[str, Any], plan: Plan) -> dict[str, dict]:
-    """Parts 5 and 6, where the full stack is installed."""
+Save = Callable[[dict[str, dict]], object]  # gets the parts done so far (run_check's save)
+
+
+def _rehearsals(gpu: dict[str, Any], plan: Plan, parts: dict[str, dict], save: Save) -> None:
+    """Parts 5 and 6 into ``parts``, where the full stack is installed."""
     scratch = plan.scratch
     if missing := full_stack_missing():
         why = f"needs {', '.join(missing)}, not installed here (the bare image has none of {', '.join(FULL_STACK)})"
-        return {"grpo": {"skipped": why}, TWO_RANKS: {"skipped": why}}
-    parts = {"grpo": run_grpo(scratch, plan.timeouts["grpo"])}
+        parts.update({"grpo": {"skipped": why}, TWO_RANKS: {"skipped": why}})
+        return
+    parts["grpo"] = run_grpo(scratch, plan.timeouts["grpo"])
+    save(parts)
     if gpu["count"] == 1:
         parts[TWO_RANKS] = run_two_ranks(scratch / "project", plan.timeouts[TWO_RANKS])
     else:
         parts[TWO_RANKS] = {"skipped": f"{gpu['count']} GPUs: the gpu tests' two-GPU run is the multi-rank check"}
-    return parts
 
 
-def run_parts(plan: Plan, gpu: dict[str, Any], save: Callable[[dict[str, dict]], object]) -> dict[str, dict]:
+def run_parts(plan: Plan, gpu: dict[str, Any], save: Save) -> dict[str, dict]:
     """Every part in turn, each reporting on its own whatever the others did; ``save`` gets the parts
     done so far after each."""
     parts: dict[str, dict] = {}
@@ -263,12 +267,13 @@ def run_parts(plan: Plan, gpu: dict[str, Any], save: Callable[[dict[str, dict]],
         except Exception as exc:  # noqa: BLE001 - a part that breaks reports, and the next runs
             parts[name] = {"ok": False, "seconds": 0, "error": f"{type(exc).__name__}: {exc}"}
         print(f"gpu-check {name}: {json.dumps(parts[name])[:600]}", flush=True)
+        # A GPU's yardstick: on a CPU one small bf16 matmul is no peak (emulated bf16 read as 1,268% of it).
+        if name == "step_timing" and not plan.dry:
+            if floor := gpu_parts.floor_and_efficiency(parts["step_timing"], parts["matmul_bf16"]):
+                parts["step_timing"]["floor"] = floor
         save(parts)
-    # A GPU's yardstick: on a CPU one small bf16 matmul is no peak (emulated bf16 read as 1,268% of it).
-    floor = None if plan.dry else gpu_parts.floor_and_efficiency(parts["step_timing"], parts["matmul_bf16"])
-    if floor is not None:
-        parts["step_timing"]["floor"] = floor
-    return parts | _rehearsals(gpu, plan)
+    _rehearsals(gpu, plan, parts, save)
+    return parts
 
 
 def clear_build_locks() -> None:
@@ -299,13 +304,18 @@ def run_check(out: Path = OUT, *, dry: bool = False, bundle: Path = BUNDLE) -> i
 
     def save(parts: dict[str, dict], partial: bool = True) -> dict[str, Any]:
         result = summary(parts, gpu, versions) | {"dry": dry, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-        write_json(out, result | ({"partial": True} if partial else {}))
+        # A check cut off has not passed, whatever the parts it finished say.
+        write_json(out, result | ({"partial": True, "passed": False} if partial else {}))
         if os.environ.get("OUT"):  # a device call's folder: what is there comes back even if the call is cut off
-            copy_to(Path(os.environ["OUT"]), out)
+            try:
+                copy_to(Path(os.environ["OUT"]), out)
+            except OSError as exc:  # the check goes on: its own JSON and logs are still written
+                print(f"gpu-check: could not copy to $OUT ({os.environ['OUT']}): {exc}", flush=True)
         return result
 
     clear_build_locks()
-    shutil.rmtree(gpu_parts.LOGS, ignore_errors=True)  # the logs of this run only, as the JSON is
+    shutil.rmtree(gpu_parts.LOGS, ignore_errors=True)  # this run's logs only
+    save({})  # an earlier check's JSON replaced at once; the GPU and versions in $OUT before any part
     plan = gpu_parts.plan(dry, bundle)
     try:
         parts = run_parts(plan, gpu, save)

@@ -2,7 +2,7 @@
 (no weights travel to the GPU machine: SmolLM2-135M's are 540 MB) and weights that transformers
 initialises from one seed, saved in fp32 as the converted folder is. Both sides of the GPU check's
 step timing load this one folder. ``LAYERS`` keeps the config but its depth: the dry run's model
-(on a CPU without native bf16 SmolLM2's 30 layers take half a minute a step; 2 take 4 s).
+(on a CPU without native bf16 SmolLM2's 30 layers took 30 s a step, 2 layers 5 s).
 
     python -m benchmarks.random_model SRC OUT [SEED [LAYERS]]
 """

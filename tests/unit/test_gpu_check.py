@@ -110,7 +110,14 @@ def test_the_check_writes_its_json_and_shares_one_gpu_between_two_ranks_only_whe
     monkeypatch.setattr(gpu_check, "full_stack_missing", lambda: [])
     monkeypatch.setattr(gpu_check, "STACK", ("torch", "no-such-package-grpoflow"))
     monkeypatch.setattr(gpu_check, "run_grpo", lambda scratch, timeout: parts["grpo"])
-    monkeypatch.setattr(gpu_check, "run_two_ranks", lambda project, timeout: ran.append(project) or {**parts["grpo"]})
+    out, device_out = tmp_path / "metrics" / "gpu_check.json", tmp_path / "device-out"  # made by the check
+
+    def two_ranks(project, timeout):
+        ran.append(project)
+        assert "grpo" in json.loads(out.read_text())["parts"]  # the rehearsal before it saved too
+        return {**parts["grpo"]}
+
+    monkeypatch.setattr(gpu_check, "run_two_ranks", two_ranks)
     monkeypatch.chdir(tmp_path)  # the parts' logs: metrics/gpu_check_logs here
     gpu_parts.LOGS.mkdir(parents=True)
     (gpu_parts.LOGS / "two_ranks.log").write_text("an earlier check's")  # gone: the logs are this run's
@@ -122,7 +129,6 @@ def test_the_check_writes_its_json_and_shares_one_gpu_between_two_ranks_only_whe
 
     for name in ("run_matmul", "run_chain"):
         monkeypatch.setattr(gpu_check.gpu_parts, name, lambda plan, name=name: part(plan, name))
-    out, device_out = tmp_path / "metrics" / "gpu_check.json", tmp_path / "device-out"  # made by the check
     monkeypatch.setenv("OUT", str(device_out))
     seen_mid_run = []
 
@@ -138,6 +144,7 @@ def test_the_check_writes_its_json_and_shares_one_gpu_between_two_ranks_only_whe
     assert gpu_check.run_check(out) == 0
     for mid in seen_mid_run:
         assert mid["partial"] is True and set(mid["parts"]) == {"gpu_tests", "matmul_bf16", "core_chain"}
+        assert mid["passed"] is False and mid["gpu"]["count"] == count  # cut off here, it would not have passed
     assert len(seen_mid_run) == 2 and json.loads((device_out / "gpu_check.json").read_text()) == json.loads(
         out.read_text()
     )
@@ -245,3 +252,26 @@ def test_the_flop_floor_is_a_gpu_figure_left_out_of_a_dry_run(monkeypatch, tmp_p
     plan = gpu_parts.Plan(dry, tmp_path, tmp_path, {})
     parts = gpu_check.run_parts(plan, {"count": 1}, save=lambda parts: None)
     assert ("floor" in parts["step_timing"]) is not dry
+
+
+def test_a_copy_to_out_that_fails_says_so_and_the_check_goes_on(monkeypatch, tmp_path, capsys):
+    """$OUT that cannot take the copy (here a file) must not cost the parts still to run."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv("OUT", str(tmp_path / "not-a-folder"))
+    monkeypatch.setattr(gpu_check, "gpu_info", lambda: {"name": "NVIDIA H200", "count": 2, "memory_mib": 1.0})
+    monkeypatch.setattr(gpu_check, "full_stack_missing", lambda: ["vllm"])
+    monkeypatch.setattr(gpu_check, "run_gpu_tests", lambda plan: {"ok": True, "seconds": 1.0})
+    for name in ("run_matmul", "run_chain", "run_step_timing"):
+        monkeypatch.setattr(gpu_check.gpu_parts, name, lambda plan: {"ok": True, "seconds": 1.0})
+    out = tmp_path / "metrics" / "gpu_check.json"
+    assert gpu_check.run_check(out) == 0
+    assert set(json.loads(out.read_text())["parts"]) == {
+        "gpu_tests",
+        "matmul_bf16",
+        "core_chain",
+        "step_timing",
+        "grpo",
+        "two_ranks",
+    }
+    assert "gpu-check: could not copy to $OUT" in capsys.readouterr().out
