@@ -1,4 +1,5 @@
-"""``make bench``: run every ``benchmarks/bench_*.py`` and write ``metrics/bench.json``.
+"""``make bench``: run every ``benchmarks/bench_*.py`` and write ``metrics/bench.json``, with the
+machine they ran on (:func:`machine`).
 
 Each module has ``run() -> dict`` returning its measurements; absolute seconds are recorded for
 orientation, the claims are the ratios against the reference measured beside them.
@@ -17,6 +18,15 @@ import benchmarks
 from grpoflow.io import write_json
 
 
+def machine() -> dict[str, object]:
+    """What the seconds were measured on: the CPU, torch's kernels and threads, and whether bf16 is
+    native there (an emulated bf16 benchmark reads several times slower than fp32, a native one faster)."""
+    from grpoflow.models.engine import cpu_has_native_bf16
+    from grpoflow.numerics import fingerprint
+
+    return {**fingerprint(), "native_bf16": cpu_has_native_bf16()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     parser.add_argument("names", nargs="*", help="only these benchmarks (module names without bench_)")
@@ -31,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(results[name.removeprefix("bench_")], indent=2), flush=True)
     out = Path(args.out)
     merged = json.loads(out.read_text()) if out.is_file() else {}
-    write_json(out, {**merged, **results})
+    write_json(out, {**merged, **results, "machine": machine()})
     return 0
 
 

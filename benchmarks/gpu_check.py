@@ -126,6 +126,9 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     lines = [
         f"gpu-check on {gpu.get('name', '?')} x {gpu.get('count', '?')}: {'PASSED' if result['passed'] else 'FAILED'}"
     ]
+    if "cpu" in gpu:
+        native = {True: "native", False: "emulated (no AMX or AVX512-BF16)", None: "unknown"}[gpu.get("native_bf16")]
+        lines.append(f"  cpu: {gpu['cpu']}; bf16 {native}")
     if result.get("versions"):
         lines.append("  versions: " + ", ".join(f"{name} {v}" for name, v in result["versions"].items()))
     for name, part in result["parts"].items():
@@ -145,6 +148,15 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         lines.append(head + (f"\n    {part['error']}" if part.get("error") else ""))
         lines += gpu_parts.detail_lines(name, part)
     return lines
+
+
+def cpu_info() -> dict[str, Any]:
+    """A dry run's machine: the CPU, and whether it multiplies bf16 natively (the dry parts run in bf16:
+    emulated, the step timing took 14x longer on 2026-12-07's AVX2-only CPU than on the AMX one before)."""
+    from grpoflow.models.engine import cpu_has_native_bf16
+    from grpoflow.numerics import cpu_model
+
+    return {"cpu": cpu_model(), "native_bf16": cpu_has_native_bf16()}
 
 
 def gpu_info() -> dict[str, Any]:
@@ -299,7 +311,7 @@ def copy_to(folder: Path, out: Path) -> None:
 
 def run_check(out: Path = OUT, *, dry: bool = False, bundle: Path = BUNDLE) -> int:
     """Every part, the summary printed and written to ``out``; 0 when all passed."""
-    gpu = gpu_info() if not dry else {"count": 0, "name": "cpu (dry run)", "memory_mib": 0.0}
+    gpu = gpu_info() if not dry else {"count": 0, "name": "cpu (dry run)", "memory_mib": 0.0, **cpu_info()}
     versions = stack_versions()
 
     def save(parts: dict[str, dict], partial: bool = True) -> dict[str, Any]:

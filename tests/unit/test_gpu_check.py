@@ -275,3 +275,14 @@ def test_a_copy_to_out_that_fails_says_so_and_the_check_goes_on(monkeypatch, tmp
         "two_ranks",
     }
     assert "gpu-check: could not copy to $OUT" in capsys.readouterr().out
+
+
+def test_a_dry_run_names_its_cpu_and_whether_bf16_is_native(tmp_path):
+    """A dry run's seconds depend on the CPU's bf16 (2026-12-07: emulated, 14x slower): the table says which."""
+    info = gpu_check.cpu_info()
+    assert info["cpu"] and info["native_bf16"] in (True, False, None)
+    for native, said in ((False, "bf16 emulated (no AMX or AVX512-BF16)"), (True, "bf16 native")):
+        gpu = {"count": 0, "name": "cpu (dry run)", "cpu": "AMD EPYC", "native_bf16": native}
+        lines = gpu_check.summary_lines(gpu_check.summary({}, gpu))
+        assert lines[1] == f"  cpu: AMD EPYC; {said}"
+    assert not any("cpu:" in line for line in gpu_check.summary_lines(gpu_check.summary({}, {"name": "H200"})))
