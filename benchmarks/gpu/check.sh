@@ -15,6 +15,11 @@ cd "$ROOT"
 BUNDLE=${BUNDLE:-$ROOT/.gpu-bundle}
 SITE=${SITE:-/tmp/grpoflow-gpu-site}
 DRY=${DRY:-0}
+# DeepSpeed's ops, compiled from the bundle's DeepSpeed, in a folder of their own (whatever make or the
+# caller set): in the checkout's .cache/torch_extensions the venv's DeepSpeed (other source paths) and
+# the bundle's rebuilt each other's CPU op in turn, 35-45 s of both cores each time (2026-12-07: every
+# dry run, then the next test). GPU_CHECK_EXTENSIONS_DIR=<dir> picks the folder.
+export TORCH_EXTENSIONS_DIR=${GPU_CHECK_EXTENSIONS_DIR:-$ROOT/.cache/torch_extensions-gpu-check}
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
   TOKENIZERS_PARALLELISM=false DO_NOT_TRACK=1 DS_BUILD_OPS=0 MLFLOW_DISABLE_TELEMETRY=true
 

@@ -32,4 +32,5 @@ PY
 TORCH_EXTENSIONS_DIR="$VENV/torch_extensions" OMP_NUM_THREADS=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
   tests/unit/test_device_audit.py tests/unit/test_static_decode.py tests/unit/test_decode.py tests/unit/test_rollout.py \
   tests/unit/test_learner.py tests/unit/test_shared_prefix.py
-PY="$VENV/bin/python" DRY=1 bash benchmarks/gpu/check.sh
+# The dry run's DeepSpeed op is the bundle's, built for this venv's torch: a folder of its own (check.sh).
+GPU_CHECK_EXTENSIONS_DIR="$VENV/torch_extensions-gpu-check" PY="$VENV/bin/python" DRY=1 bash benchmarks/gpu/check.sh

@@ -286,3 +286,28 @@ def test_a_dry_run_names_its_cpu_and_whether_bf16_is_native(tmp_path):
         lines = gpu_check.summary_lines(gpu_check.summary({}, gpu))
         assert lines[1] == f"  cpu: AMD EPYC; {said}"
     assert not any("cpu:" in line for line in gpu_check.summary_lines(gpu_check.summary({}, {"name": "H200"})))
+
+
+def _dry_check_env(tmp_path, **env) -> str:
+    """TORCH_EXTENSIONS_DIR as check.sh's dry run hands it to the check, with a stand-in interpreter
+    (pip's installs pass, the check prints the variable) and a one-file bundle."""
+    (tmp_path / "bundle" / "whl").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "bundle" / "whl" / "x-1-py3-none-any.whl").write_text("")
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\ncase "$*" in *benchmarks.gpu_check*) echo "$TORCH_EXTENSIONS_DIR";; esac\n')
+    fake.chmod(0o755)
+    base = {"PATH": "/usr/bin:/bin", "DRY": "1", "PY": str(fake), "BUNDLE": str(tmp_path / "bundle")}
+    base["SITE"] = str(tmp_path / "site")
+    out = subprocess.run(
+        ["bash", "benchmarks/gpu/check.sh"], cwd=ROOT, env=base | env, capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_the_check_builds_the_bundles_deepspeed_ops_in_a_folder_of_their_own(tmp_path):
+    """2026-12-07: the bundle's DeepSpeed (other source paths) and the venv's rebuilt each other's CPU op in
+    the checkout's .cache/torch_extensions, 35-45 s each time; make exports that folder to every recipe."""
+    made = str(ROOT / ".cache" / "torch_extensions")  # what the Makefile exports
+    assert _dry_check_env(tmp_path, TORCH_EXTENSIONS_DIR=made) == str(ROOT / ".cache" / "torch_extensions-gpu-check")
+    chosen = str(tmp_path / "ops")
+    assert _dry_check_env(tmp_path, TORCH_EXTENSIONS_DIR=made, GPU_CHECK_EXTENSIONS_DIR=chosen) == chosen
