@@ -15,16 +15,16 @@ import sys
 from pathlib import Path
 
 import benchmarks
+from benchmarks.timing import cpu_info
 from grpoflow.io import write_json
 
 
 def machine() -> dict[str, object]:
-    """What the seconds were measured on: the CPU, torch's kernels and threads, and whether bf16 is
-    native there (an emulated bf16 benchmark reads several times slower than fp32, a native one faster)."""
-    from grpoflow.models.engine import cpu_has_native_bf16
+    """What the seconds were measured on: torch's fingerprint (the CPU, its kernels, threads, version)
+    and whether bf16 is native there (:func:`benchmarks.timing.cpu_info`)."""
     from grpoflow.numerics import fingerprint
 
-    return {**fingerprint(), "native_bf16": cpu_has_native_bf16()}
+    return {**fingerprint(), **cpu_info()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,6 +43,7 @@ from typing import Any
 
 from benchmarks import gpu_parts
 from benchmarks.gpu_parts import Plan
+from benchmarks.timing import cpu_info  # a dry run's machine: its parts run in bf16
 from grpoflow.io import write_json
 
 SET = "params/smollm2-135m.yaml"
@@ -150,15 +151,6 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def cpu_info() -> dict[str, Any]:
-    """A dry run's machine: the CPU, and whether it multiplies bf16 natively (the dry parts run in bf16:
-    emulated, the step timing took 14x longer on 2026-12-07's AVX2-only CPU than on the AMX one before)."""
-    from grpoflow.models.engine import cpu_has_native_bf16
-    from grpoflow.numerics import cpu_model
-
-    return {"cpu": cpu_model(), "native_bf16": cpu_has_native_bf16()}
-
-
 def gpu_info() -> dict[str, Any]:
     """The devices, as nvidia-smi names them (no CUDA context in this process: it would count in the peak)."""
     out = subprocess.run(
@@ -264,6 +256,15 @@ def _rehearsals(gpu: dict[str, Any], plan: Plan, parts: dict[str, dict], save: S
         parts[TWO_RANKS] = {"skipped": f"{gpu['count']} GPUs: the gpu tests' two-GPU run is the multi-rank check"}
 
 
+def _step_timing(plan: Plan, parts: dict[str, dict]) -> dict:
+    """Part 4, with the step's FLOP floor at part 2's matmul peak: a GPU's yardstick only (on a CPU one
+    small bf16 matmul is no peak: the dry run of 2026-12-07 read the update as 1,268% of it)."""
+    step = gpu_parts.run_step_timing(plan)
+    if not plan.dry and (floor := gpu_parts.floor_and_efficiency(step, parts["matmul_bf16"])):
+        step["floor"] = floor
+    return step
+
+
 def run_parts(plan: Plan, gpu: dict[str, Any], save: Save) -> dict[str, dict]:
     """Every part in turn, each reporting on its own whatever the others did; ``save`` gets the parts
     done so far after each."""
@@ -272,17 +273,13 @@ def run_parts(plan: Plan, gpu: dict[str, Any], save: Save) -> dict[str, dict]:
         ("gpu_tests", lambda: run_gpu_tests(plan)),
         ("matmul_bf16", lambda: gpu_parts.run_matmul(plan)),
         ("core_chain", lambda: gpu_parts.run_chain(plan)),
-        ("step_timing", lambda: gpu_parts.run_step_timing(plan)),
+        ("step_timing", lambda: _step_timing(plan, parts)),
     ):
         try:
             parts[name] = run()
         except Exception as exc:  # noqa: BLE001 - a part that breaks reports, and the next runs
             parts[name] = {"ok": False, "seconds": 0, "error": f"{type(exc).__name__}: {exc}"}
         print(f"gpu-check {name}: {json.dumps(parts[name])[:600]}", flush=True)
-        # A GPU's yardstick: on a CPU one small bf16 matmul is no peak (emulated bf16 read as 1,268% of it).
-        if name == "step_timing" and not plan.dry:
-            if floor := gpu_parts.floor_and_efficiency(parts["step_timing"], parts["matmul_bf16"]):
-                parts["step_timing"]["floor"] = floor
         save(parts)
     _rehearsals(gpu, plan, parts, save)
     return parts

@@ -10,6 +10,15 @@ import time
 from collections.abc import Callable
 
 
+def cpu_info() -> dict[str, object]:
+    """The CPU the seconds were measured on, and whether it multiplies bf16 natively: an emulated bf16
+    run reads several times slower than fp32 (2026-12-07: 14x slower on an AVX2-only CPU than on AMX)."""
+    from grpoflow.models.engine import cpu_has_native_bf16
+    from grpoflow.numerics import cpu_model
+
+    return {"cpu": cpu_model(), "native_bf16": cpu_has_native_bf16()}
+
+
 def best_of(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
     for _ in range(warmup):
         fn()
