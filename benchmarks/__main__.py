@@ -1,5 +1,5 @@
-"""``make bench``: run every ``benchmarks/bench_*.py`` and write ``metrics/bench.json``, with the
-machine they ran on (:func:`machine`).
+"""``make bench``: run every ``benchmarks/bench_*.py`` and write ``metrics/bench.json``, each
+benchmark's results with the machine they ran on (:func:`machine`).
 
 Each module has ``run() -> dict`` returning its measurements; absolute seconds are recorded for
 orientation, the claims are the ratios against the reference measured beside them.
@@ -39,10 +39,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {name}", flush=True)
         results[name.removeprefix("bench_")] = importlib.import_module(f"benchmarks.{name}").run()
         print(json.dumps(results[name.removeprefix("bench_")], indent=2), flush=True)
-    out = Path(args.out)
-    merged = json.loads(out.read_text()) if out.is_file() else {}
-    write_json(out, {**merged, **results, "machine": machine()})
+    write_results(Path(args.out), results)
     return 0
+
+
+def write_results(out: Path, results: dict[str, dict]) -> None:
+    """Merge ``results`` (benchmark name -> its measurements) into ``out``, each with this machine
+    (:func:`machine`): a run of some benchmarks keeps the others' results, and the machine they
+    were measured on, from earlier runs."""
+    record = machine()
+    merged = json.loads(out.read_text()) if out.is_file() else {}
+    # Files written before each benchmark carried its own had one record for all, the last run's:
+    # it named that machine for results measured on others too, so it is dropped, not guessed at.
+    merged.pop("machine", None)
+    write_json(out, {**merged, **{name: {**measured, "machine": record} for name, measured in results.items()}})
 
 
 if __name__ == "__main__":
