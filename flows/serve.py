@@ -228,7 +228,8 @@ class ServerLogWatch:
         out: list[str] = []
         for line in lines:
             message = self._message(line.rstrip())
-            key = re.sub(r"\d+", "N", message or "")
+            # Numbers differ between repeats, and so does their padding: the server right-aligns timings ("[     9ms]").
+            key = re.sub(r"\s+", " ", re.sub(r"\d+", "N", message or ""))
             if message and key not in self.seen:
                 self.seen.add(key)
                 note = f" ({SQLITE_CONTENTION})" if "database is locked" in message else ""

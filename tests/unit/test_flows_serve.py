@@ -135,7 +135,10 @@ def test_server_errors_reach_the_serve_console_once_each(tmp_path):
     assert len(shown) == 6 and shown[-1].startswith("(each server error is shown once")
     assert not any("written before" in m or "all is well" in m for m in shown)
     with open(log, "a") as fh:
-        fh.write(SERVER_LOG.replace("41ms", "7ms") + "05:30:00.000 | ERROR   | prefect.server - something new\n05:30")
+        fh.write(
+            SERVER_LOG.replace("[    41ms]", "[     7ms]")
+            + "05:30:00.000 | ERROR   | prefect.server - something new\n05:30"
+        )
     assert watch.poll() == ["Prefect server: ERROR prefect.server - something new"]  # repeats are not shown again
 
 
