@@ -37,8 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name in chosen:
         print(f"== {name}", flush=True)
-        results[name.removeprefix("bench_")] = importlib.import_module(f"benchmarks.{name}").run()
-        print(json.dumps(results[name.removeprefix("bench_")], indent=2), flush=True)
+        key = name.removeprefix("bench_")
+        results[key] = importlib.import_module(f"benchmarks.{name}").run()
+        print(json.dumps(results[key], indent=2), flush=True)
     write_results(Path(args.out), results)
     return 0
 
