@@ -23,11 +23,11 @@ from pathlib import Path
 
 import yaml
 
+from flows.metrics import RUN_RECORD_LOCK
 from flows.run_report import headline, trainings
-from grpoflow.io import write_json
+from grpoflow.io import sha256_file, write_json
+from tasks.stages import RUN_RECORD
 from tasks.stages import stage as declared
-
-RUN_RECORD = "metrics/run.json"
 
 
 class RecordFailed(RuntimeError):
@@ -66,7 +66,7 @@ def record(name: str, run_info: dict) -> str:
     from flows import lineage
 
     lineage.check_before_save(list(yaml.safe_load(Path("dvc.yaml").read_text()).get("stages") or {}))
-    write_json(RUN_RECORD, {"dvc_experiment": name, **run_info})
+    write_json(RUN_RECORD, {"dvc_experiment": name, RUN_RECORD_LOCK: sha256_file("dvc.lock"), **run_info})
     include = [arg for path in untracked_outputs() for arg in ("--include-untracked", path)]
     out = _dvc("exp", "save", "--force", "--name", name, *include)
     if out.returncode != 0:

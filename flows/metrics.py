@@ -17,22 +17,37 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from grpoflow.io import sha256_file
 from tasks.stages import RUN_RECORD, STAGES
 
 REFERENCE = "sft"
 GATES = ("prepare", "validate_verifiers")
+# The run record's digest of dvc.lock as its run left it (flows/experiments.py writes it): a later
+# `dvc repro`, or a run that saved no experiment, changes dvc.lock but not the record, which then
+# describes outputs no longer in place.
+RUN_RECORD_LOCK = "dvc_lock_sha256"
 
 
 def read_workspace(root: Path = Path(".")) -> dict[str, dict]:
-    """Each stage's metrics JSON found under ``root``, by stage name; the run record as ``run``."""
+    """Each stage's metrics JSON found under ``root``, by stage name; the run record as ``run`` while
+    it describes the outputs in place, else as ``earlier_run``."""
     found = {}
     for s in STAGES:
         for path in s.metrics:
             if (root / path).is_file():
                 found[s.name] = json.loads((root / path).read_text())
     if (root / RUN_RECORD).is_file():
-        found["run"] = json.loads((root / RUN_RECORD).read_text())
+        record = json.loads((root / RUN_RECORD).read_text())
+        found["run" if _describes_workspace(record, root) else "earlier_run"] = record
     return found
+
+
+def _describes_workspace(record: dict, root: Path) -> bool:
+    """Whether dvc.lock is still the one the recorded run left (a record from before the digest was
+    kept is taken at its word)."""
+    digest = record.get(RUN_RECORD_LOCK)
+    lock = root / "dvc.lock"
+    return digest is None or (lock.is_file() and sha256_file(lock) == digest)
 
 
 def summarize(found: dict[str, dict]) -> dict[str, Any]:
@@ -60,6 +75,7 @@ def summarize(found: dict[str, dict]) -> dict[str, Any]:
     seconds = found.get("run", {}).get("stage_seconds") or own
     return {
         "run": {k: found.get("run", {}).get(k) for k in ("params_file", "overrides", "dvc_experiment")},
+        "earlier_run": found.get("earlier_run", {}).get("dvc_experiment"),
         "models": models,
         "winner": head["winner"],
         "gates": {g: found[g].get("passed") for g in GATES if g in found},
@@ -98,6 +114,11 @@ def format_summary(summary: dict[str, Any]) -> str:
     if run.get("params_file"):
         overrides = " ".join(f"{k}={v}" for k, v in (run.get("overrides") or {}).items())
         lines.append(f"{run['params_file']}" + (f", overrides: {overrides}" if overrides else ""))
+    if summary["earlier_run"]:
+        lines += [
+            f"{RUN_RECORD} is from experiment {summary['earlier_run']}; dvc.lock changed since,",
+            "so its params, overrides and stage times are not shown (not these outputs')",
+        ]
     if summary["models"]:
         lines += _models_table(summary["models"])
     else:

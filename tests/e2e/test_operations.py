@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from flows.metrics import read_workspace
 from flows.pipeline import EXIT_INTERRUPTED, INTERRUPTED
 from grpoflow.models.checkpoint import latest_step, verify
 from grpoflow.ports import free_port
@@ -245,6 +246,8 @@ return ([[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {
         assert exps[name]["metrics/grpo.json"]["steps"] == 3  # the run's metrics travel with it
         assert parent.data.tags["data_hash"] == prepare["data_hash"]
         assert exps[name]["rev"] == parent.data.tags["dvc_experiment_rev"]
+    # The last run's record describes the outputs in place (`make metrics` shows its overrides).
+    assert read_workspace(project)["run"]["overrides"]["rl.steps"] == 3
     # The run's overrides were undone in the workspace once it ended; the remote holds its outputs.
     assert run(["git", "status", "--porcelain", "--untracked-files=no"], project, env).stdout == ""
     status = run([PY, "-m", "dvc", "status", "--cloud", "--remote", "storage"], project, env)

@@ -2,7 +2,8 @@
 
 import json
 
-from flows.metrics import format_summary, read_workspace, summarize
+from flows.metrics import RUN_RECORD_LOCK, format_summary, read_workspace, summarize
+from grpoflow.io import sha256_file
 
 FOUND = {
     "base_model": {"kind": "tiny", "seconds": 6.6},
@@ -60,3 +61,38 @@ def test_a_recorded_run_shows_each_stages_wall_time_as_the_run_page_and_mlflow_d
     walls = {"prepare": 9.5, "grpo": 130.25}  # the flow's clock around each stage, DVC's checks included
     found = {**FOUND, "run": {**FOUND["run"], "stage_seconds": walls}}
     assert format_summary(summarize(found)).splitlines()[-1] == "stage time: 140 s (prepare 9.5, grpo 130)"
+
+
+def _record_of_the_lock_in_place(root, lock_text: str) -> dict:
+    (root / "metrics").mkdir(exist_ok=True)
+    (root / "dvc.lock").write_text(lock_text)
+    record = {**FOUND["run"], "dvc_experiment": "nightly-1a2b3c4d", RUN_RECORD_LOCK: sha256_file(root / "dvc.lock")}
+    (root / "metrics" / "run.json").write_text(json.dumps(record))
+    return record
+
+
+def test_the_run_record_stands_while_dvc_lock_is_the_one_its_run_left(tmp_path):
+    record = _record_of_the_lock_in_place(tmp_path, "schema: '2.0'\nstages: {}\n")
+    assert read_workspace(tmp_path) == {"run": record}
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {grpo: {}}\n")  # e.g. `dvc repro` after the run
+    assert read_workspace(tmp_path) == {"earlier_run": record}
+    (tmp_path / "dvc.lock").unlink()
+    assert read_workspace(tmp_path) == {"earlier_run": record}
+
+
+def test_a_record_written_before_the_digest_was_kept_is_taken_at_its_word(tmp_path):
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "run.json").write_text(json.dumps(FOUND["run"]))
+    assert read_workspace(tmp_path) == {"run": FOUND["run"]}
+
+
+def test_an_earlier_runs_record_lends_the_outputs_neither_its_overrides_nor_its_stage_times():
+    earlier = {**FOUND["run"], "dvc_experiment": "nightly-1a2b3c4d", "stage_seconds": {"grpo": 999.0}}
+    found = {k: v for k, v in FOUND.items() if k != "run"} | {"earlier_run": earlier}
+    lines = format_summary(summarize(found)).splitlines()
+    assert lines[:2] == [
+        "metrics/run.json is from experiment nightly-1a2b3c4d; dvc.lock changed since,",
+        "so its params, overrides and stage times are not shown (not these outputs')",
+    ]
+    assert lines[-1] == "stage time: 266 s (base_model 6.6, prepare 5.3, sft 2.4, grpo 112, ppo 140)"
+    assert "overrides" not in "\n".join(lines[2:]) and max(map(len, lines)) < 80
