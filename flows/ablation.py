@@ -123,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--untuned", action="store_true", help="ignore the arms' tuned overlays (params/tuned/)")
     parser.add_argument("--tune", action="store_true", help="tune the arms instead (flows.tune), --trials each")
     parser.add_argument("--trials", type=int, default=None, help="with --tune: trials per arm (default: tune.trials)")
-    add_smoke(parser, "params/tuned/")
+    add_smoke(parser, "params/tuned/", "flows.ablation")
     return parser
 
 
@@ -138,14 +138,15 @@ def main(argv: list[str] | None = None) -> int:
         return tune.main(["--params", args.params, "--arms", *args.arms, *trials, *smoke, "--set", *args.overrides])
     try:
         overrides = parse_overrides(args.overrides)
+        every = ablation_overrides(args.arms, args.seeds, overrides)
+        # The arms and seeds validated here, smoke or not: a bad arm is refused before a scratch copy is made.
+        every, _ = with_tuned(args.params, args.arms, every, tuned=not args.untuned)  # the flow prints the lines
         if args.smoke:
             flow = ("flows.ablation", "--arms", *args.arms, "--seeds", *map(str, args.seeds))
             return rehearse(
                 args.params, overrides or None, None, flow=(*flow, *(["--untuned"] if args.untuned else []))
             )
-        every = ablation_overrides(args.arms, args.seeds, overrides)
-        every, _ = with_tuned(args.params, args.arms, every, tuned=not args.untuned)
-        precheck(args.params, every)  # the flow prints the lines
+        precheck(args.params, every)
         with serve.prefect_api():
             # A Failed state the flow returns comes back raised, as its exception.
             result = cast(

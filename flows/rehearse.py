@@ -58,7 +58,7 @@ SMOKE: dict[str, Any] = {
     "tune.eval_every": 1,
     **catalog.smoke_overrides(),  # each algorithm's own, from its spec (grpoflow/algorithms/<name>/)
 }
-KEPT_DIR = ".grpoflow/smoke"  # where a passed smoke run's page and metrics stay, one folder per set
+KEPT_DIR = ".grpoflow/smoke"  # where a smoke run's page and metrics stay, one folder per set and flow
 KEPT_RESULTS = ("reports", "metrics", "data/prepared/report.md", "data/prepared/quarantine.jsonl")
 SOURCE_ROWS = 300  # rows read from each file or hub source (benchmarks: a sixth of it)
 # Processes a rehearsal launches at most (one node, gloo on a CPU): two already take every
@@ -169,8 +169,9 @@ def rehearse(
         subprocess.run(cmd, cwd=project, check=True, capture_output=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "PREFECT_API", "GRPOFLOW_"))}
     env["PREFECT_HOME"] = str(scratch / "prefect-home")
+    kept = kept_dir(params_file, flow)
     if not keep:  # the run's closing lines name where its page will be kept, not the copy deleted after it
-        env[KEPT_ENV] = str((Path(KEPT_DIR) / Path(params_file).stem).resolve())
+        env[KEPT_ENV] = str(kept.resolve())
     env.setdefault("TORCH_EXTENSIONS_DIR", str(OP_CACHE))  # the user's choice (the Makefile's) wins
     print(f"rehearsal of {params_file} at smoke scale in {project}", flush=True)
     cmd = [sys.executable, "-m", *flow, "--params", str(rel), *(["--stages", *stages] if stages else [])]
@@ -181,7 +182,7 @@ def rehearse(
         flush=True,
     )
     if not keep:
-        print(kept_results_line(keep_results(project, Path(KEPT_DIR) / Path(params_file).stem)), flush=True)
+        print(kept_results_line(keep_results(project, kept)), flush=True)
         shutil.rmtree(scratch, ignore_errors=True)
     return code
 
@@ -199,12 +200,20 @@ def shrink_overlays(tuned: Path) -> None:
             path.unlink()
 
 
+def kept_dir(params_file: str, flow: tuple[str, ...]) -> Path:
+    """Where a smoke run of ``flow`` on ``params_file`` keeps its results: ``<set>/`` for the pipeline,
+    ``<set>-ablation/`` and ``<set>-tune/`` for the others, so that one flow's page never stands for another's."""
+    kind = flow[0].removeprefix("flows.")
+    return Path(KEPT_DIR) / (Path(params_file).stem + ("" if kind == "pipeline" else f"-{kind}"))
+
+
 def keep_results(project: Path, dest: Path) -> Path:
     """Copy what a user opens after a run (the run page, the metrics, the data report and quarantine) from the
-    scratch copy to ``dest`` in this workspace (under .grpoflow/, which git ignores), over an earlier smoke
-    run's files of the same names; what this run did not write stays (a smoke ``make tune``'s report); its
-    absolute path."""
+    scratch copy to ``dest`` in this workspace (under .grpoflow/, which git ignores), in place of what the last
+    smoke run of the same set and flow kept there: a failed run's folder holds no page of an earlier one that
+    passed. Its absolute path."""
     dest = dest.resolve()
+    shutil.rmtree(dest, ignore_errors=True)
     for rel in KEPT_RESULTS:
         src = project / rel
         if src.is_dir():
@@ -225,12 +234,13 @@ def kept_results_line(dest: Path) -> str:
     )
 
 
-def add_smoke(parser, untouched: str) -> None:
-    """A flow's ``--smoke``: the same run at smoke size in a scratch copy; ``untouched`` names what it leaves."""
+def add_smoke(parser, untouched: str, flow: str) -> None:
+    """A flow's ``--smoke``: the same run at smoke size in a scratch copy; ``untouched`` names what it leaves,
+    ``flow`` the flow's module."""
     parser.add_argument(
         "--smoke",
         action="store_true",
         help=f"run at the smallest sizes that exercise it (flows/rehearse.py's bundle) in a scratch copy of the "
         f"checkout: {untouched} and the workspace's outputs are not touched; its report and metrics are kept in "
-        f"{KEPT_DIR}/<set>/",
+        f"{kept_dir('<set>', (flow,))}/",
     )

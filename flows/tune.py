@@ -215,12 +215,15 @@ def main(argv: list[str] | None = None) -> int:
         "beside it)",
     )
     add_overrides(parser, "tune.steps=40")
-    add_smoke(parser, "the arms' overlays here")
+    add_smoke(parser, "the arms' overlays here", "flows.tune")
     args = parser.parse_args(argv)
     hear_interrupts()
     try:
         overrides = parse_overrides(args.overrides)
-        if args.smoke:
+        if args.smoke:  # the arms' names checked before the scratch copy is made; their spaces at smoke size, in it
+            params = load_params(args.params, overrides)
+            for arm in args.arms:
+                tune_study.check_arm(params, arm)
             flow = ("flows.tune", "--arms", *args.arms, *(["--trials", str(args.trials)] if args.trials else []))
             return rehearse(args.params, overrides or None, None, flow=flow)
         every = tune_overrides(args.trials, overrides)

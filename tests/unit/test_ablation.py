@@ -138,3 +138,16 @@ def test_a_gate_failure_ends_the_ablation_failed_with_one_line_and_no_traceback(
     assert flow.main(["--arms", "grpo", "ppo"]) == 1
     err = capsys.readouterr().err
     assert err == f"error: {verdict}\n"
+
+
+@pytest.mark.parametrize("module", ["ablation", "tune"])
+def test_a_smoke_run_refuses_a_bad_arm_before_it_copies_the_checkout(monkeypatch, capsys, module):
+    """`make ablation SMOKE=1 ARMS="grpo ppx"` copied the checkout and started the flow in the copy first."""
+    import importlib
+
+    flow = importlib.import_module(f"flows.{module}")
+    copied = []
+    monkeypatch.setattr(flow, "rehearse", lambda *a, **k: copied.append(a) or 0)
+    assert flow.main(["--smoke", "--arms", "grpo", "ppx"]) == 2  # a usage error
+    assert not copied and "ppx" in capsys.readouterr().err
+    assert flow.main(["--smoke", "--arms", "grpo", "ppo"]) == 0 and len(copied) == 1  # good arms: on to the copy

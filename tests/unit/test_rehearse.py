@@ -109,9 +109,9 @@ def test_a_smoke_run_tells_its_flow_where_its_page_will_be_kept_and_keeps_what_a
     from flows import summary
 
     workspace, scratch = tmp_path / "workspace", tmp_path / "scratch"
-    kept = workspace / ".grpoflow" / "smoke" / "default"
-    (kept / "reports").mkdir(parents=True)
-    (kept / "reports" / "tune.md").write_text("# tuned\n")  # what a smoke `make tune` kept
+    kept, tuned = (workspace / ".grpoflow" / "smoke" / name for name in ("default", "default-tune"))
+    (tuned / "reports").mkdir(parents=True)
+    (tuned / "reports" / "tune.md").write_text("# tuned\n")  # what a smoke `make tune` kept
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(rehearse_module.tempfile, "mkdtemp", lambda prefix: str(scratch))
     monkeypatch.setattr(rehearse_module, "KEPT_DIR", str(workspace / ".grpoflow" / "smoke"))
@@ -135,7 +135,42 @@ def test_a_smoke_run_tells_its_flow_where_its_page_will_be_kept_and_keeps_what_a
     assert rehearse("params/default.yaml", None, None) == 0
     assert told["kept"] == str(kept.resolve())
     assert told["where"] == {"Run page": str(kept.resolve() / "reports" / "run.html")}  # no link into the copy
-    assert (kept / "reports" / "run.html").is_file() and (kept / "reports" / "tune.md").read_text() == "# tuned\n"
+    assert (kept / "reports" / "run.html").is_file() and (tuned / "reports" / "tune.md").read_text() == "# tuned\n"
+
+
+def test_a_failed_smoke_ablation_keeps_no_page_of_the_smoke_run_before_it(tmp_path, monkeypatch, capsys):
+    """A smoke ablation that failed pointed at the run page a passed smoke run had kept in the same folder."""
+    workspace, scratch = tmp_path / "workspace", tmp_path / "scratch"
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(rehearse_module.tempfile, "mkdtemp", lambda prefix: str(scratch))
+    monkeypatch.setattr(rehearse_module, "KEPT_DIR", str(workspace / ".grpoflow" / "smoke"))
+    monkeypatch.setattr(
+        rehearse_module, "copy_checkout", lambda src, dest: (dest / "params").mkdir(parents=True) or dest
+    )
+    passing = {"code": 0}
+
+    def run(cmd, cwd=None, env=None, **kwargs):
+        if cmd[1:3] in (["-m", "flows.pipeline"], ["-m", "flows.ablation"]):
+            (Path(cwd) / "reports" / "logs").mkdir(parents=True)
+            (Path(cwd) / "reports" / "logs" / "prepare.log").write_text(f"{cmd[2]}\n")
+            if passing["code"] == 0:
+                (Path(cwd) / "reports" / "run.html").write_text(f"<html>{cmd[2]}</html>")
+        return subprocess.CompletedProcess(cmd, passing["code"], "", "")
+
+    monkeypatch.setattr(rehearse_module.subprocess, "run", run)
+    smoke = workspace / ".grpoflow" / "smoke"
+    assert rehearse("params/default.yaml", None, None) == 0  # the pipeline's smoke run: its own folder
+    assert rehearse("params/default.yaml", None, None, flow=("flows.ablation", "--arms", "grpo")) == 0
+    assert (smoke / "default" / "reports" / "run.html").read_text() == "<html>flows.pipeline</html>"
+    assert (smoke / "default-ablation" / "reports" / "run.html").read_text() == "<html>flows.ablation</html>"
+    passing["code"] = 1
+    capsys.readouterr()
+    assert rehearse("params/default.yaml", None, None, flow=("flows.ablation", "--arms", "grpo")) == 1
+    ablation = smoke / "default-ablation"
+    assert not (ablation / "reports" / "run.html").exists()  # the failed run's logs, not the passed run's page
+    assert (ablation / "reports" / "logs" / "prepare.log").read_text() == "flows.ablation\n"
+    assert f"its stage logs: {ablation.resolve() / 'reports' / 'logs'}" in capsys.readouterr().out
+    assert (smoke / "default" / "reports" / "run.html").is_file()  # the pipeline's smoke results untouched
 
 
 def test_help_lists_the_stages_every_set_runs_and_marks_the_opt_in_ones(capsys):
