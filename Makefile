@@ -138,6 +138,7 @@ PARAMS_GIVEN = $(if $(filter command line environment,$(origin PARAMS)),--params
 ui: setup
 	exec $(PY) -m flows.ui --port $(UI_PORT) --store $(CURDIR)/mlflow.db $(PARAMS_GIVEN)
 
+# reports/* and metrics/*: their tracked .gitignore stays (see reports/.gitignore).
 clean:
-	rm -rf data/prepared data/verifier_validation data/evaluation models checkpoints reports metrics/*.json metrics/*.csv \
-		metrics/seeds metrics/run.json mlruns mlartifacts mlflow.db optuna.db .cache .grpoflow
+	rm -rf data/prepared data/verifier_validation data/evaluation models checkpoints reports/* metrics/*.json metrics/*.csv \
+		metrics/gpu_check_logs mlruns mlartifacts mlflow.db optuna.db .cache .grpoflow
