@@ -140,5 +140,5 @@ ui: setup
 
 # reports/* and metrics/*: their tracked .gitignore stays (see reports/.gitignore).
 clean:
-	rm -rf data/prepared data/verifier_validation data/evaluation models checkpoints reports/* metrics/*.json metrics/*.csv \
-		metrics/gpu_check_logs mlruns mlartifacts mlflow.db optuna.db .cache .grpoflow
+	rm -rf data/prepared data/verifier_validation data/evaluation models checkpoints reports/* metrics/* \
+		mlruns mlartifacts mlflow.db optuna.db .cache .grpoflow

@@ -121,7 +121,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds of every arm (default: 0)")
     add_overrides(parser)
     parser.add_argument("--untuned", action="store_true", help="ignore the arms' tuned overlays (params/tuned/)")
-    parser.add_argument("--tune", action="store_true", help="tune the arms instead (flows.tune), --trials each")
+    parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="tune the arms instead (flows.tune), --trials each; with --smoke, kept where flows.tune --smoke keeps it",
+    )
     parser.add_argument("--trials", type=int, default=None, help="with --tune: trials per arm (default: tune.trials)")
     add_smoke(parser, "params/tuned/", "flows.ablation")
     return parser

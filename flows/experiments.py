@@ -23,9 +23,9 @@ from pathlib import Path
 
 import yaml
 
-from flows.metrics import RUN_RECORD_LOCK
+from flows.metrics import RUN_RECORD_LOCK, lock_entries
 from flows.run_report import headline, trainings
-from grpoflow.io import sha256_file, write_json
+from grpoflow.io import write_json
 from tasks.stages import RUN_RECORD
 from tasks.stages import stage as declared
 
@@ -60,13 +60,14 @@ def _dvc(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dvc", *args], capture_output=True, text=True)
 
 
-def record(name: str, run_info: dict) -> str:
-    """Write ``metrics/run.json`` and save the workspace as DVC experiment ``name``; its commit. Refused
-    (:class:`~flows.lineage.InputsChanged`, one line) when an input changed after a stage read it."""
+def record(name: str, run_info: dict, stages: list[str]) -> str:
+    """Write ``metrics/run.json`` (with the dvc.lock entries of ``stages``, those the run went through) and
+    save the workspace as DVC experiment ``name``; its commit. Refused (:class:`~flows.lineage.InputsChanged`,
+    one line) when an input changed after a stage read it: the save would rewrite dvc.lock's entry."""
     from flows import lineage
 
     lineage.check_before_save(list(yaml.safe_load(Path("dvc.yaml").read_text()).get("stages") or {}))
-    write_json(RUN_RECORD, {"dvc_experiment": name, RUN_RECORD_LOCK: sha256_file("dvc.lock"), **run_info})
+    write_json(RUN_RECORD, {"dvc_experiment": name, RUN_RECORD_LOCK: lock_entries(stages), **run_info})
     include = [arg for path in untracked_outputs() for arg in ("--include-untracked", path)]
     out = _dvc("exp", "save", "--force", "--name", name, *include)
     if out.returncode != 0:

@@ -12,20 +12,23 @@ gates' verdicts, and each stage's time.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from grpoflow.io import sha256_file
+import yaml
+
 from tasks.stages import RUN_RECORD, STAGES
 
 REFERENCE = "sft"
 GATES = ("prepare", "validate_verifiers")
-# The run record's digest of dvc.lock as its run left it (flows/experiments.py writes it): a later
-# `dvc repro`, or a run that saved no experiment, changes dvc.lock but not the record, which then
-# describes outputs no longer in place.
-RUN_RECORD_LOCK = "dvc_lock_sha256"
+# The run record's digest of each dvc.lock entry of the stages its run went through (flows/experiments.py
+# writes it): a later `dvc repro`, a run that saved no experiment, or an ablation (whose record names
+# the shared stages and its arms) leaves a record that did not make the outputs in place.
+RUN_RECORD_LOCK = "dvc_lock_entries"
 
 
 def read_workspace(root: Path = Path(".")) -> dict[str, dict]:
@@ -42,12 +45,27 @@ def read_workspace(root: Path = Path(".")) -> dict[str, dict]:
     return found
 
 
-def _describes_workspace(record: dict, root: Path) -> bool:
-    """Whether dvc.lock is still the one the recorded run left (a record from before the digest was
-    kept is taken at its word)."""
-    digest = record.get(RUN_RECORD_LOCK)
+def lock_entries(stages: Iterable[str] | None = None, root: Path = Path(".")) -> dict[str, str]:
+    """A digest of each stage's dvc.lock entry under ``root`` (its command, deps, params and outputs: what
+    its outputs are and were made from), for ``stages`` (default: every stage the lock holds)."""
     lock = root / "dvc.lock"
-    return digest is None or (lock.is_file() and sha256_file(lock) == digest)
+    held = ((yaml.safe_load(lock.read_text()) or {}).get("stages") or {}) if lock.is_file() else {}
+    return {
+        name: hashlib.sha256(json.dumps(entry, sort_keys=True, default=str).encode()).hexdigest()
+        for name, entry in held.items()
+        if stages is None or name in stages
+    }
+
+
+def _describes_workspace(record: dict, root: Path) -> bool:
+    """Whether the recorded run made every pipeline output in place: each pipeline stage dvc.lock holds
+    has the entry it had when the run was recorded (a record from before the digests were kept is
+    taken at its word)."""
+    recorded = record.get(RUN_RECORD_LOCK)
+    if recorded is None:
+        return True
+    now = lock_entries({s.name for s in STAGES}, root)
+    return bool(now) and all(recorded.get(name) == digest for name, digest in now.items())
 
 
 def summarize(found: dict[str, dict]) -> dict[str, Any]:
@@ -116,8 +134,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"{run['params_file']}" + (f", overrides: {overrides}" if overrides else ""))
     if summary["earlier_run"]:
         lines += [
-            f"{RUN_RECORD} is from experiment {summary['earlier_run']}; dvc.lock changed since,",
-            "so its params, overrides and stage times are not shown (not these outputs')",
+            f"{RUN_RECORD} is experiment {summary['earlier_run']}'s, which did not make all",
+            "the outputs in place: its params, overrides and stage times are not shown",
         ]
     if summary["models"]:
         lines += _models_table(summary["models"])

@@ -318,6 +318,7 @@ def _record_experiment(
                 "git_commit": tracking.provenance_tags(params, params_file)["git_commit"],
                 "stage_seconds": stage_seconds,  # the one duration of each stage (the page's, MLflow's)
             },
+            list(stage_seconds),
         )
         tags |= {"dvc_experiment": name, "dvc_experiment_rev": rev}
         print(f"saved as DVC experiment {name} ({rev[:7]}): `dvc exp apply {name}` then `dvc repro` reproduces it")

@@ -58,7 +58,7 @@ SMOKE: dict[str, Any] = {
     "tune.eval_every": 1,
     **catalog.smoke_overrides(),  # each algorithm's own, from its spec (grpoflow/algorithms/<name>/)
 }
-KEPT_DIR = ".grpoflow/smoke"  # where a smoke run's page and metrics stay, one folder per set and flow
+KEPT_DIR = ".grpoflow/smoke"  # where a smoke run's page and metrics stay, one folder per set (and flow: kept_dir)
 KEPT_RESULTS = ("reports", "metrics", "data/prepared/report.md", "data/prepared/quarantine.jsonl")
 SOURCE_ROWS = 300  # rows read from each file or hub source (benchmarks: a sixth of it)
 # Processes a rehearsal launches at most (one node, gloo on a CPU): two already take every
@@ -201,10 +201,11 @@ def shrink_overlays(tuned: Path) -> None:
 
 
 def kept_dir(params_file: str, flow: tuple[str, ...]) -> Path:
-    """Where a smoke run of ``flow`` on ``params_file`` keeps its results: ``<set>/`` for the pipeline,
-    ``<set>-ablation/`` and ``<set>-tune/`` for the others, so that one flow's page never stands for another's."""
+    """Where a smoke run of ``flow`` on ``params_file`` keeps its results: ``.grpoflow/smoke/<set>/`` for the
+    pipeline, ``.grpoflow/smoke-ablation/<set>/`` and ``.grpoflow/smoke-tune/<set>/`` for the others, so that
+    one flow's page never stands for another's (a suffix on the set's name could meet another set's name)."""
     kind = flow[0].removeprefix("flows.")
-    return Path(KEPT_DIR) / (Path(params_file).stem + ("" if kind == "pipeline" else f"-{kind}"))
+    return Path(KEPT_DIR if kind == "pipeline" else f"{KEPT_DIR}-{kind}") / Path(params_file).stem
 
 
 def keep_results(project: Path, dest: Path) -> Path:

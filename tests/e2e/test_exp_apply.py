@@ -8,8 +8,12 @@ from __future__ import annotations
 import shutil
 import sys
 
+import pytest
+
 from flows.experiments import untracked_outputs
 from tests.e2e.conftest import GIT, REPO, run
+
+pytestmark = pytest.mark.e2e
 
 IGNORES = (".gitignore", "reports/.gitignore", "metrics/.gitignore")
 STAGE = """stages:
@@ -49,3 +53,5 @@ def test_applying_an_experiment_keeps_the_run_page_logs_and_benchmark_results(tm
     assert (tmp_path / "reports" / "compare" / "table.md").is_file()  # the experiment's own files are in place
     assert [rel for rel in LOCAL if not (tmp_path / rel).is_file()] == []
     assert all((tmp_path / rel).read_text() == rel for rel in LOCAL)
+    ignored = run(["git", "check-ignore", *LOCAL], tmp_path, run_env).stdout.split()  # and still out of git's sight
+    assert ignored == list(LOCAL)

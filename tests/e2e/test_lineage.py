@@ -74,5 +74,5 @@ def test_a_file_dropped_in_after_prepare_read_its_inputs_stops_the_experiment_be
     lineage.check_before_save(["prepare"])
     _add_rows(workspace)
     with pytest.raises(lineage.InputsChanged, match=rf"^{MINE} changed after stage 'prepare' read its inputs"):
-        experiments.record("lineage-test", {})
+        experiments.record("lineage-test", {}, ["prepare"])
     assert not (workspace / experiments.RUN_RECORD).exists()  # nothing of the run was written for the save

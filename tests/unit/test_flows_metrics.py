@@ -2,8 +2,7 @@
 
 import json
 
-from flows.metrics import RUN_RECORD_LOCK, format_summary, read_workspace, summarize
-from grpoflow.io import sha256_file
+from flows.metrics import RUN_RECORD_LOCK, format_summary, lock_entries, read_workspace, summarize
 
 FOUND = {
     "base_model": {"kind": "tiny", "seconds": 6.6},
@@ -63,21 +62,58 @@ def test_a_recorded_run_shows_each_stages_wall_time_as_the_run_page_and_mlflow_d
     assert format_summary(summarize(found)).splitlines()[-1] == "stage time: 140 s (prepare 9.5, grpo 130)"
 
 
-def _record_of_the_lock_in_place(root, lock_text: str) -> dict:
+LOCK = """schema: '2.0'
+stages:
+  prepare:
+    cmd: python -m tasks.prepare
+    outs:
+    - path: data/prepared
+      md5: 1111.dir
+  grpo:
+    cmd: python -m tasks.grpo
+    params:
+      params/default.yaml:
+        rl.steps: 3
+    outs:
+    - path: models/grpo
+      md5: 2222.dir
+"""
+
+
+def _recorded(root, stages: list[str]) -> dict:
+    """The record a run of ``stages`` leaves over the dvc.lock in place (flows/experiments.py's)."""
     (root / "metrics").mkdir(exist_ok=True)
-    (root / "dvc.lock").write_text(lock_text)
-    record = {**FOUND["run"], "dvc_experiment": "nightly-1a2b3c4d", RUN_RECORD_LOCK: sha256_file(root / "dvc.lock")}
+    record = {**FOUND["run"], "dvc_experiment": "nightly-1a2b3c4d", RUN_RECORD_LOCK: lock_entries(stages, root)}
     (root / "metrics" / "run.json").write_text(json.dumps(record))
     return record
 
 
-def test_the_run_record_stands_while_dvc_lock_is_the_one_its_run_left(tmp_path):
-    record = _record_of_the_lock_in_place(tmp_path, "schema: '2.0'\nstages: {}\n")
+def test_the_run_record_stands_while_every_stage_it_ran_keeps_the_lock_entry_it_left(tmp_path):
+    (tmp_path / "dvc.lock").write_text(LOCK)
+    record = _recorded(tmp_path, ["prepare", "grpo"])
     assert read_workspace(tmp_path) == {"run": record}
-    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {grpo: {}}\n")  # e.g. `dvc repro` after the run
+    (tmp_path / "dvc.lock").write_text(LOCK + "  ablation_report:\n    cmd: x\n")  # no pipeline stage of its own
+    assert read_workspace(tmp_path) == {"run": record}
+    (tmp_path / "dvc.lock").write_text(LOCK.replace("rl.steps: 3", "rl.steps: 20"))  # `dvc repro` after the run
     assert read_workspace(tmp_path) == {"earlier_run": record}
     (tmp_path / "dvc.lock").unlink()
     assert read_workspace(tmp_path) == {"earlier_run": record}
+
+
+def test_a_run_that_made_only_some_of_the_outputs_in_place_is_not_their_run(tmp_path):
+    """An ablation's record names the shared stages and its arms: grpo's outputs are another run's."""
+    (tmp_path / "dvc.lock").write_text(LOCK)
+    record = _recorded(tmp_path, ["prepare"])
+    assert read_workspace(tmp_path) == {"earlier_run": record}
+
+
+def test_a_lock_entry_is_read_not_its_layout(tmp_path):
+    (tmp_path / "dvc.lock").write_text(LOCK)
+    before = lock_entries(root=tmp_path)
+    (tmp_path / "dvc.lock").write_text(
+        LOCK.replace("    cmd: python -m tasks.grpo\n", "    cmd: 'python -m tasks.grpo'\n")
+    )
+    assert lock_entries(root=tmp_path) == before and set(before) == {"prepare", "grpo"}
 
 
 def test_a_record_written_before_the_digest_was_kept_is_taken_at_its_word(tmp_path):
@@ -91,8 +127,8 @@ def test_an_earlier_runs_record_lends_the_outputs_neither_its_overrides_nor_its_
     found = {k: v for k, v in FOUND.items() if k != "run"} | {"earlier_run": earlier}
     lines = format_summary(summarize(found)).splitlines()
     assert lines[:2] == [
-        "metrics/run.json is from experiment nightly-1a2b3c4d; dvc.lock changed since,",
-        "so its params, overrides and stage times are not shown (not these outputs')",
+        "metrics/run.json is experiment nightly-1a2b3c4d's, which did not make all",
+        "the outputs in place: its params, overrides and stage times are not shown",
     ]
     assert lines[-1] == "stage time: 266 s (base_model 6.6, prepare 5.3, sft 2.4, grpo 112, ppo 140)"
     assert "overrides" not in "\n".join(lines[2:]) and max(map(len, lines)) < 80

@@ -109,7 +109,7 @@ def test_a_smoke_run_tells_its_flow_where_its_page_will_be_kept_and_keeps_what_a
     from flows import summary
 
     workspace, scratch = tmp_path / "workspace", tmp_path / "scratch"
-    kept, tuned = (workspace / ".grpoflow" / "smoke" / name for name in ("default", "default-tune"))
+    kept, tuned = (workspace / ".grpoflow" / folder / "default" for folder in ("smoke", "smoke-tune"))
     (tuned / "reports").mkdir(parents=True)
     (tuned / "reports" / "tune.md").write_text("# tuned\n")  # what a smoke `make tune` kept
     monkeypatch.chdir(ROOT)
@@ -158,19 +158,21 @@ def test_a_failed_smoke_ablation_keeps_no_page_of_the_smoke_run_before_it(tmp_pa
         return subprocess.CompletedProcess(cmd, passing["code"], "", "")
 
     monkeypatch.setattr(rehearse_module.subprocess, "run", run)
-    smoke = workspace / ".grpoflow" / "smoke"
+    smoke, ablation = (
+        workspace / ".grpoflow" / "smoke" / "default",
+        workspace / ".grpoflow" / "smoke-ablation" / "default",
+    )
     assert rehearse("params/default.yaml", None, None) == 0  # the pipeline's smoke run: its own folder
     assert rehearse("params/default.yaml", None, None, flow=("flows.ablation", "--arms", "grpo")) == 0
-    assert (smoke / "default" / "reports" / "run.html").read_text() == "<html>flows.pipeline</html>"
-    assert (smoke / "default-ablation" / "reports" / "run.html").read_text() == "<html>flows.ablation</html>"
+    assert (smoke / "reports" / "run.html").read_text() == "<html>flows.pipeline</html>"
+    assert (ablation / "reports" / "run.html").read_text() == "<html>flows.ablation</html>"
     passing["code"] = 1
     capsys.readouterr()
     assert rehearse("params/default.yaml", None, None, flow=("flows.ablation", "--arms", "grpo")) == 1
-    ablation = smoke / "default-ablation"
     assert not (ablation / "reports" / "run.html").exists()  # the failed run's logs, not the passed run's page
     assert (ablation / "reports" / "logs" / "prepare.log").read_text() == "flows.ablation\n"
     assert f"its stage logs: {ablation.resolve() / 'reports' / 'logs'}" in capsys.readouterr().out
-    assert (smoke / "default" / "reports" / "run.html").is_file()  # the pipeline's smoke results untouched
+    assert (smoke / "reports" / "run.html").is_file()  # the pipeline's smoke results untouched
 
 
 def test_help_lists_the_stages_every_set_runs_and_marks_the_opt_in_ones(capsys):
