@@ -100,6 +100,8 @@ def summarize(found: dict[str, dict]) -> dict[str, Any]:
         "rows": (found.get("prepare") or {}).get("rows"),
         "reward_model_accuracy": (found.get("reward_model") or {}).get("heldout_accuracy"),
         "stage_seconds": seconds,
+        # Stages whose time is not known (their metrics keep none, and no run record stands): not in the sum.
+        "untimed": [s.name for s in STAGES if s.name in found and s.name not in seconds],
     }
 
 
@@ -154,6 +156,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     seconds = summary["stage_seconds"]
     if seconds:
         lines.append(f"stage time: {sum(seconds.values()):.0f} s (" + ", ".join(_seconds(seconds)) + ")")
+    if summary["untimed"]:
+        lines.append(f"no time kept for {', '.join(summary['untimed'])}")
     return "\n".join(lines)
 
 
