@@ -138,7 +138,9 @@ PARAMS_GIVEN = $(if $(filter command line environment,$(origin PARAMS)),--params
 ui: setup
 	exec $(PY) -m flows.ui --port $(UI_PORT) --store $(CURDIR)/mlflow.db $(PARAMS_GIVEN)
 
-# reports/* and metrics/*: their tracked .gitignore stays (see reports/.gitignore).
+# Every run output and store (the smoke runs' kept results in .grpoflow/ too). reports/* and metrics/*: their
+# tracked .gitignore stays (see reports/.gitignore). The venv and .cache/ (DeepSpeed's compiled ops,
+# minutes to build again) stay.
 clean:
 	rm -rf data/prepared data/verifier_validation data/evaluation models checkpoints reports/* metrics/* \
-		mlruns mlartifacts mlflow.db optuna.db .cache .grpoflow
+		mlruns mlartifacts mlflow.db optuna.db .grpoflow

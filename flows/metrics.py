@@ -174,7 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     found = read_workspace()
     if not found:
-        print("no metrics yet: a run of the pipeline writes them (make smoke, make demo)")
+        from flows.rehearse import KEPT_DIR  # a smoke run keeps its metrics there, never in the workspace
+
+        print(
+            "no metrics yet: a run of the pipeline writes them (make demo, or dvc repro); a smoke run keeps "
+            f"its own in {KEPT_DIR}/<set>/metrics/"
+        )
         return 0
     summary = summarize(found)
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))

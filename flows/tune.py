@@ -23,6 +23,7 @@ arm, and the best settings become the arm's overlay, params/tuned/<set>-<arm>.ya
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -196,8 +197,14 @@ def tune(
     }
 
 
-def study_fingerprint_note() -> str:
-    """Where the studies live, for the closing lines."""
+def study_fingerprint_note(kept: str | None = None) -> str:
+    """Where the studies live, for the closing lines; ``kept``: where a smoke tune's results are kept (its
+    scratch copy, studies and overlays included, is deleted once it ends)."""
+    if kept:
+        return (
+            f"studies and overlays: the smoke run's scratch copy's, deleted with it; report and trial logs kept "
+            f"in {kept}"
+        )
     return f"studies in {tune_study.OPTUNA_DB} (resumed by the same command), report in {REPORT}"
 
 
@@ -243,15 +250,16 @@ def main(argv: list[str] | None = None) -> int:
             )
     except (ConfigError, StageFailed, tune_study.TrialCrashed, KeyboardInterrupt) as exc:
         return cli_exit(exc, INTERRUPTED.replace("training resumes from its last checkpoint", "the studies resume"))
+    kept = os.environ.get(summary.SMOKE_KEPT_ENV)  # a smoke tune: this workspace is a scratch copy
     for arm, r in result.items():
         best = (
             "no complete trial" if r["best_val_accuracy"] is None else f"best val accuracy {r['best_val_accuracy']:.3f}"
         )
         print(
             f"{arm:>14}: {best} in {r['trials']} trials, {r['steps_spent']} of {r['budget_steps']} steps"
-            + (f"; overlay {r['overlay']}" if r["overlay"] else "")
+            + (f"; overlay {r['overlay']}" + (" (the scratch copy's)" if kept else "") if r["overlay"] else "")
         )
-    print(study_fingerprint_note())
+    print(study_fingerprint_note(kept))
     print(summary.where_text(args.params, REPORT).replace("Run page", "Report"), end="")
     return 0
 

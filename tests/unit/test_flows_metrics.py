@@ -136,3 +136,14 @@ def test_an_earlier_runs_record_lends_the_outputs_neither_its_overrides_nor_its_
         "no time kept for validate_verifiers, evaluate, compare",
     ]
     assert "overrides" not in "\n".join(lines[2:]) and max(map(len, lines)) < 80
+
+
+def test_before_any_run_the_hint_names_what_writes_the_workspaces_metrics(tmp_path, monkeypatch, capsys):
+    """It named `make smoke`, whose metrics stay in .grpoflow/smoke/<set>/: the hint came back after one."""
+    from flows.metrics import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main([]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("no metrics yet") and "make demo" in said and "make smoke" not in said
+    assert ".grpoflow/smoke/<set>/metrics/" in said

@@ -200,7 +200,7 @@ def test_the_smoke_bundle_sizes_tuning_and_the_critics_warm_up_consistently(monk
 
 def test_the_scratch_copys_overlays_lose_only_the_keys_the_smoke_bundle_sizes(tmp_path):
     from flows.rehearse import shrink_overlays
-    from grpoflow.tuning.overlay import read_overlay
+    from grpoflow.tuning.overlay import overlay_budget, read_overlay
 
     tuned = tmp_path / "params" / "tuned"
     tuned.mkdir(parents=True)
@@ -213,3 +213,28 @@ def test_the_scratch_copys_overlays_lose_only_the_keys_the_smoke_bundle_sizes(tm
         and kept["ppo.kl_coef"] == read_overlay(ROOT / "params" / "tuned" / "default-ppo.yaml")["ppo.kl_coef"]
     )
     assert not (tuned / "default-x.yaml").exists()  # nothing left of it: the arm trains untuned
+    # The smoke ablation and tune still name the budget it was tuned on (they said "not stated").
+    assert overlay_budget(tuned / "default-ppo.yaml") == overlay_budget(ROOT / "params" / "tuned" / "default-ppo.yaml")
+    assert overlay_budget(tuned / "default-ppo.yaml") is not None
+    assert (tuned / "default-ppo.yaml").read_text().startswith("# Tuned settings of arm ppo")
+
+
+def test_a_smoke_tunes_trial_logs_are_kept_and_its_data_view_is_not(tmp_path):
+    """A failed trial's error names its trial.log, which went with the scratch copy."""
+    from flows.rehearse import keep_results
+
+    project = tmp_path / "project"
+    for rel in (".grpoflow/tune/default-grpo/t0/trial.log", ".grpoflow/tune/data/train.jsonl", "reports/tune.md"):
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_text(rel)
+    kept = keep_results(project, tmp_path / "kept")
+    found = sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file())
+    assert found == [".grpoflow/tune/default-grpo/t0/trial.log", "reports/tune.md"]
+
+
+def test_a_smoke_tune_says_its_studies_and_overlays_went_with_the_copy():
+    from flows.tune import study_fingerprint_note
+
+    assert "resumed by the same command" in study_fingerprint_note()
+    note = study_fingerprint_note("/w/.grpoflow/smoke-tune/default")
+    assert "resumed" not in note and note.endswith("kept in /w/.grpoflow/smoke-tune/default")
