@@ -188,6 +188,19 @@ def test_the_mlflow_link_points_at_the_tracking_server_in_use(monkeypatch):
     assert _mlflow_link("3", "abc") == f"http://127.0.0.1:5000/#/experiments/3/runs/abc{view}"  # make ui over mlflow.db
 
 
+def test_a_smoke_runs_kept_page_links_to_no_mlflow_run_or_prefect_flow_run(monkeypatch):
+    """The page a smoke run keeps linked to the MLflow run and Prefect flow run of its deleted scratch copy."""
+    from flows import summary
+    from flows.pipeline import run_links
+
+    monkeypatch.delenv(summary.SMOKE_KEPT_ENV, raising=False)
+    assert run_links("3", "abc", "")["MLflow parent run"].endswith(
+        "/#/experiments/3/runs/abc?workflowType=machine_learning"
+    )
+    monkeypatch.setenv(summary.SMOKE_KEPT_ENV, "/w/.grpoflow/smoke/default")
+    assert run_links("3", "abc", "f1") == {}
+
+
 def test_the_set_is_validated_as_it_will_run_with_the_workspace_held(project):
     """Before the lock, the params file may hold another run's temporary edits (here rl.steps: 999)."""
     waiting, seen = threading.Event(), {}
