@@ -112,6 +112,12 @@ def check_before_save(stages: list[str]) -> None:
             )
 
 
+def locked_stages(lock: str | Path = "dvc.lock") -> dict[str, dict]:
+    """Each stage's entry in the lock file, by name (none without the file)."""
+    path = Path(lock)
+    return ((yaml.safe_load(path.read_text()) or {}).get("stages") or {}) if path.is_file() else {}
+
+
 def forget(stage: str, lock: str | Path = "dvc.lock") -> None:
     """Remove ``stage``'s entry from the lock file, so that DVC runs it again."""
     path = Path(lock)

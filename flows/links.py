@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from flows import serve
-from flows.summary import SMOKE_KEPT_ENV
+from flows.summary import smoke_kept_in
 from tasks import tracking
 
 
@@ -41,7 +41,7 @@ def run_links(experiment_id: str, parent_id: str, flow_run_id: str) -> dict[str,
     """The run page's way back, by name: the MLflow parent run and the Prefect flow run (none
     without a flow run id). None for a smoke run: its MLflow store and Prefect server go with its
     scratch copy, and the page it keeps would link to nothing."""
-    if os.environ.get(SMOKE_KEPT_ENV):
+    if smoke_kept_in():
         return {}
     prefect = _prefect_link(flow_run_id) if flow_run_id else ""
     return {"MLflow parent run": _mlflow_link(experiment_id, parent_id), "Prefect flow run": prefect}

@@ -19,8 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from flows.lineage import locked_stages
 from tasks.stages import RUN_RECORD, STAGES
 
 REFERENCE = "sft"
@@ -48,11 +47,9 @@ def read_workspace(root: Path = Path(".")) -> dict[str, dict]:
 def lock_entries(stages: Iterable[str] | None = None, root: Path = Path(".")) -> dict[str, str]:
     """A digest of each stage's dvc.lock entry under ``root`` (its command, deps, params and outputs: what
     its outputs are and were made from), for ``stages`` (default: every stage the lock holds)."""
-    lock = root / "dvc.lock"
-    held = ((yaml.safe_load(lock.read_text()) or {}).get("stages") or {}) if lock.is_file() else {}
     return {
         name: hashlib.sha256(json.dumps(entry, sort_keys=True, default=str).encode()).hexdigest()
-        for name, entry in held.items()
+        for name, entry in locked_stages(root / "dvc.lock").items()
         if stages is None or name in stages
     }
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import os
 import signal
 import sys
 import time
@@ -341,7 +340,7 @@ def _announce_parent_run(experiment_id: str, parent_id: str, params_file: str) -
     """Print and link the MLflow parent run, saying where it can be opened."""
     served = (
         "in the smoke run's scratch copy, deleted once it ends"
-        if os.environ.get(summary.SMOKE_KEPT_ENV)
+        if summary.smoke_kept_in()
         else f"served by `{summary.ui_command(params_file)}`"
     )
     print(f"MLflow run: {_mlflow_link(experiment_id, parent_id)} ({served})")

@@ -59,10 +59,15 @@ SMOKE: dict[str, Any] = {
     **catalog.smoke_overrides(),  # each algorithm's own, from its spec (grpoflow/algorithms/<name>/)
 }
 KEPT_DIR = ".grpoflow/smoke"  # where a smoke run's page and metrics stay, one folder per set (and flow: kept_dir)
-KEPT_RESULTS = ("reports", "metrics", "data/prepared/report.md", "data/prepared/quarantine.jsonl")
-# A smoke tune's trial logs (flows/tune_study.py's TUNE_DIR, spelled out: that module imports Optuna), which a
-# failed trial's error names; not the trials' data view beside them.
-KEPT_GLOBS = (".grpoflow/tune/*/t*/trial.log",)
+# What a smoke run keeps, as glob patterns under its copy. The last: a smoke tune's trial logs (flows/tune_study.py's
+# TUNE_DIR, spelled out: that module imports Optuna), which a failed trial's error names; not their data view.
+KEPT_RESULTS = (
+    "reports",
+    "metrics",
+    "data/prepared/report.md",
+    "data/prepared/quarantine.jsonl",
+    ".grpoflow/tune/*/t*/trial.log",
+)
 SOURCE_ROWS = 300  # rows read from each file or hub source (benchmarks: a sixth of it)
 # Processes a rehearsal launches at most (one node, gloo on a CPU): two already take every
 # distributed path (sharding, all-reduce, rank 0 alone writing); more would only queue on the cores.
@@ -193,14 +198,13 @@ def rehearse(
 def shrink_overlays(tuned: Path) -> None:
     """The scratch copy's tuned overlays without the keys the smoke bundle sizes (a critic warm-up of 14
     steps in a run of 2): the smoke ablation still applies every other tuned setting."""
-    from grpoflow.tuning.overlay import PROVENANCE_KEY, overlay_text, read_overlay
+    from grpoflow.tuning.overlay import without
 
     for path in sorted(tuned.glob("*.yaml")) if tuned.is_dir() else []:
-        settings = {k: v for k, v in read_overlay(path).items() if k not in SMOKE}
-        if settings:  # its header and tuned_with record kept: the smoke run names the budget it was tuned on
-            text = path.read_text()
-            header = [line.removeprefix("#").strip() for line in text.splitlines() if line.startswith("#")]
-            path.write_text(overlay_text(settings, header, (yaml.safe_load(text) or {}).get(PROVENANCE_KEY)))
+        # Its header and tuned_with record kept: the smoke run names the budget it was tuned on.
+        text = without(path, SMOKE)
+        if text:
+            path.write_text(text)
         else:
             path.unlink()
 
@@ -220,9 +224,8 @@ def keep_results(project: Path, dest: Path) -> Path:
     passed. Its absolute path."""
     dest = dest.resolve()
     shutil.rmtree(dest, ignore_errors=True)
-    globbed = [str(p.relative_to(project)) for pattern in KEPT_GLOBS for p in sorted(project.glob(pattern))]
-    for rel in [*KEPT_RESULTS, *globbed]:
-        src = project / rel
+    for src in (found for pattern in KEPT_RESULTS for found in sorted(project.glob(pattern))):
+        rel = src.relative_to(project)
         if src.is_dir():
             shutil.copytree(src, dest / rel, dirs_exist_ok=True)
         elif src.is_file():

@@ -25,6 +25,11 @@ LAST_RUN = Path(".grpoflow/last_run.json")
 SMOKE_KEPT_ENV = "GRPOFLOW_SMOKE_KEPT_IN"
 
 
+def smoke_kept_in() -> str | None:
+    """In a smoke run's scratch copy, the workspace folder its results will be kept in; else None."""
+    return os.environ.get(SMOKE_KEPT_ENV) or None
+
+
 def headline_rows(evaluation: dict | None, start: str) -> list[str]:
     """One line per evaluated model: its name, test pass@1 ± SE, and the gain over the starting model."""
     models = (evaluation or {}).get("models") or {}
@@ -79,7 +84,7 @@ def where_next(params_file: str, page: Path | None = None) -> dict[str, str]:
     from flows.run_report import REPORT
 
     page = page or REPORT
-    kept = os.environ.get(SMOKE_KEPT_ENV)
+    kept = smoke_kept_in()
     if kept:  # a smoke run, in a scratch copy deleted once it ends: its page is kept, its MLflow store is not
         return {"Run page": str(Path(kept) / page) if page.is_file() else ""}
     last = last_run() or {}

@@ -23,7 +23,6 @@ arm, and the best settings become the arm's overlay, params/tuned/<set>-<arm>.ya
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import time
 from pathlib import Path
@@ -250,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     except (ConfigError, StageFailed, tune_study.TrialCrashed, KeyboardInterrupt) as exc:
         return cli_exit(exc, INTERRUPTED.replace("training resumes from its last checkpoint", "the studies resume"))
-    kept = os.environ.get(summary.SMOKE_KEPT_ENV)  # a smoke tune: this workspace is a scratch copy
+    kept = summary.smoke_kept_in()  # a smoke tune: this workspace is a scratch copy
     for arm, r in result.items():
         best = (
             "no complete trial" if r["best_val_accuracy"] is None else f"best val accuracy {r['best_val_accuracy']:.3f}"

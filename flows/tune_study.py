@@ -19,8 +19,8 @@ import yaml
 from prefect import task
 from prefect.cache_policies import NONE
 
+from flows import lineage, workspace
 from flows import trial as trial_process
-from flows import workspace
 from grpoflow import catalog
 from grpoflow.config import ARMS, ConfigError, Params, arm_params, unknown_name
 from grpoflow.tuning.budget import Budget
@@ -81,11 +81,7 @@ def study_name(params_file: str, arm: str) -> str:
 
 def reference_hash(lock: str | Path = "dvc.lock") -> str:
     """The SFT reference's digest as DVC recorded it when the sft stage last ran ("none" before)."""
-    try:
-        stages = (yaml.safe_load(Path(lock).read_text()) or {}).get("stages") or {}
-    except FileNotFoundError:
-        return "none"
-    outs = (stages.get("sft") or {}).get("outs") or []
+    outs = (lineage.locked_stages(lock).get("sft") or {}).get("outs") or []
     return next((str(o.get("md5")) for o in outs if o.get("path") == REFERENCE), "none")
 
 

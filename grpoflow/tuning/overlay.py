@@ -7,6 +7,7 @@ later tune replaces them only on a budget at least as large (flows/tune.py)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,18 @@ def _tree(path: str | Path) -> dict[str, Any]:
 def read_overlay(path: str | Path) -> dict[str, Any]:
     """An overlay's settings as dotted keys; :class:`ConfigError` naming the file when it is no mapping."""
     return dotted({k: v for k, v in _tree(path).items() if k != PROVENANCE_KEY})
+
+
+def without(path: str | Path, keys: Collection[str]) -> str | None:
+    """The overlay's text without the settings ``keys`` (dotted), its header and ``tuned_with`` record kept;
+    None when no setting is left."""
+    text = Path(path).read_text()
+    tree = _tree(path)
+    settings = {
+        k: v for k, v in dotted({k: v for k, v in tree.items() if k != PROVENANCE_KEY}).items() if k not in keys
+    }
+    header = [line.removeprefix("#").strip() for line in text.splitlines() if line.startswith("#")]
+    return overlay_text(settings, header, tree.get(PROVENANCE_KEY)) if settings else None
 
 
 def overlay_budget(path: str | Path) -> int | None:
