@@ -102,6 +102,10 @@ def summarize(found: dict[str, dict]) -> dict[str, Any]:
     }
 
 
+# The widest line `make metrics` prints: it reads in a narrow terminal or beside the run page.
+WIDTH = 79
+
+
 def _cell(value: Any, kind: str) -> str:
     if value is None:
         return "-"
@@ -152,10 +156,23 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append("gates: " + ", ".join(gates))
     seconds = summary["stage_seconds"]
     if seconds:
-        lines.append(f"stage time: {sum(seconds.values()):.0f} s (" + ", ".join(_seconds(seconds)) + ")")
+        lines += _wrapped(f"stage time: {sum(seconds.values()):.0f} s (", _seconds(seconds))
     if summary["untimed"]:
         lines.append(f"no time kept for {', '.join(summary['untimed'])}")
     return "\n".join(lines)
+
+
+def _wrapped(start: str, parts: list[str]) -> list[str]:
+    """``start`` then ``parts`` as a comma list in brackets, broken only between two parts (a stage's
+    name stays beside its time), each further line indented, none wider than :data:`WIDTH`."""
+    pieces = [p + "," for p in parts[:-1]] + [parts[-1] + ")"]
+    lines = [start + pieces[0]]
+    for piece in pieces[1:]:
+        if len(lines[-1]) + 1 + len(piece) > WIDTH:
+            lines.append("  " + piece)
+        else:
+            lines[-1] += " " + piece
+    return lines
 
 
 def _seconds(seconds: dict[str, float]) -> list[str]:

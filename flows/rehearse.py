@@ -181,11 +181,12 @@ def rehearse(
     if not keep:  # the run's closing lines name where its page will be kept, not the copy deleted after it
         env[KEPT_ENV] = str(kept.resolve())
     env.setdefault("TORCH_EXTENSIONS_DIR", str(OP_CACHE))  # the user's choice (the Makefile's) wins
-    print(f"rehearsal of {params_file} at smoke scale in {project}", flush=True)
+    what = smoke_label(params_file, flow)
+    print(f"{what} in a scratch copy, {project}", flush=True)
     cmd = [sys.executable, "-m", *flow, "--params", str(rel), *(["--stages", *stages] if stages else [])]
     code = subprocess.run(cmd, cwd=project, env=env).returncode
     print(
-        f"rehearsal of {params_file}: {'passed' if code == 0 else f'FAILED (exit {code})'}"
+        f"{what}: {'passed' if code == 0 else f'FAILED (exit {code})'}"
         + (f"; its workspace is kept at {project}" if keep else ""),
         flush=True,
     )
@@ -207,6 +208,13 @@ def shrink_overlays(tuned: Path) -> None:
             path.write_text(text)
         else:
             path.unlink()
+
+
+def smoke_label(params_file: str, flow: tuple[str, ...]) -> str:
+    """How the console names a smoke run of ``flow``: in the words of the make targets that start one
+    (``make smoke``; ``make ablation SMOKE=1``), not the flows' ``--rehearse``."""
+    kind = flow[0].removeprefix("flows.")
+    return f"smoke {'run' if kind == 'pipeline' else kind} of {params_file}"
 
 
 def kept_dir(params_file: str, flow: tuple[str, ...]) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 from grpoflow import catalog
@@ -204,6 +205,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     from tasks import notes, tracking
     from tasks.plots import plot_accuracy_by_wall_clock, plot_bars, plot_curves, plot_memory, read_history
 
+    start = time.perf_counter()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     evaluation = json.loads(Path(args.evaluation).read_text())
@@ -231,6 +233,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
             fh.write(report_html(summaries, memory, verdict, plots, extra))
         write_json(out / "table.json", table_rows(summaries))
         metrics = {"summaries": summaries, "memory": memory, "winner_on_test_pass@1": verdict, **extra}
+        metrics["seconds"] = round(time.perf_counter() - start, 1)
         write_json(args.metrics, metrics)
         tracking.log_summary({"memory": memory, **extra, **{a: s for a, s in summaries.items()}})
         mlflow.set_tag("winner_on_test_pass_at_1", verdict)

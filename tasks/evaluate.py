@@ -181,6 +181,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     from grpoflow.models.device import describe
     from tasks import notes, tracking
 
+    start = time.perf_counter()
     print(f"evaluate: {describe()}", flush=True)  # where it computes (grpoflow.models.device)
 
     data, out = Path(args.data), Path(args.out)
@@ -216,6 +217,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
             "temperature": cfg.temperature,
             "greedy": cfg.greedy,
             "max_loss_increase": cfg.max_loss_increase,
+            "seconds": round(time.perf_counter() - start, 1),
         }
         write_json(args.metrics, metrics)
         mlflow.set_tag(tracking.NOTE, notes.evaluate_note(metrics))

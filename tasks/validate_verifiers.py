@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import time
 from pathlib import Path
 
 import verifiers
@@ -179,6 +180,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
     from grpoflow.data.records import row_task
     from tasks import notes, tracking
 
+    start = time.perf_counter()
     out = Path(args.out)
     with tracking.stage_run("validate_verifiers", params, args.params):
         sets = reference_sets(Path(args.data), params.verifier_gate.max_examples, params.experiment.seed)
@@ -210,6 +212,7 @@ def main(args: argparse.Namespace, params: Params) -> None:
             **({"reward_model": rm} if rm else {}),
             "passed": not failures,
             "failures": failures,
+            "seconds": round(time.perf_counter() - start, 1),
         }
         write_json(args.metrics, metrics)
         mlflow.set_tag("gate", "passed" if not failures else "failed")

@@ -248,6 +248,9 @@ return ([[str(r.flow_run_id), r.name, r.state.name] for r in runs if r.name in {
         assert exps[name]["rev"] == parent.data.tags["dvc_experiment_rev"]
     # The last run's record describes the outputs in place (`make metrics` shows its overrides).
     assert read_workspace(project)["run"]["overrides"]["rl.steps"] == 3
+    # Every stage's metrics keep its own time, for `make metrics` once no run record stands.
+    timed = {n: isinstance(m.get("seconds"), (int, float)) for n, m in read_workspace(project).items() if n != "run"}
+    assert len(timed) >= 8 and all(timed.values()), timed
     # The run's overrides were undone in the workspace once it ended; the remote holds its outputs.
     assert run(["git", "status", "--porcelain", "--untracked-files=no"], project, env).stdout == ""
     status = run([PY, "-m", "dvc", "status", "--cloud", "--remote", "storage"], project, env)

@@ -31,7 +31,7 @@ def smollm2_installed() -> None:
 def test_the_smollm2_set_rehearses_every_stage(project: Path, run_env: dict[str, str]) -> None:
     ran = run(["python", "-m", "flows.pipeline", "--params", SMOL, "--rehearse"], project, run_env, timeout=1800)
     assert ran.returncode == 0, ran
-    assert f"rehearsal of {SMOL}: passed" in ran.stdout
+    assert f"smoke run of {SMOL}: passed" in ran.stdout
     for stage in ("base_model", "sft", "grpo", "evaluate"):
         assert f"Running stage '{stage}'" in ran.stdout + ran.stderr, ran
     # The set's real outputs are untouched: the rehearsal ran in a scratch copy.
@@ -81,4 +81,4 @@ def test_the_qwen_set_rehearses_with_a_local_smollm2_folder(
         timeout=1800,
     )
     assert ran.returncode == 0, ran
-    assert f"rehearsal of {QWEN}: passed" in ran.stdout
+    assert f"smoke run of {QWEN}: passed" in ran.stdout

@@ -55,7 +55,7 @@ def test_a_smoke_run_on_your_own_files_runs_every_stage_and_leaves_the_workspace
     assert ran.returncode == 0, ran
     for stage in (s.name for s in STAGES if not s.opt_in):
         assert f"{stage:>20}: ran in" in ran.stdout, stage
-    assert f"rehearsal of {params}: passed" in ran.stdout
+    assert f"smoke run of {params}: passed" in ran.stdout
     for output in ("dvc.lock", "models", "data/prepared", "mlflow.db"):
         assert not (project / output).exists(), output
     assert [p.name for p in (project / "metrics").iterdir()] == [".gitignore"]  # the tracked one alone

@@ -2,12 +2,15 @@
 
 import json
 
-from flows.metrics import RUN_RECORD_LOCK, format_summary, lock_entries, read_workspace, summarize
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flows.metrics import RUN_RECORD_LOCK, WIDTH, _wrapped, format_summary, lock_entries, read_workspace, summarize
 
 FOUND = {
     "base_model": {"kind": "tiny", "seconds": 6.6},
     "prepare": {"passed": True, "rows": {"kept": 400, "quarantined": 3}, "seconds": 5.324},
-    "validate_verifiers": {"passed": True, "failures": []},
+    "validate_verifiers": {"passed": True, "failures": [], "seconds": 3.1},
     "sft": {"final_loss": 5.2, "seconds": 2.4},
     "grpo": {"seconds_per_step": 0.335, "steps": 150, "peak_memory_mb": 881.9, "seconds": 112.0},
     "ppo": {"seconds_per_step": 0.425, "steps": 150, "peak_memory_mb": 900.9, "seconds": 140.0},
@@ -16,9 +19,10 @@ FOUND = {
             "grpo": {"test": {"pass@1": 0.4}},
             "ppo": {"test": {"pass@1": 0.3625}},
             "sft": {"test": {"pass@1": 0.25}},
-        }
+        },
+        "seconds": 61.0,
     },
-    "compare": {"winner_on_test_pass@1": "grpo", "summaries": {"grpo": {"phases": list(range(500))}}},
+    "compare": {"winner_on_test_pass@1": "grpo", "summaries": {"grpo": {"phases": list(range(500))}}, "seconds": 4.2},
     "run": {"params_file": "params/default.yaml", "overrides": {"rl.steps": 150}},
 }
 
@@ -33,10 +37,31 @@ def test_the_headline_is_a_few_short_lines():
         "ppo          36.2%  +11.2 pts    0.42    150       901",
         "winner on test pass@1: grpo",
         "gates: prepare passed (400 rows kept, 3 quarantined), validate_verifiers passed",
+        "stage time: 335 s (base_model 6.6, prepare 5.3, validate_verifiers 3.1,",
+        "  sft 2.4, grpo 112, ppo 140, evaluate 61, compare 4.2)",  # broken between stages, never inside one
+    ]
+    assert max(map(len, text.splitlines())) < 80
+
+
+@given(st.lists(st.from_regex(r"[a-z_]{1,30} [0-9]{1,4}(\.[0-9])?", fullmatch=True), min_size=1, max_size=20))
+def test_a_long_list_is_broken_only_between_its_parts(parts):
+    lines = _wrapped("stage time: 1 s (", parts)
+    assert max(map(len, lines)) <= WIDTH and all(line.startswith("  ") for line in lines[1:])
+    assert lines[0] + "".join(" " + line[2:] for line in lines[1:]) == "stage time: 1 s (" + ", ".join(parts) + ")"
+
+
+# Metrics of a run made before validate_verifiers, evaluate and compare kept their time.
+UNTIMED = {
+    n: {k: v for k, v in m.items() if k != "seconds"} if n in ("validate_verifiers", "evaluate", "compare") else m
+    for n, m in FOUND.items()
+}
+
+
+def test_stages_that_kept_no_time_are_named_and_left_out_of_the_sum():
+    assert format_summary(summarize(UNTIMED)).splitlines()[-2:] == [
         "stage time: 266 s (base_model 6.6, prepare 5.3, sft 2.4, grpo 112, ppo 140)",
         "no time kept for validate_verifiers, evaluate, compare",  # not in the sum: it is not the run's time
     ]
-    assert max(map(len, text.splitlines())) < 80
 
 
 def test_a_failed_gate_and_a_run_not_yet_evaluated():
@@ -125,7 +150,7 @@ def test_a_record_written_before_the_digest_was_kept_is_taken_at_its_word(tmp_pa
 
 def test_an_earlier_runs_record_lends_the_outputs_neither_its_overrides_nor_its_stage_times():
     earlier = {**FOUND["run"], "dvc_experiment": "nightly-1a2b3c4d", "stage_seconds": {"grpo": 999.0}}
-    found = {k: v for k, v in FOUND.items() if k != "run"} | {"earlier_run": earlier}
+    found = {k: v for k, v in UNTIMED.items() if k != "run"} | {"earlier_run": earlier}
     lines = format_summary(summarize(found)).splitlines()
     assert lines[:2] == [
         "metrics/run.json is experiment nightly-1a2b3c4d's, which did not make all",

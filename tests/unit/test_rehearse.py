@@ -171,7 +171,9 @@ def test_a_failed_smoke_ablation_keeps_no_page_of_the_smoke_run_before_it(tmp_pa
     assert rehearse("params/default.yaml", None, None, flow=("flows.ablation", "--arms", "grpo")) == 1
     assert not (ablation / "reports" / "run.html").exists()  # the failed run's logs, not the passed run's page
     assert (ablation / "reports" / "logs" / "prepare.log").read_text() == "flows.ablation\n"
-    assert f"its stage logs: {ablation.resolve() / 'reports' / 'logs'}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"its stage logs: {ablation.resolve() / 'reports' / 'logs'}" in out
+    assert "smoke ablation of params/default.yaml: FAILED (exit 1)" in out  # as `make ablation SMOKE=1` says it
     assert (smoke / "reports" / "run.html").is_file()  # the pipeline's smoke results untouched
 
 
