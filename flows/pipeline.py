@@ -232,7 +232,8 @@ def publish_to_mlflow(
     recorded as the one ``make ui`` opens next and the summary links. The headline's text."""
     import mlflow
 
-    summary.record_last_run(params_file, experiment_id, parent_id, links["MLflow parent run"])
+    # A smoke run's page links nowhere (links.run_links): its MLflow store goes with its scratch copy.
+    summary.record_last_run(params_file, experiment_id, parent_id, links.get("MLflow parent run", ""))
     sft = stage_declaration("sft")
     parameters = json.loads(Path(sft.file("metrics")).read_text()) if Path(sft.file("metrics")).is_file() else {}
     mlflow.log_params(tracking.resolved_model(sft.file("out"), parameters.get("parameters")))

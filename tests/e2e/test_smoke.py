@@ -65,6 +65,8 @@ def test_a_smoke_run_on_your_own_files_runs_every_stage_and_leaves_the_workspace
     kept = project / ".grpoflow" / "smoke" / "mine"
     assert f"smoke results kept in {kept}" in ran.stdout
     assert (kept / "metrics" / "evaluate.json").is_file()
+    page = (kept / "reports" / "run.html").read_text()  # its page, which links to no store the copy took along
+    assert "could not be written" not in ran.stdout + ran.stderr and "http://" not in page
     # Every row of both files was read, none quarantined, and the templated siblings are no leak.
     report = (kept / "data" / "prepared" / "report.md").read_text()
     assert "Rows kept: 350 " in report and "Sources read: {'mine': 200, 'shop': 150}" in report, report
