@@ -16,6 +16,7 @@ from typing import Any
 from grpoflow.config import DataConfig
 from grpoflow.data.raw import RowError
 from grpoflow.data.records import PairRecord, Record
+from grpoflow.data.text import fold, hidden_characters
 from verifiers.extract import last_boxed
 
 FIELDS = {"gsm8k": ("question", "answer"), "math": ("problem", "solution")}
@@ -59,6 +60,18 @@ def gsm8k_final_answer(answer: str) -> str:
 
 
 def final_answer(text: str, field: str, *, boxed_first: bool = False) -> tuple[str, str]:
+    """:func:`read_final_answer`, whose error also names the characters of ``text`` a reader cannot see
+    (``'168\u200b'`` shows as ``168``, and "not a plain number" would read as wrong without it)."""
+    try:
+        return read_final_answer(text, field, boxed_first=boxed_first)
+    except RowError as err:
+        if not (hidden := hidden_characters(text)):
+            raise
+        detail = f"{err.reason.partition(': ')[2]} (it holds {hidden}, which a reader cannot see)"
+        raise RowError("unparseable_answer", detail) from None
+
+
+def read_final_answer(text: str, field: str, *, boxed_first: bool = False) -> tuple[str, str]:
     """The reference answer in an answer field, and the solution to keep: ``(answer, solution)``.
 
     Three forms are understood: the whole field one plain number (``361``, ``1,234``, ``-3.5``;
@@ -99,19 +112,36 @@ def _check_characters(name: str, value: str) -> None:
     raise RowError("control_character", detail)
 
 
+def _near_misses(raw: dict[str, Any], name: str) -> str:
+    """The row's keys that read as ``name`` on screen but are not it (another case, an invisible or
+    look-alike character), as the missing-field error's hint; "" when there are none."""
+    keys = [k for k in raw if isinstance(k, str) and k != name and fold(k).strip().casefold() == name.casefold()]
+    hints = [f"{ascii(k)}" + (f" ({hidden})" if (hidden := hidden_characters(k)) else "") for k in keys]
+    return f" (the row has {' and '.join(hints)}: a field's name must match exactly)" if hints else ""
+
+
 def _string(raw: dict[str, Any], name: str) -> str:
     if raw.get(name) is None:
-        raise RowError("missing_field", name)
+        raise RowError("missing_field", name + _near_misses(raw, name))
     value = raw[name]
     if not isinstance(value, str):
         raise RowError("wrong_type", f"{name} is {type(value).__name__}, expected str")
     return value
 
 
+def _check_visible(name: str, value: str) -> None:
+    """:class:`RowError` ``empty_field`` for a value of zero-width spaces and the like: empty on screen,
+    so empty, whatever ``str.strip`` keeps of it."""
+    if not fold(value).strip():
+        raise RowError("empty_field", f"{name} holds only characters a reader cannot see ({hidden_characters(value)})")
+
+
 def _text_field(raw: dict[str, Any], name: str, max_chars: int | None = None) -> str:
-    value = _string(raw, name).strip()
+    written = _string(raw, name)
+    value = written.strip()
     if not value:
         raise RowError("empty_field", name)
+    _check_visible(name, written)
     if max_chars is not None and len(value) > max_chars:
         detail = f"{name} has {len(value)} characters, above data.max_prompt_chars={max_chars}"
         raise RowError("prompt_too_long", detail)
@@ -140,6 +170,7 @@ def _verbatim_field(raw: dict[str, Any], name: str) -> str:
     value = _string(raw, name)
     if not value.strip():
         raise RowError("empty_field", name)
+    _check_visible(name, value)
     _check_characters(name, value)
     return value
 

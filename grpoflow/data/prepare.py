@@ -211,18 +211,27 @@ def load_pairs(src: SourceConfig, cfg: DataConfig, root: Path) -> tuple[Ingested
 def deduplicate(
     records: list[Record], origin: dict[str, tuple[str, int | None]]
 ) -> tuple[list[Record], list[Rejected]]:
-    """Keep the first of each normalised prompt; later copies go to quarantine, naming the first."""
-    seen: dict[str, str] = {}
+    """Keep the first of each normalised prompt; later copies go to quarantine, naming the first, as
+    ``conflicting_duplicate`` where the two answers differ (one of the two labels is wrong, and the
+    kept one may be it)."""
+    seen: dict[str, Record] = {}
     kept: list[Record] = []
     rejected: list[Rejected] = []
     for rec in records:
         key = match_key(rec.prompt)
-        if key in seen:
-            src_file, line = origin.get(rec.id, ("", None))
-            rejected.append(Rejected(src_file, line, f"duplicate_prompt: same as {seen[key]}", rec.to_dict()))
+        first = seen.get(key)
+        if first is None:
+            seen[key] = rec
+            kept.append(rec)
             continue
-        seen[key] = rec.id
-        kept.append(rec)
+        src_file, line = origin.get(rec.id, ("", None))
+        reason = f"duplicate_prompt: same as {first.id}"
+        if rec.reference_answer != first.reference_answer:
+            reason = (
+                f"conflicting_duplicate: same prompt as {first.id}, which is kept with answer "
+                f"{first.reference_answer!r}; this row's is {rec.reference_answer!r}"
+            )
+        rejected.append(Rejected(src_file, line, reason, rec.to_dict()))
     return kept, rejected
 
 
@@ -245,17 +254,19 @@ def _admit(
     got: Ingested[Record] | Ingested[PairRecord],
     read: int,
     counts: dict[str, int],
-    limit: float,
-    role: str = "source",
 ) -> None:
-    """Quarantine a source's rejected rows, count the rows it read, and judge its rejected share
-    (``role`` says what the source is, in the verdict: a source, a benchmark, a pairs source).
-    Rows with personal data are quarantined or redacted first (``data.pii``, grpoflow/data/pii.py)."""
+    """Quarantine a source's rejected rows and count the rows it read. Rows with personal data are
+    quarantined or redacted first (``data.pii``, grpoflow/data/pii.py)."""
     prepared.pii.screen(got)
     prepared.quarantine.extend(got.rejected)
     counts[src.label] = read
-    what = f"{role} {src.label!r} ({got.source_file})" if got.source_file else f"{role} {src.label!r}"
-    verdict = _check_rejected_share(what, read, len(got.rejected), limit)
+
+
+def _judge(prepared: Prepared, src: SourceConfig, source_file: str, read: int, rejected: int, limit: float, role: str):
+    """Judge a source's rejected share (``role`` says what the source is, in the verdict: a source, a
+    benchmark, a pairs source)."""
+    what = f"{role} {src.label!r} ({source_file})" if source_file else f"{role} {src.label!r}"
+    verdict = _check_rejected_share(what, read, rejected, limit)
     if verdict:
         prepared.failures.append(verdict)
 
@@ -325,21 +336,30 @@ def prepare(seed: int, cfg: DataConfig, root: str | Path = ".") -> Prepared:
     pooled: list[Record] = []
     origin: dict[str, tuple[str, int | None]] = {}
     prepared = Prepared(splits={}, resolved_files=_resolved_files(cfg, root), pii=PiiScan(cfg.pii))
+    limit = cfg.max_rejected_fraction
+    loaded = []
     for src in cfg.sources:
         got, read = load_source(src, seed, cfg, root)
-        _admit(prepared, src, got, read, prepared.source_rows, cfg.max_rejected_fraction)
+        _admit(prepared, src, got, read, prepared.source_rows)
         pooled.extend(got.records)
         origin.update(got.origin)
+        loaded.append((src, got, read))
     records, dupes = deduplicate(pooled, origin)
     prepared.quarantine.extend(dupes)
+    # A later copy counts against its own source: a file that is mostly copies fails like any other.
+    copies = Counter(d.row["source"] for d in dupes)
+    for src, got, read in loaded:
+        _judge(prepared, src, got.source_file, read, len(got.rejected) + copies[src.label], limit, "source")
     prepared.splits = split_records(records, cfg.split)
     for bench in cfg.benchmarks:
         got, read = load_source(bench, seed, cfg, root)
-        _admit(prepared, bench, got, read, prepared.benchmark_rows, cfg.max_rejected_fraction, "benchmark")
+        _admit(prepared, bench, got, read, prepared.benchmark_rows)
+        _judge(prepared, bench, got.source_file, read, len(got.rejected), limit, "benchmark")
         prepared.benchmarks[bench.label] = got.records
     for src in cfg.pairs:
         pairs, read = load_pairs(src, cfg, root)
-        _admit(prepared, src, pairs, read, prepared.pair_rows, cfg.max_rejected_fraction, "data.pairs source")
+        _admit(prepared, src, pairs, read, prepared.pair_rows)
+        _judge(prepared, src, pairs.source_file, read, len(pairs.rejected), limit, "data.pairs source")
         prepared.pairs.extend(pairs.records)
     _apply_leakage_gate(prepared, cfg)
     return prepared

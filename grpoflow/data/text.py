@@ -155,6 +155,22 @@ def _fold_char(char: str) -> str:
     return folded if folded.isascii() else folded.translate(ignorable)
 
 
+def hidden_characters(text: str, limit: int = 3) -> str:
+    """The characters of ``text`` a reader cannot see or tell from a space, named with their 1-based
+    positions (``U+200B ZERO WIDTH SPACE at character 4``), at most ``limit``; "" when there are none.
+    What an error message adds, so that a value that looks right on screen (``168``) is seen to hold more."""
+    if text.isascii():
+        return ""
+    ignorable = _ignorables()
+    found = [
+        f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')} at character {i + 1}"
+        for i, c in enumerate(text)
+        if ord(c) in ignorable or unicodedata.category(c) in ("Cf", "Zs", "Zl", "Zp") and c != " "
+    ]
+    more = f" and {len(found) - limit} more" if len(found) > limit else ""
+    return ", ".join(found[:limit]) + more
+
+
 def fold(text: str) -> str:
     """``text`` as a reader sees it: ignorable and format characters removed, NFKC, ASCII look-alikes made ASCII."""
     if text.isascii():

@@ -44,6 +44,34 @@ def test_each_bad_row_kind_is_quarantined_with_line_and_reason(row, kind):
     assert got.rejected[0].source_file == "f.jsonl"
 
 
+@pytest.mark.parametrize(
+    "row, reason",
+    [
+        (  # empty on screen, so empty: it was kept as a prompt of one zero-width space
+            {"question": "  \u200b ", "answer": "#### 1"},
+            "empty_field: question holds only characters a reader cannot see (U+200B ZERO WIDTH SPACE at character 3)",
+        ),
+        (  # shows as 168: "not a plain number" alone read as a wrong verdict
+            {"question": "q?", "answer": "168\u200b"},
+            "unparseable_answer: answer: not a plain number, and no '#### <number>' final line or \\boxed{...} "
+            "(it holds U+200B ZERO WIDTH SPACE at character 4, which a reader cannot see)",
+        ),
+        (
+            {"question\u200b": "q?", "answer": "#### 1"},
+            "missing_field: question (the row has 'question\\u200b' (U+200B ZERO WIDTH SPACE at character 9): "
+            "a field's name must match exactly)",
+        ),
+        (
+            {"Question": "q?", "answer": "#### 1"},
+            "missing_field: question (the row has 'Question': a field's name must match exactly)",
+        ),
+    ],
+)
+def test_what_a_reader_cannot_see_is_named_in_the_reason(row, reason):
+    got, _ = reasons([GOOD, row])
+    assert [q.reason for q in got.rejected] == [reason]
+
+
 def test_duplicate_ids_name_the_first_line():
     got, found = reasons([{**GOOD, "id": "a"}, {**GOOD, "id": "b"}, {**GOOD, "id": "a"}])
     assert found == [(3, "duplicate_id")] and "line 1" in got.rejected[0].reason

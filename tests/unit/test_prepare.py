@@ -316,3 +316,36 @@ def test_a_copy_disguised_with_invisible_or_look_alike_characters_is_a_duplicate
         (2, "duplicate_prompt: same as 0"),
         (3, "duplicate_prompt: same as 0"),
     ]
+
+
+def test_a_copy_with_another_answer_is_quarantined_as_a_conflict_naming_both_answers():
+    from grpoflow.data.prepare import deduplicate
+
+    rows = [
+        Record("a-1", "How many apples, Tom?", "3", None, "a", "MIT"),
+        Record("a-9", "How many APPLES tom", "999", None, "a", "MIT"),
+    ]
+    kept, rejected = deduplicate(rows, {"a-9": ("a.jsonl", 9)})
+    assert [r.id for r in kept] == ["a-1"]
+    assert [(q.line, q.reason) for q in rejected] == [
+        (9, "conflicting_duplicate: same prompt as a-1, which is kept with answer '3'; this row's is '999'")
+    ]
+
+
+def _rows_file(path: Path, questions: list[str]) -> dict:
+    path.write_text("".join(json.dumps({"question": q, "answer": "#### 3"}) + "\n" for q in questions))
+    return {"kind": "file", "path": str(path), "license": "MIT"}
+
+
+def test_copies_count_against_the_source_they_come_from_in_its_gate(tmp_path):
+    """A file of 20 rows, 2 of them copies (10%), fails the 5% gate as it would with 2 malformed rows;
+    the source they copy stays within it."""
+    distinct = [f"Tom has {i} apples and {i + 1} pears. How many fruits?" for i in range(20)]
+    first = _rows_file(tmp_path / "first.jsonl", distinct)
+    second = _rows_file(tmp_path / "second.jsonl", [f"What is {i} + {i}?" for i in range(18)] + distinct[:2])
+    result = prepare(0, data_cfg(sources=[first, second]), tmp_path)
+    assert result.failures == [
+        f"source 'second' ({tmp_path / 'second.jsonl'}): 2 of 20 rows (10.0%) were quarantined, above "
+        "data.max_rejected_fraction=5.0%; see quarantine.jsonl for each row's file, line and reason"
+    ]
+    assert prepare(0, data_cfg(sources=[first, second], max_rejected_fraction=0.1), tmp_path).failures == []

@@ -149,3 +149,25 @@ def test_a_folded_character_maps_back_to_the_character_it_came_from(text):
     for j, i in enumerate(origin):
         pieces[i] = pieces.get(i, "") + folded[j]
     assert all(piece == _fold_char(text[i]) for i, piece in pieces.items())
+
+
+def test_hidden_characters_are_named_with_their_positions():
+    from grpoflow.data.text import hidden_characters
+
+    assert hidden_characters("168") == "" and hidden_characters("café") == ""
+    assert hidden_characters("168\u200b") == "U+200B ZERO WIDTH SPACE at character 4"
+    assert hidden_characters("1\u00a0545 \u2060") == (
+        "U+00A0 NO-BREAK SPACE at character 2, U+2060 WORD JOINER at character 7"
+    )
+    assert hidden_characters("\u200b" * 5).endswith("at character 3 and 2 more")
+
+
+@given(st.text(alphabet=st.characters(codec="ascii"), max_size=40), st.data())
+def test_an_invisible_character_anywhere_is_found_where_it_is(text, data):
+    from grpoflow.data.text import hidden_characters
+
+    at = data.draw(st.integers(0, len(text)))
+    char = data.draw(st.sampled_from(["\u200b", "\u200d", "\ufeff", "\u00ad", "\u3164", "\u202e", "\u00a0"]))
+    assert hidden_characters(text) == ""
+    assert hidden_characters(text[:at] + char + text[at:]).startswith(f"U+{ord(char):04X} ")
+    assert hidden_characters(text[:at] + char + text[at:]).endswith(f" at character {at + 1}")
