@@ -85,8 +85,10 @@ def record(name: str, run_info: dict, stages: list[str]) -> str:
 
 
 def overrides_note(overrides: dict | None, ran: list[str]) -> str | None:
-    """After a ``--set`` run, the line that says why ``dvc status`` now shows the stages that read a set key
-    as changed, and how to make it clean; None after a run without overrides."""
+    """After a run with overrides (``--set``, or a deployment's ``overrides``), the line that says why
+    ``dvc status`` now shows the stages of ``ran`` that read a set key as changed (restored from DVC's
+    run cache or not, their lock entries hold the overrides), and how to make it clean; None after a run
+    without overrides."""
     from tasks.tracking import stage_keys
 
     readers = [name for name in ran if any(_reads(stage_keys(name) or (), key) for key in overrides or {})]
@@ -94,9 +96,9 @@ def overrides_note(overrides: dict | None, ran: list[str]) -> str | None:
         return None
     shown = " ".join(f"{k}={v}" for k, v in overrides.items())
     return (
-        f"dvc status now shows {', '.join(readers)} as changed: their outputs were made with --set {shown}, which "
-        "the params file does not hold. `dvc exp apply <the experiment above>` puts the run's params in place (dvc "
-        "status is then clean); a run without --set remakes the outputs from the set's own.\n"
+        f"dvc status now shows {', '.join(readers)} as changed: their outputs were made with the overrides {shown}, "
+        "which the params file does not hold. `dvc exp apply <the experiment above>` puts the run's params in place "
+        "(dvc status is then clean); a run without overrides remakes the outputs from the set's own."
     )
 
 

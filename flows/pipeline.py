@@ -398,6 +398,9 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None, overr
         whole = {s.name for s in order} == {s.name for s in run_order(params)}
         walls = {r.stage: r.seconds for r in results}
         _record_experiment(params, params_file, overrides, parent_id, experiment_id, whole, walls)
+        # In the flow's log, not only on the command line: a deployment's run with overrides leaves dvc status so too.
+        if note := experiments.overrides_note(overrides, list(walls)):
+            print(note)
     create_table_artifact(
         [{"stage": r.stage, "status": "ran" if r.ran else "cached", "seconds": r.seconds} for r in results],
         key="pipeline-stages",
@@ -523,7 +526,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, StageFailed, KeyboardInterrupt) as exc:  # a verdict's report is in the log above
         return cli_exit(exc)
     print(summary.run_summary(results, load_params(args.params, overrides), args.params), end="")
-    print(experiments.overrides_note(overrides, [r.stage for r in results if r.ran]) or "", end="")
     return 0
 
 

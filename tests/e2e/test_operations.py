@@ -147,6 +147,9 @@ def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_
     states = wait_for(project, env, [first, second, bad], timeout_s=1200)  # two runs, one after the other
     logs = flow_run_logs(project, env, [first, second, bad])
     assert states[first] == states[second] == "COMPLETED", {i: log[-3000:] for i, log in logs.items()}
+    # A run with overrides says in its log, as --set does on the console, why dvc status is no longer clean:
+    # the later run's stages were all cached, and their lock entries hold the overrides all the same.
+    assert all("dvc status now shows grpo, ppo as changed" in logs[i] for i in (first, second)), logs[second][-3000:]
 
     # The two good runs shared the workspace one after the other; the bad one never got that far.
     assert sum("is busy with flow run" in logs[i] for i in (first, second)) >= 1
