@@ -72,8 +72,9 @@ tune: setup
 
 # Scheduled runs on this machine: Prefect server on 127.0.0.1:4200, the work pool named in
 # $(PARAMS), the `gpu` concurrency limit, prefect.yaml's deployments and a worker (Ctrl-C stops all).
+SERVE_PORT ?= 4200
 serve: setup
-	$(PY) -m flows.serve --params $(PARAMS)
+	$(PY) -m flows.serve --params $(PARAMS) --port $(SERVE_PORT)
 
 # Every stage at the smallest sizes that still exercise it, SFT included: a smoke run in minutes.
 smoke: setup

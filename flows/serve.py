@@ -29,7 +29,7 @@ from pathlib import Path
 
 from grpoflow.config import ConfigError, load_params
 from grpoflow.guard import InputError, check_params_file
-from grpoflow.ports import free_port
+from grpoflow.ports import free_port, port_taken
 
 K8S_TEMPLATE = Path("deploy/k8s/base-job-template.json")
 STATE_DIR = Path(".grpoflow")
@@ -282,7 +282,22 @@ def configure(env: dict[str, str], pool: str, pool_type: str, gpu_limit: str | N
         else:
             prefect("gcl", "create", gpu_limit, "--limit", str(gpu_slots), env=env)
     out = prefect("deploy", "--all", env=env)
-    print(out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "deployments registered", flush=True)
+    print(f"deployments registered: {', '.join(registered(out.stdout)) or 'none'}", flush=True)
+
+
+def registered(deploy_output: str) -> list[str]:
+    """The ``flow/deployment`` names ``prefect deploy`` registered, read from the run command it suggests
+    for each (its boxed lines wrap with the terminal's width; these do not)."""
+    return re.findall(r"prefect deployment run '([^']+)'", deploy_output)
+
+
+def prefect_command() -> str:
+    """How a user here runs this environment's ``prefect``: it is on PATH only where the venv is active."""
+    cli = Path(sys.executable).parent / "prefect"
+    try:
+        return str(cli.relative_to(Path.cwd()))
+    except ValueError:
+        return str(cli)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -320,7 +335,7 @@ def _start_worker(env: dict[str, str], pool: str, pool_type: str, api_url: str) 
     worker = subprocess.Popen(cmd, env=env)
     print(
         f"worker started on pool {pool}; trigger a run with:\n"
-        f"  PREFECT_API_URL={api_url} prefect deployment run grpoflow-pipeline/scheduled "
+        f"  PREFECT_API_URL={api_url} {prefect_command()} deployment run grpoflow-pipeline/scheduled "
         f"-p 'overrides={{\"rl.steps\": 20}}'",
         flush=True,
     )
@@ -335,6 +350,14 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("\n".join(problems))
     except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if port_taken(args.port):  # else the new server exits at once, after set-up ran against the one there
+        print(
+            f"error: port {args.port} is taken: another `make serve`, or a Prefect server, may be running there "
+            f"(http://127.0.0.1:{args.port}); stop it, or serve on another port: "
+            f"make serve SERVE_PORT={args.port + 100}",
+            file=sys.stderr,
+        )
         return 2
     api_url = f"http://127.0.0.1:{args.port}/api"
     env = _served_env(api_url, orch.work_pool)

@@ -11,3 +11,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something listens on ``host:port`` already (a second server there would exit at once,
+    or, worse, leave its clients talking to the first)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+        return False

@@ -85,6 +85,10 @@ def served(smoke_sft, run_env, tmp_path):
     while "worker started" not in (tmp_path / "serve.log").read_text():
         assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
         time.sleep(0.5)
+    registered = "deployments registered: grpoflow-pipeline/scheduled, grpoflow-ablation/ablation, grpoflow-tune/tune"
+    assert registered in (tmp_path / "serve.log").read_text()
+    again = run([PY, "-m", "flows.serve", "--params", params_file, "--port", str(port)], project, run_env, timeout=120)
+    assert again.returncode == 2 and f"port {port} is taken" in again.stderr, again  # a second serve, refused
     yield project, params_file, env, remote, tmp_path / "serve.log"
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)

@@ -173,3 +173,43 @@ def test_the_committed_deployments_name_safe_params_files_and_a_hostile_one_is_r
     monkeypatch.chdir(ROOT)
     assert main(["--params", "../params/default.yaml", "--no-worker"]) == 2
     assert "may not contain '..'" in capsys.readouterr().err
+
+
+def test_a_taken_port_is_refused_before_any_server_starts(monkeypatch, capsys):
+    """A second `make serve` started a server that exited at once, after it had set the first one's
+    deployments up again, and said only 'a served process exited'."""
+    import socket
+
+    from flows import serve
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(serve.subprocess, "Popen", lambda *a, **k: pytest.fail("a process was started"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert serve.main(["--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: port {port} is taken" in err and f"make serve SERVE_PORT={port + 100}" in err
+
+
+def test_the_registered_deployments_are_named_as_prefect_deployment_run_takes_them():
+    from flows.serve import registered
+
+    out = (
+        "│ Deployment 'grpoflow-pipeline/scheduled' successfully created with id        │\n"
+        "To schedule a run for this deployment, use the following command:\n\n"
+        "        $ prefect deployment run 'grpoflow-pipeline/scheduled'\n\n"
+        "        $ prefect deployment run 'grpoflow-tune/tune'\n"
+    )
+    assert registered(out) == ["grpoflow-pipeline/scheduled", "grpoflow-tune/tune"] and registered("") == []
+
+
+def test_the_run_hint_names_this_environments_prefect(monkeypatch, tmp_path):
+    from flows.serve import prefect_command
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.executable", str(tmp_path / ".venv" / "bin" / "python"))
+    assert prefect_command() == ".venv/bin/prefect"  # not on PATH unless the venv is active
+    monkeypatch.setattr("sys.executable", "/opt/env/bin/python")
+    assert prefect_command() == "/opt/env/bin/prefect"
