@@ -40,7 +40,7 @@ from flows.pipeline import (
     run_stages,
 )
 from flows.rehearse import add_smoke, rehearse
-from flows.stage_run import StageFailed, StageVerdict, verdict_state
+from flows.stage_run import StageFailed, StageVerdict, refusing_bad_input, verdict_state
 from grpoflow import catalog
 from grpoflow.config import ARMS, ConfigError, load_params
 from grpoflow.tuning.overlay import overlay_budget, overlay_path, read_overlay, shown, tuned_arm_overrides
@@ -78,6 +78,7 @@ def with_tuned(params_file: str, arms: list[str], every: dict[str, Any], tuned: 
 
 
 @flow(name="grpoflow-ablation", log_prints=True)
+@refusing_bad_input
 def ablation(
     params_file: str = "params/default.yaml",
     arms: list[str] | None = None,

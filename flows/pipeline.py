@@ -35,7 +35,14 @@ from flows.links import MLFLOW_VIEW, _mlflow_link, _mlflow_ui, run_links  # noqa
 from flows.process_tree import reap_children
 from flows.run_report import STAGE_LOGS, StageResult
 from flows.set_inputs import missing_inputs, model_problem
-from flows.stage_run import StageFailed, StageInterrupted, StageVerdict, run_dvc_stage, verdict_state
+from flows.stage_run import (
+    StageFailed,
+    StageInterrupted,
+    StageVerdict,
+    refusing_bad_input,
+    run_dvc_stage,
+    verdict_state,
+)
 from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_dotted, validate_params
 from grpoflow.config.launch import DISTRIBUTED_STAGES
 from grpoflow.config.yaml_edit import set_keys
@@ -439,6 +446,7 @@ def held_workspace(
 
 
 @flow(name="grpoflow-pipeline", log_prints=True)
+@refusing_bad_input
 def pipeline(
     params_file: str = "params/default.yaml", overrides: dict[str, Any] | None = None, stages: list[str] | None = None
 ) -> list[StageResult] | State:

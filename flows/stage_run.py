@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 import os
 import re
@@ -22,7 +23,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import ParamSpec, TypeVar, cast
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
@@ -35,10 +36,14 @@ from flows.node_lines import OTHER_NODE
 from flows.process_tree import stop_tree
 from flows.run_report import STAGE_LOGS, StageResult
 from flows.stage_errors import StageFailed, StageInterrupted, StageVerdict  # the flows import them from here too
+from grpoflow.config import ConfigError
 from grpoflow.guard import redact_text
 from tasks import events
 from tasks.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_VERDICT
 from tasks.stages import Stage
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 STAGE_GRACE_S = 10.0  # for a stage command to stop by itself, before each firmer signal
 EVENTS_DIR = workspace.STATE_DIR / "events"  # one file per stage command while it runs
@@ -338,11 +343,28 @@ def failure_line(name: str, log: StageLog) -> str:
     return f"stage {name!r} failed (exit {_stage_exit(log)}): {error.strip()} (full log: {STAGE_LOGS / f'{name}.log'})"
 
 
-def verdict_state(exc: StageVerdict) -> State:
+def verdict_state(exc: Exception) -> State:
     """The flow run's final state for an expected failure (a gate's verdict, bad input): Failed with
     the one-line message, returned by the flow rather than raised, so that Prefect logs no
     traceback for it."""
     return Failed(message=str(exc), data=exc)
+
+
+def refusing_bad_input(body: Callable[P, R]) -> Callable[P, R | State]:
+    """A flow's body whose bad input (a :class:`ConfigError`: its params file, overrides or arms, as a
+    deployment's parameters give them) ends the run Failed, the error printed once in its log, with no
+    traceback: raised, it reached the serve console as three tracebacks of twenty lines. A caller of
+    the flow still gets the ConfigError raised (Prefect raises a Failed state's data)."""
+
+    @functools.wraps(body)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R | State:
+        try:
+            return body(*args, **kwargs)
+        except ConfigError as exc:
+            print(f"error: {exc}")
+            return verdict_state(exc)
+
+    return run
 
 
 @task(name="dvc-stage", task_run_name="{stage.name}", retry_condition_fn=_worth_retrying)

@@ -38,7 +38,7 @@ from flows.kept_outputs import kept_outputs
 from flows.pipeline import INTERRUPTED, cli_exit, hear_interrupts, held_workspace, parse_overrides, precheck
 from flows.rehearse import add_smoke, rehearse
 from flows.run_report import StageResult
-from flows.stage_run import StageFailed, StageVerdict, run_dvc_stage, verdict_state
+from flows.stage_run import StageFailed, StageVerdict, refusing_bad_input, run_dvc_stage, verdict_state
 from grpoflow import catalog
 from grpoflow.config import ConfigError, Params, arm_params, load_params
 from grpoflow.io import atomic_write
@@ -151,6 +151,7 @@ def _publish(params: Params, params_file: str, arms: list[ArmTuning], parents: d
 
 
 @flow(name="grpoflow-tune", log_prints=True)
+@refusing_bad_input
 def tune(
     params_file: str = "params/default.yaml",
     arms: list[str] | None = None,

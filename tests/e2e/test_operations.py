@@ -159,6 +159,8 @@ def test_served_deployment_runs_two_at_once_records_experiments_and_rejects_bad_
     assert sum("is busy with flow run" in logs[i] for i in (first, second)) >= 1
     assert states[bad] == "FAILED"
     assert "rl.num_generations" in logs[bad] and "greater than or equal to 2" in logs[bad]
+    # Bad input is one error line; Prefect's process runner still logs the one traceback of any Failed run.
+    assert logs[bad].count("Traceback") == 1 and logs[bad].index("error: ") < logs[bad].index("Traceback"), logs[bad]
     assert "Running stage" not in logs[bad]
 
     # Both are in MLflow: one parent per run, a child per stage; the first run trained what the workspace
