@@ -405,9 +405,6 @@ def run_stages(params: Params, params_file: str, stages: list[str] | None, overr
         whole = {s.name for s in order} == {s.name for s in run_order(params)}
         walls = {r.stage: r.seconds for r in results}
         _record_experiment(params, params_file, overrides, parent_id, experiment_id, whole, walls)
-        # In the flow's log, not only on the command line: a deployment's run with overrides leaves dvc status so too.
-        if note := experiments.overrides_note(overrides, list(walls)):
-            print(note)
     create_table_artifact(
         [{"stage": r.stage, "status": "ran" if r.ran else "cached", "seconds": r.seconds} for r in results],
         key="pipeline-stages",
@@ -455,9 +452,13 @@ def pipeline(
     precheck(params_file, overrides, stages)
     with held_workspace(params_file, overrides, stages) as params:
         try:
-            return run_stages(params, params_file, stages, overrides=overrides)
+            results = run_stages(params, params_file, stages, overrides=overrides)
         except StageVerdict as exc:  # expected (a gate, bad input): Failed with one line, no traceback
             return verdict_state(exc)
+    # In the flow's log, not only on the command line: a deployment's run with overrides leaves dvc status so too.
+    if note := experiments.overrides_note(overrides, [r.stage for r in results]):
+        print(note)
+    return results
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:

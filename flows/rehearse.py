@@ -135,7 +135,7 @@ def launch_note(full, smoke) -> str | None:
     if was == now and now.world_size == 1:
         return None
     return (
-        f"rehearsal: the set's launch of {was.world_size} processes (launch.nproc_per_node={was.nproc_per_node} x "
+        f"smoke run: the set's launch of {was.world_size} processes (launch.nproc_per_node={was.nproc_per_node} x "
         f"launch.nnodes={was.nnodes}) runs as {now.world_size} on this machine ({_nodes(now)}; gloo on a CPU), "
         f"{smoke.rl.prompts_per_step // launched_world_size(smoke)} prompt(s) per process"
     )
@@ -213,15 +213,20 @@ def shrink_overlays(tuned: Path) -> None:
 def smoke_label(params_file: str, flow: tuple[str, ...]) -> str:
     """How the console names a smoke run of ``flow``: in the words of the make targets that start one
     (``make smoke``; ``make ablation SMOKE=1``), not the flows' ``--rehearse``."""
-    kind = flow[0].removeprefix("flows.")
+    kind = _kind(flow)
     return f"smoke {'run' if kind == 'pipeline' else kind} of {params_file}"
+
+
+def _kind(flow: tuple[str, ...]) -> str:
+    """The flow's module name alone: pipeline, ablation, tune."""
+    return flow[0].removeprefix("flows.")
 
 
 def kept_dir(params_file: str, flow: tuple[str, ...]) -> Path:
     """Where a smoke run of ``flow`` on ``params_file`` keeps its results: ``.grpoflow/smoke/<set>/`` for the
     pipeline, ``.grpoflow/smoke-ablation/<set>/`` and ``.grpoflow/smoke-tune/<set>/`` for the others, so that
     one flow's page never stands for another's (a suffix on the set's name could meet another set's name)."""
-    kind = flow[0].removeprefix("flows.")
+    kind = _kind(flow)
     return Path(KEPT_DIR if kind == "pipeline" else f"{KEPT_DIR}-{kind}") / Path(params_file).stem
 
 

@@ -17,6 +17,8 @@ def port_taken(port: int, host: str = "127.0.0.1") -> bool:
     """Whether something listens on ``host:port`` already (a second server there would exit at once,
     or, worse, leave its clients talking to the first)."""
     with socket.socket() as sock:
+        # As the servers bind: a port left in TIME_WAIT by the last server's connections is free to them.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

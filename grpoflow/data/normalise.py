@@ -60,12 +60,14 @@ def gsm8k_final_answer(answer: str) -> str:
 
 
 def final_answer(text: str, field: str, *, boxed_first: bool = False) -> tuple[str, str]:
-    """:func:`read_final_answer`, whose error also names the characters of ``text`` a reader cannot see
-    (``'168\u200b'`` shows as ``168``, and "not a plain number" would read as wrong without it)."""
+    """:func:`read_final_answer`, whose error also names the characters a reader cannot see on the field's
+    last line, where its answer is (``'168\u200b'`` shows as ``168``, and "not a plain number" would read as
+    wrong without it); a no-break space in a worked solution's reasoning is not the answer's fault."""
     try:
         return read_final_answer(text, field, boxed_first=boxed_first)
     except RowError as err:
-        if not (hidden := hidden_characters(text)):
+        last = next((line for line in reversed(text.splitlines()) if line.strip()), "")  # where every form's answer is
+        if not (hidden := hidden_characters(last)):
             raise
         detail = f"{err.reason.partition(': ')[2]} (it holds {hidden}, which a reader cannot see)"
         raise RowError("unparseable_answer", detail) from None
@@ -141,10 +143,10 @@ def _text_field(raw: dict[str, Any], name: str, max_chars: int | None = None) ->
     value = written.strip()
     if not value:
         raise RowError("empty_field", name)
-    _check_visible(name, written)
     if max_chars is not None and len(value) > max_chars:
         detail = f"{name} has {len(value)} characters, above data.max_prompt_chars={max_chars}"
         raise RowError("prompt_too_long", detail)
+    _check_visible(name, written)
     _check_characters(name, value)
     return value
 

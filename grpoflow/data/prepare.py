@@ -15,6 +15,7 @@ be a stray link, and the environment it lives in is usually outside the checkout
 
 from __future__ import annotations
 
+import decimal
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -226,13 +227,25 @@ def deduplicate(
             continue
         src_file, line = origin.get(rec.id, ("", None))
         reason = f"duplicate_prompt: same as {first.id}"
-        if rec.reference_answer != first.reference_answer:
+        if not _same_answer(first, rec):
             reason = (
                 f"conflicting_duplicate: same prompt as {first.id}, which is kept with answer "
                 f"{first.reference_answer!r}; this row's is {rec.reference_answer!r}"
             )
         rejected.append(Rejected(src_file, line, reason, rec.to_dict()))
     return kept, rejected
+
+
+def _same_answer(a: Record, b: Record) -> bool:
+    """Whether two copies of a math prompt agree on its answer (``3`` and ``3.0`` do; answers that are not
+    numbers compare as de-duplication compares prompts). A code row's reference is one program among many
+    that pass its tests, so two code copies always agree."""
+    if a.task == "code" or a.reference_answer == b.reference_answer:
+        return True
+    try:  # a numeric reference is kept as a plain number (grpoflow.data.normalise.final_answer)
+        return decimal.Decimal(a.reference_answer or "") == decimal.Decimal(b.reference_answer or "")
+    except decimal.InvalidOperation:
+        return match_key(a.reference_answer or "") == match_key(b.reference_answer or "")
 
 
 def _check_rejected_share(what: str, read: int, rejected: int, limit: float) -> str | None:
@@ -346,10 +359,12 @@ def prepare(seed: int, cfg: DataConfig, root: str | Path = ".") -> Prepared:
         loaded.append((src, got, read))
     records, dupes = deduplicate(pooled, origin)
     prepared.quarantine.extend(dupes)
-    # A later copy counts against its own source: a file that is mostly copies fails like any other.
-    copies = Counter(d.row["source"] for d in dupes)
+    kept = {id(r) for r in records}
     for src, got, read in loaded:
-        _judge(prepared, src, got.source_file, read, len(got.rejected) + copies[src.label], limit, "source")
+        # A later copy counts against its own source: a file that is mostly copies fails like any other. A
+        # generator's collisions do not: its num_examples counts the problems before de-duplication.
+        copies = 0 if src.kind in GENERATED_FORMATS else sum(id(r) not in kept for r in got.records)
+        _judge(prepared, src, got.source_file, read, len(got.rejected) + copies, limit, "source")
     prepared.splits = split_records(records, cfg.split)
     for bench in cfg.benchmarks:
         got, read = load_source(bench, seed, cfg, root)

@@ -155,6 +155,10 @@ def _fold_char(char: str) -> str:
     return folded if folded.isascii() else folded.translate(ignorable)
 
 
+# Categories a reader cannot see or tell from a space: format characters, and spaces and separators other than ' '.
+HIDDEN = ("Cf", "Zs", "Zl", "Zp")
+
+
 def hidden_characters(text: str, limit: int = 3) -> str:
     """The characters of ``text`` a reader cannot see or tell from a space, named with their 1-based
     positions (``U+200B ZERO WIDTH SPACE at character 4``), at most ``limit``; "" when there are none.
@@ -162,13 +166,9 @@ def hidden_characters(text: str, limit: int = 3) -> str:
     if text.isascii():
         return ""
     ignorable = _ignorables()
-    found = [
-        f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')} at character {i + 1}"
-        for i, c in enumerate(text)
-        if ord(c) in ignorable or unicodedata.category(c) in ("Cf", "Zs", "Zl", "Zp") and c != " "
-    ]
-    more = f" and {len(found) - limit} more" if len(found) > limit else ""
-    return ", ".join(found[:limit]) + more
+    at = [i for i, c in enumerate(text) if ord(c) in ignorable or unicodedata.category(c) in HIDDEN and c != " "]
+    named = [f"U+{ord(text[i]):04X} {unicodedata.name(text[i], 'unnamed')} at character {i + 1}" for i in at[:limit]]
+    return ", ".join(named) + (f" and {len(at) - limit} more" if len(at) > limit else "")
 
 
 def fold(text: str) -> str:

@@ -476,3 +476,9 @@ def test_list_elements_are_split_where_json_says(items):
         end = _value_end(text, pos)
         assert json.loads(text[pos:end]) == item
         pos = end
+
+
+def test_a_hidden_character_in_a_solutions_reasoning_is_not_blamed_for_its_answer():
+    row = {"question": "q?", "answer": "Half of 10\u00a0apples is 5.\n#### five"}
+    got, _ = reasons([row])
+    assert got.rejected[0].reason == "unparseable_answer: answer: final answer 'five' is not a number"

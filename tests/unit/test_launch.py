@@ -174,7 +174,7 @@ def test_the_rehearsal_prints_its_launch_in_one_line_and_writes_it_into_the_copy
     assert rehearse(QWEN, None, ["grpo"], keep=True) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "launch" in line]
     assert lines == [
-        "rehearsal: the set's launch of 8 processes (launch.nproc_per_node=8 x launch.nnodes=1) runs as 2 on this "
+        "smoke run: the set's launch of 8 processes (launch.nproc_per_node=8 x launch.nnodes=1) runs as 2 on this "
         "machine (one node; gloo on a CPU), 2 prompt(s) per process"
     ]
     written = yaml.safe_load((tmp_path / "project" / QWEN).read_text())

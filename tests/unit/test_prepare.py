@@ -349,3 +349,27 @@ def test_copies_count_against_the_source_they_come_from_in_its_gate(tmp_path):
         "data.max_rejected_fraction=5.0%; see quarantine.jsonl for each row's file, line and reason"
     ]
     assert prepare(0, data_cfg(sources=[first, second], max_rejected_fraction=0.1), tmp_path).failures == []
+
+
+def test_copies_that_agree_on_the_answer_are_plain_duplicates_and_code_copies_always_agree():
+    from grpoflow.data.prepare import deduplicate
+
+    rows = [
+        Record("a-1", "How many apples, Tom?", "3", None, "a", "MIT"),
+        Record("a-2", "How many apples Tom", "3.0", None, "a", "MIT"),  # the same number
+        Record("c-1", "def f(): return 1", "return 1", None, "c", "MIT", task="code", tests=("assert f() == 1",)),
+        Record("c-2", "def f(): return 1", "return 2 - 1", None, "c", "MIT", task="code", tests=("assert f() == 1",)),
+    ]
+    _, rejected = deduplicate(rows, {})
+    assert [q.reason for q in rejected] == ["duplicate_prompt: same as a-1", "duplicate_prompt: same as c-1"]
+
+
+def test_a_generators_collisions_do_not_count_against_it():
+    """data.synthetic's num_examples counts the problems before de-duplication: at small operands most collide."""
+    cfg = data_cfg(
+        sources=[{"kind": "synthetic"}],
+        synthetic_license="CC0-1.0",
+        synthetic={"num_examples": 1000, "operand_min": 1, "operand_max": 2, "min_ops": 1, "max_ops": 1, "ops": ["+"]},
+    )
+    result = prepare(0, cfg)
+    assert result.summary()["quarantine_reasons"]["duplicate_prompt"] > 0.05 * 1000 and result.failures == []
