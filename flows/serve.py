@@ -342,6 +342,17 @@ def _start_worker(env: dict[str, str], pool: str, pool_type: str, api_url: str) 
     return worker
 
 
+def taken_port_error(port: int) -> str | None:
+    """Why ``port`` cannot be served on, where something listens there already: a second server would exit
+    at once, after the set-up had run against the one there. None where it is free."""
+    if not port_taken(port):
+        return None
+    return (
+        f"error: port {port} is taken: another `make serve`, or a Prefect server, may be running there "
+        f"(http://127.0.0.1:{port}); stop it, or serve on another port: make serve SERVE_PORT={port + 100}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -351,13 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if port_taken(args.port):  # else the new server exits at once, after set-up ran against the one there
-        print(
-            f"error: port {args.port} is taken: another `make serve`, or a Prefect server, may be running there "
-            f"(http://127.0.0.1:{args.port}); stop it, or serve on another port: "
-            f"make serve SERVE_PORT={args.port + 100}",
-            file=sys.stderr,
-        )
+    if refusal := taken_port_error(args.port):
+        print(refusal, file=sys.stderr)
         return 2
     api_url = f"http://127.0.0.1:{args.port}/api"
     env = _served_env(api_url, orch.work_pool)
