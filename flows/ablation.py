@@ -40,7 +40,7 @@ from flows.pipeline import (
     run_stages,
 )
 from flows.rehearse import add_smoke, rehearse
-from flows.stage_run import StageFailed, StageVerdict, refusing_bad_input, verdict_state
+from flows.stage_run import StageFailed, expected_failures_as_state
 from grpoflow import catalog
 from grpoflow.config import ARMS, ConfigError, load_params
 from grpoflow.tuning.overlay import overlay_budget, overlay_path, read_overlay, shown, tuned_arm_overrides
@@ -78,7 +78,7 @@ def with_tuned(params_file: str, arms: list[str], every: dict[str, Any], tuned: 
 
 
 @flow(name="grpoflow-ablation", log_prints=True)
-@refusing_bad_input
+@expected_failures_as_state
 def ablation(
     params_file: str = "params/default.yaml",
     arms: list[str] | None = None,
@@ -94,10 +94,7 @@ def ablation(
         print(line)
     precheck(params_file, every)
     with held_workspace(params_file, every) as params:
-        try:
-            results = run_stages(params, params_file, None, overrides=every)
-        except StageVerdict as exc:  # expected (a gate, bad input): Failed with one line, no traceback
-            return verdict_state(exc)
+        results = run_stages(params, params_file, None, overrides=every)
         for r in results:
             print(f"{r.stage}: {'ran' if r.ran else 'cached'} in {r.seconds:.1f} s")
         result = json.loads(Path(ABLATION_METRICS).read_text())

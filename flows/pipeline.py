@@ -39,9 +39,8 @@ from flows.stage_run import (
     StageFailed,
     StageInterrupted,
     StageVerdict,
-    refusing_bad_input,
+    expected_failures_as_state,
     run_dvc_stage,
-    verdict_state,
 )
 from grpoflow.config import ConfigError, Params, has_dotted, load_params, set_dotted, validate_params
 from grpoflow.config.launch import DISTRIBUTED_STAGES
@@ -443,7 +442,7 @@ def held_workspace(
 
 
 @flow(name="grpoflow-pipeline", log_prints=True)
-@refusing_bad_input
+@expected_failures_as_state
 def pipeline(
     params_file: str = "params/default.yaml", overrides: dict[str, Any] | None = None, stages: list[str] | None = None
 ) -> list[StageResult] | State:
@@ -451,10 +450,7 @@ def pipeline(
     ``overrides`` ({"rl.steps": 20}) validated against the schema before anything runs."""
     precheck(params_file, overrides, stages)
     with held_workspace(params_file, overrides, stages) as params:
-        try:
-            results = run_stages(params, params_file, stages, overrides=overrides)
-        except StageVerdict as exc:  # expected (a gate, bad input): Failed with one line, no traceback
-            return verdict_state(exc)
+        results = run_stages(params, params_file, stages, overrides=overrides)
     # In the flow's log, not only on the command line: a deployment's run with overrides leaves dvc status so too.
     if note := experiments.overrides_note(overrides, [r.stage for r in results]):
         print(note)

@@ -350,16 +350,20 @@ def verdict_state(exc: Exception) -> State:
     return Failed(message=str(exc), data=exc)
 
 
-def refusing_bad_input(body: Callable[P, R]) -> Callable[P, R | State]:
-    """A flow's body whose bad input (a :class:`ConfigError`: its params file, overrides or arms, as a
-    deployment's parameters give them) ends the run Failed, the error printed once in its log, with no
-    traceback: raised, it reached the serve console as three tracebacks of twenty lines. A caller of
-    the flow still gets the ConfigError raised (Prefect raises a Failed state's data)."""
+def expected_failures_as_state(body: Callable[P, R]) -> Callable[P, R | State]:
+    """A flow's body whose expected failures end the run Failed (:func:`verdict_state`), returned rather
+    than raised, with no traceback of the flow's: a stage's verdict (a gate, bad input a stage found; its
+    report is in the log already), and bad input to the flow itself (a :class:`ConfigError`: its params
+    file, overrides or arms, as a deployment's parameters give them), printed once. Raised, a ConfigError
+    reached the serve console as three tracebacks of twenty lines. A caller of the flow still gets the
+    exception raised (Prefect raises a Failed state's data)."""
 
     @functools.wraps(body)
     def run(*args: P.args, **kwargs: P.kwargs) -> R | State:
         try:
             return body(*args, **kwargs)
+        except StageVerdict as exc:
+            return verdict_state(exc)
         except ConfigError as exc:
             print(f"error: {exc}")
             return verdict_state(exc)

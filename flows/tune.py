@@ -38,7 +38,7 @@ from flows.kept_outputs import kept_outputs
 from flows.pipeline import INTERRUPTED, cli_exit, hear_interrupts, held_workspace, parse_overrides, precheck
 from flows.rehearse import add_smoke, rehearse
 from flows.run_report import StageResult
-from flows.stage_run import StageFailed, StageVerdict, refusing_bad_input, run_dvc_stage, verdict_state
+from flows.stage_run import StageFailed, expected_failures_as_state, run_dvc_stage
 from grpoflow import catalog
 from grpoflow.config import ConfigError, Params, arm_params, load_params
 from grpoflow.io import atomic_write
@@ -151,7 +151,7 @@ def _publish(params: Params, params_file: str, arms: list[ArmTuning], parents: d
 
 
 @flow(name="grpoflow-tune", log_prints=True)
-@refusing_bad_input
+@expected_failures_as_state
 def tune(
     params_file: str = "params/default.yaml",
     arms: list[str] | None = None,
@@ -169,10 +169,7 @@ def tune(
     precheck(params_file, every)
     check_spaces(load_params(params_file, every), arms)
     with held_workspace(params_file, every) as params:
-        try:
-            _shared_stages(params)
-        except StageVerdict as exc:  # expected (a gate, bad input): Failed with one line, no traceback
-            return verdict_state(exc)
+        _shared_stages(params)
         view = tune_study.data_view()
         results, parents = [], {}
         for arm in arms:
