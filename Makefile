@@ -102,13 +102,15 @@ lint: setup
 # of an e2e test's wall time is one Python process at a time (imports, DVC, Prefect, MLflow), so two
 # workers overlap it. --dist loadscope: a module's tests share a worker, so its module fixtures are
 # built once (pytest 9.2 ignores xdist_group marks: xdist 3.8 renames items through a field pytest
-# no longer reads).
+# no longer reads). --no-loadscope-reorder: xdist's default queues modules by their count of tests, so
+# the e2e modules (one to five tests, minutes each) went last and one worker ran the final ones alone
+# (replayed on a run's durations: 968 s against 898 s in collection order, tests/e2e first).
 # One OpenMP thread per process: with torch's default of one per core, two workers' threads
 # spin-wait for the cores the other holds (measured: the ablation e2e test took 497 s beside the
 # other worker against 216 s alone, and the suite gained 8%); with one thread each it took 252 s.
 TEST_WORKERS ?= 2
 test: setup
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=15
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=15
 
 test-all: setup
 	$(PY) -m pytest -m "not gpu"
