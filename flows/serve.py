@@ -1,6 +1,8 @@
 """Bring up scheduled runs on one machine: a Prefect server on 127.0.0.1, the work pool named in
 params, the ``gpu`` global concurrency limit, the deployments of ``prefect.yaml``, and a worker
-that runs their flow runs in this checkout. ``make serve`` runs it; Ctrl-C stops all of it.
+that runs their flow runs in this checkout. ``make serve`` runs it; Ctrl-C stops all of it. A
+scheduled run whose time passed while it was stopped is cancelled at the next start, not run late
+(flows.missed_runs).
 
     python -m flows.serve --params params/default.yaml [--port 4200] [--gpu-slots 1]
 
@@ -27,6 +29,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from flows.missed_runs import cancel_missed
 from grpoflow.config import ConfigError, load_params
 from grpoflow.guard import InputError, check_params_file
 from grpoflow.ports import free_port, port_taken
@@ -273,7 +276,8 @@ def deployment_params_problems(prefect_yaml: str | Path = "prefect.yaml") -> lis
 
 
 def configure(env: dict[str, str], pool: str, pool_type: str, gpu_limit: str | None, gpu_slots: int) -> None:
-    """Create (or update) the pool and the concurrency limit, then register prefect.yaml's deployments."""
+    """Create (or update) the pool and the concurrency limit, then register prefect.yaml's deployments
+    and cancel their scheduled runs missed while nothing served them (flows.missed_runs)."""
     template = ["--base-job-template", str(K8S_TEMPLATE)] if pool_type == "kubernetes" else []
     prefect("work-pool", "create", pool, "--type", pool_type, "--overwrite", *template, env=env)
     if gpu_limit:
@@ -282,7 +286,14 @@ def configure(env: dict[str, str], pool: str, pool_type: str, gpu_limit: str | N
         else:
             prefect("gcl", "create", gpu_limit, "--limit", str(gpu_slots), env=env)
     out = prefect("deploy", "--all", env=env)
-    print(f"deployments registered: {', '.join(registered(out.stdout)) or 'none'}", flush=True)
+    deployments = registered(out.stdout)
+    print(f"deployments registered: {', '.join(deployments) or 'none'}", flush=True)
+    try:
+        missed = cancel_missed(env["PREFECT_API_URL"], deployments)
+    except Exception as exc:  # any client error: the worker must not start on a backlog it was to skip
+        raise RuntimeError(f"checking for scheduled runs missed while nothing served them failed: {exc!r}") from exc
+    for deployment in missed:
+        print(deployment.line(), flush=True)
 
 
 def registered(deploy_output: str) -> list[str]:

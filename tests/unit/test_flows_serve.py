@@ -213,3 +213,31 @@ def test_the_run_hint_names_this_environments_prefect(monkeypatch, tmp_path):
     assert prefect_command() == ".venv/bin/prefect"  # not on PATH unless the venv is active
     monkeypatch.setattr("sys.executable", "/opt/env/bin/python")
     assert prefect_command() == "/opt/env/bin/prefect"
+
+
+def test_set_up_cancels_the_missed_runs_of_the_deployments_it_registered_and_says_so(monkeypatch, capsys):
+    """configure's wiring (flows.missed_runs has its own test against a real server): the names
+    `prefect deploy` registered are the ones judged, each deployment's line is printed, and a
+    failed check stops the set-up before a worker could start on the backlog."""
+    import datetime as dt
+
+    from flows import serve
+    from flows.missed_runs import Missed
+
+    deployed = "        $ prefect deployment run 'grpoflow-pipeline/scheduled'\n"
+    monkeypatch.setattr(serve, "prefect", lambda *a, env, check=True: serve.subprocess.CompletedProcess(a, 0, deployed))
+    asked = []
+
+    def cancel(api_url, deployments):
+        asked.append((api_url, deployments))
+        return [Missed(deployments[0], 2, dt.datetime(2026, 12, 7, 2, tzinfo=dt.UTC))]
+
+    monkeypatch.setattr(serve, "cancel_missed", cancel)
+    env = {"PREFECT_API_URL": "http://127.0.0.1:4200/api"}
+    serve.configure(env, "grpoflow-local", "process", None, 1)
+    assert asked == [("http://127.0.0.1:4200/api", ["grpoflow-pipeline/scheduled"])]
+    assert "2 scheduled runs of grpoflow-pipeline/scheduled missed while nothing served them" in capsys.readouterr().out
+
+    monkeypatch.setattr(serve, "cancel_missed", lambda *a: (_ for _ in ()).throw(ConnectionError("refused")))
+    with pytest.raises(RuntimeError, match=r"missed while nothing served them failed: ConnectionError\('refused'\)"):
+        serve.configure(env, "grpoflow-local", "process", None, 1)
