@@ -18,6 +18,7 @@ pytestmark = pytest.mark.e2e
 
 MINE = "data/raw/mine.jsonl"
 ROW = '{{"question": "What is {i} + 1?", "answer": "{j}"}}\n'
+REPORTS: list[str] = []  # the keys of the reports the stage task published
 
 
 @pytest.fixture
@@ -30,6 +31,10 @@ def workspace(project, run_env, monkeypatch):
     for key, value in run_env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(stage_run, "get_run_logger", lambda: logging.getLogger("test-lineage"))
+    # Outside a flow run, Prefect would start a temporary server to store the stage's report (and warns
+    # that artifacts outside a run are deprecated): the reports are kept here instead.
+    REPORTS.clear()
+    monkeypatch.setattr(stage_run, "create_markdown_artifact", lambda text, key, description: REPORTS.append(key))
     (project / MINE).write_text("".join(ROW.format(i=i, j=i + 1) for i in range(120)))
     text = (project / "params" / "default.yaml").read_text()
     text = text.replace(
@@ -68,7 +73,7 @@ def test_rows_added_while_prepare_runs_fail_the_stage_and_leave_no_lock_entry(wo
 
 def test_a_file_dropped_in_after_prepare_read_its_inputs_stops_the_experiment_being_saved(workspace):
     stage_run.run_dvc_stage.fn(declared("prepare"), {})
-    assert "prepare" in _locked(workspace)
+    assert "prepare" in _locked(workspace) and REPORTS == ["prepare-report"]
     # A file for another set, dropped into the data folder: not this set's input, so nothing to refuse.
     (workspace / "data" / "raw" / "other.jsonl").write_text('{"question": "q", "answer": "1"}\n')
     lineage.check_before_save(["prepare"])
