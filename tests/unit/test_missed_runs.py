@@ -55,12 +55,12 @@ def _booked(api_url: str, now: dt.datetime) -> tuple[str, str]:
     return str(deployment), str(mine.id)
 
 
-def _states(api_url: str) -> dict[str, tuple[float, str, bool, str]]:
-    """Each run: minutes from now to its time, its state, whether the scheduler made it, its message."""
+def _states(api_url: str, now: dt.datetime) -> dict[str, tuple[float, str, bool, str]]:
+    """Each run: minutes from ``now`` (the test's clock, however slow the machine) to its time, its
+    state, whether the scheduler made it, its message."""
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    now = dt.datetime.now(UTC)
     with temporary_settings(updates={PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
         return {
             str(r.id): (
@@ -76,15 +76,17 @@ def _states(api_url: str) -> dict[str, tuple[float, str, bool, str]]:
 def test_only_the_schedulers_runs_past_the_grace_are_cancelled_each_with_its_reason(api_url):
     now = dt.datetime.now(UTC)
     _, mine = _booked(api_url, now)
-    before = _states(api_url)
+    before = _states(api_url, now)
     auto = {i: s for i, s in before.items() if s[2]}
     assert len(auto) >= 10 and {s[1] for s in before.values()} == {"SCHEDULED"}, before
 
     assert cancel_missed(api_url, ["grpoflow-pipeline/other"], grace_s=300, now=now) == []  # not named
-    assert _states(api_url).keys() == before.keys() and {s[1] for s in _states(api_url).values()} == {"SCHEDULED"}
+    assert _states(api_url, now).keys() == before.keys() and {s[1] for s in _states(api_url, now).values()} == {
+        "SCHEDULED"
+    }
     (missed,) = cancel_missed(api_url, ["grpoflow-pipeline/scheduled"], grace_s=300, now=now)
 
-    after = _states(api_url)
+    after = _states(api_url, now)
     overdue = {i for i, (minutes, *_) in auto.items() if minutes < -5}
     assert len(overdue) == 7  # due 53.5, 46.5, ... 11.5 minutes ago
     assert {i for i, s in after.items() if s[1] == "CANCELLED"} == overdue
