@@ -42,7 +42,7 @@ from flows.pipeline import (
 from flows.rehearse import add_smoke, rehearse
 from flows.stage_run import StageFailed, expected_failures_as_state
 from grpoflow import catalog
-from grpoflow.config import ARMS, ConfigError, load_params
+from grpoflow.config import ARMS, AblationConfig, ConfigError, load_params
 from grpoflow.tuning.overlay import overlay_budget, overlay_path, read_overlay, shown, tuned_arm_overrides
 from tasks.cli import add_overrides, command_parser
 from tasks.stages import ABLATION_METRICS, ABLATION_OUT, SHARED_STAGES
@@ -106,6 +106,20 @@ def ablation(
         return result
 
 
+def check_flags(params_file: str, arms: list[str], seeds: list[int], overrides: dict[str, Any] | None) -> None:
+    """``--arms`` and ``--seeds`` judged on their own (against the set's custom arms), so that a mistake
+    in them is blamed on the command line: through the run's overrides it read as the params file's."""
+    from pydantic import ValidationError
+
+    custom = load_params(params_file, overrides).ablation.custom_arms  # the set's own faults are the file's
+    try:
+        AblationConfig(arms=arms, seeds=seeds, custom_arms=custom)
+    except ValidationError as exc:
+        flags = f"--arms {' '.join(arms)} --seeds {' '.join(map(str, seeds))}"
+        problems = (e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise ConfigError("; ".join(f"{flags}: {problem}" for problem in problems)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = command_parser("flows.ablation", __doc__)
     parser.add_argument("--params", default="params/default.yaml", help="the parameter set (params/*.yaml)")
@@ -114,7 +128,10 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         default=catalog.default_run(),
         metavar="ARM",
-        help=f"the arms, the first the baseline (known: {' '.join(ARMS)}; or the set's custom_arms)",
+        help=(
+            f"the arms, the first the baseline (default: {' '.join(catalog.default_run())}; known: {' '.join(ARMS)}; "
+            "or the set's ablation.custom_arms, README: Ablation)"
+        ),
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds of every arm (default: 0)")
     add_overrides(parser)
@@ -140,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         return tune.main(["--params", args.params, "--arms", *args.arms, *trials, *smoke, "--set", *args.overrides])
     try:
         overrides = parse_overrides(args.overrides)
+        check_flags(args.params, args.arms, args.seeds, overrides)
         every = ablation_overrides(args.arms, args.seeds, overrides)
         # The arms and seeds validated here, smoke or not: a bad arm is refused before a scratch copy is made.
         every, _ = with_tuned(args.params, args.arms, every, tuned=not args.untuned)  # the flow prints the lines

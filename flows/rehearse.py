@@ -250,6 +250,9 @@ def keep_results(project: Path, dest: Path) -> Path:
 def kept_results_line(dest: Path) -> str:
     """Where the smoke run's results are now, and what was not kept."""
     page, logs = dest / "reports" / "run.html", dest / "reports" / "logs"
+    if not any(p.is_file() and p.name != ".gitignore" for p in dest.rglob("*")):
+        # The tracked .gitignore files alone: it stopped before a stage ran, and its output above says why.
+        return f"the smoke run stopped before its first stage: nothing to keep ({dest} is empty)"
     where = f"its run page: {page}" if page.is_file() else f"its stage logs: {logs}" if logs.is_dir() else dest
     return (
         f"smoke results kept in {dest} ({where}; metrics in {dest / 'metrics'}); the MLflow run, models and DVC "

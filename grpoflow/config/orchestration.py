@@ -53,6 +53,18 @@ class ArmConfig(_Section):
     )
 
 
+def _arm_text(arm: ArmConfig) -> str:
+    """An arm as one reads it: its algorithm, and its overrides where it has any."""
+    return arm.algorithm + (f" with {arm.overrides}" if arm.overrides else "")
+
+
+def _extends(arm: ArmConfig, builtin: ArmConfig) -> bool:
+    """Whether ``arm`` is ``builtin`` with overrides added: the same algorithm, each of its overrides kept."""
+    return arm.algorithm == builtin.algorithm and all(
+        k in arm.overrides and arm.overrides[k] == v for k, v in builtin.overrides.items()
+    )
+
+
 def builtin_arms() -> dict[str, ArmConfig]:
     """The arms `make ablation ARMS="..."` knows by name: each algorithm of the catalog as it is, then
     GRPO's variants (:data:`VARIANTS`); a set may add its own (``ablation.custom_arms``)."""
@@ -81,14 +93,23 @@ class AblationConfig(_Section):
 
     @model_validator(mode="after")
     def _known_arms(self) -> AblationConfig:
-        known = {**builtin_arms(), **self.custom_arms}
+        builtin = builtin_arms()
+        for name, arm in self.custom_arms.items():  # every one, named in arms or not: where it is written
+            if name in builtin and not _extends(arm, builtin[name]):
+                raise ValueError(
+                    f"custom_arms.{name}: {name!r} is a built-in arm ({_arm_text(builtin[name])}); one of its name "
+                    "may add overrides to it (as a tuned overlay does) but not change what makes it that arm: "
+                    "name yours otherwise"
+                )
+            if not re.fullmatch(r"[a-z0-9_]+", name):
+                raise ValueError(f"custom_arms.{name}: use lower-case letters, digits and _ (it names DVC stages)")
+        known = {**builtin, **self.custom_arms}
         for name in self.arms:
             if name not in known:
                 raise ValueError(unknown_name("arm", name, sorted(known)))
-            if not re.fullmatch(r"[a-z0-9_]+", name):
-                raise ValueError(f"arm name {name!r}: use lower-case letters, digits and _ (it names DVC stages)")
-        if len(set(self.arms)) != len(self.arms):
-            raise ValueError(f"arms listed twice: {self.arms}")
+        for what, values in (("arms", self.arms), ("seeds", self.seeds)):
+            if twice := sorted({v for v in values if values.count(v) > 1}, key=values.index):
+                raise ValueError(f"{what} listed twice: {', '.join(map(str, twice))} (in {values})")
         return self
 
     def arm(self, name: str) -> ArmConfig:

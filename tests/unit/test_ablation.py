@@ -43,6 +43,32 @@ def test_a_bad_arm_is_refused_naming_it():
         arm_params(params, "bad")
 
 
+def test_a_seed_listed_twice_is_refused_naming_it_not_as_a_dependency_cycle():
+    # Two stages of one name made dvc.yaml's graph fail: "the stages have a dependency cycle among []".
+    with pytest.raises(ConfigError, match=r"seeds listed twice: 1 \(in \[1, 1, 2\]\)"):
+        validate_params({"ablation": {"arms": ["grpo"], "seeds": [1, 1, 2]}})
+    with pytest.raises(ConfigError, match=r"arms listed twice: grpo \(in \['grpo', 'ppo', 'grpo'\]\)"):
+        validate_params({"ablation": {"arms": ["grpo", "ppo", "grpo"]}})
+
+
+def test_a_custom_arm_may_extend_a_built_in_of_its_name_but_not_replace_it():
+    # rloo trained as plain GRPO with another beta, reported as rloo: refused, trained or not.
+    with pytest.raises(ConfigError, match=r"custom_arms\.rloo: 'rloo' is a built-in arm \(grpo with \{'grpo.adv"):
+        validate_params({"ablation": {"custom_arms": {"rloo": {"overrides": {"grpo.beta": 0.5}}}}})
+    with pytest.raises(ConfigError, match=r"custom_arms\.ppo: 'ppo' is a built-in arm \(ppo\)"):
+        validate_params({"ablation": {"custom_arms": {"ppo": {"algorithm": "grpo"}}}})
+    # What a tuned overlay writes: the built-in's algorithm and overrides, and settings added.
+    tuned = {"overrides": {"grpo.advantage_estimator": "rloo", "grpo.beta": 0.5}}
+    params = validate_params({"ablation": {"arms": ["rloo"], "custom_arms": {"rloo": tuned}}})
+    assert (arm_params(params, "rloo").grpo.beta, arm_params(params, "rloo").grpo.advantage_estimator) == (0.5, "rloo")
+
+
+def test_a_custom_arms_name_is_checked_where_it_is_written_named_in_arms_or_not():
+    for name in ("Mine", "my-arm"):
+        with pytest.raises(ConfigError, match=rf"custom_arms\.{name}: use lower-case letters, digits and _"):
+            validate_params({"ablation": {"arms": ["grpo"], "custom_arms": {name: {}}}})
+
+
 def test_every_arm_and_seed_is_a_dvc_stage_and_the_report_reads_them_all():
     spec = dvc_spec(
         "params/default.yaml", ["base_model", "prepare", "validate_verifiers", "sft"], ["grpo", "ppo"], [0, 1]
@@ -151,3 +177,20 @@ def test_a_smoke_run_refuses_a_bad_arm_before_it_copies_the_checkout(monkeypatch
     assert flow.main(["--smoke", "--arms", "grpo", "ppx"]) == 2  # a usage error
     assert not copied and "ppx" in capsys.readouterr().err
     assert flow.main(["--smoke", "--arms", "grpo", "ppo"]) == 0 and len(copied) == 1  # good arms: on to the copy
+
+
+def test_a_mistake_in_arms_or_seeds_is_blamed_on_the_command_line_not_the_params_file(monkeypatch):
+    from pathlib import Path
+
+    from flows.ablation import check_flags
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    with pytest.raises(ConfigError, match=r"^--arms grpo gpro --seeds 0: unknown arm 'gpro' \(did you mean 'grpo'\?\)"):
+        check_flags("params/default.yaml", ["grpo", "gpro"], [0], None)
+    with pytest.raises(ConfigError, match=r"^--arms grpo --seeds 1 1: seeds listed twice: 1 \(in \[1, 1\]\)$"):
+        check_flags("params/default.yaml", ["grpo"], [1, 1], None)
+    # A custom arm from --set counts as the set's own; the set's own faults stay the file's.
+    mine = {"ablation.custom_arms.mine": {"overrides": {"grpo.beta": 0.01}}}
+    check_flags("params/default.yaml", ["grpo", "mine"], [0, 1], mine)
+    with pytest.raises(ConfigError, match=r"^params/default.yaml: invalid parameters\n.*custom_arms\.Mine"):
+        check_flags("params/default.yaml", ["grpo"], [0], {"ablation.custom_arms.Mine": {}})

@@ -240,3 +240,16 @@ def test_a_smoke_tune_says_its_studies_and_overlays_went_with_the_copy():
     assert "resumed by the same command" in study_fingerprint_note()
     note = study_fingerprint_note("/w/.grpoflow/smoke-tune/default")
     assert "resumed" not in note and note.endswith("kept in /w/.grpoflow/smoke-tune/default")
+
+
+def test_a_smoke_run_that_stopped_before_any_stage_says_it_left_nothing(tmp_path):
+    """It said `smoke results kept in X (X; metrics in X/metrics)` of a folder holding two .gitignore files."""
+    from flows.rehearse import kept_results_line
+
+    dest = tmp_path / "kept"
+    for tracked in ("metrics", "reports"):
+        (dest / tracked).mkdir(parents=True)
+        (dest / tracked / ".gitignore").write_text("*\n")
+    assert kept_results_line(dest) == f"the smoke run stopped before its first stage: nothing to keep ({dest} is empty)"
+    (dest / "metrics" / "prepare.json").write_text("{}")
+    assert kept_results_line(dest).startswith(f"smoke results kept in {dest} ({dest}; metrics in {dest / 'metrics'})")
