@@ -89,7 +89,10 @@ class AblationConfig(_Section):
         default_factory=list, description="Arms to train, the first the baseline of the verdicts (ARMS or custom_arms)."
     )
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="Training seeds of every arm.")
-    custom_arms: dict[str, ArmConfig] = Field(default_factory=dict, description="This set's own named arms.")
+    custom_arms: dict[str, ArmConfig] = Field(
+        default_factory=dict,
+        description="This set's own named arms ([a-z0-9_] names; a built-in's name only to add overrides to it).",
+    )
 
     @model_validator(mode="after")
     def _known_arms(self) -> AblationConfig:
