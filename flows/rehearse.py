@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from flows.process_tree import stop_tree
 from flows.summary import SMOKE_KEPT_ENV as KEPT_ENV
 from grpoflow import catalog
 from grpoflow.config import load_params, set_dotted
@@ -184,7 +187,12 @@ def rehearse(
     what = smoke_label(params_file, flow)
     print(f"{what} in a scratch copy, {project}", flush=True)
     cmd = [sys.executable, "-m", *flow, "--params", str(rel), *(["--stages", *stages] if stages else [])]
-    code = subprocess.run(cmd, cwd=project, env=env).returncode
+    try:
+        code = run_flow(cmd, project, env)
+    except KeyboardInterrupt:  # the flow and all it started are stopped: its scratch copy goes too
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
     print(
         f"{what}: {'passed' if code == 0 else f'FAILED (exit {code})'}"
         + (f"; its workspace is kept at {project}" if keep else ""),
@@ -194,6 +202,38 @@ def rehearse(
         print(kept_results_line(keep_results(project, kept)), flush=True)
         shutil.rmtree(scratch, ignore_errors=True)
     return code
+
+
+# How long the rehearsed flow gets to stop after each signal: its clean stop ends the stage and records the run.
+STOP_GRACE_S = 30.0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the rehearsal waits, so that it stops what it started as Ctrl-C does."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated
+
+
+def run_flow(cmd: list[str], cwd: Path, env: dict[str, str]) -> int:
+    """Run the rehearsed flow to its end; its exit code. On Ctrl-C or SIGTERM the flow and every process
+    below it are stopped before this returns (SIGINT, its clean stop; then SIGTERM, SIGKILL): left to
+    themselves, a stage's training went on in the scratch copy after the command had ended."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env)
+    main = threading.current_thread() is threading.main_thread()  # where Python lets a handler be set
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+    try:
+        return proc.wait()
+    except Terminated:
+        stop_tree(proc, STOP_GRACE_S)
+        raise
+    except KeyboardInterrupt:  # a terminal's Ctrl-C reached the flow too: it gets to stop on its own first
+        stop_tree(proc, STOP_GRACE_S, (None, signal.SIGINT, signal.SIGTERM, signal.SIGKILL))
+        raise
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def shrink_overlays(tuned: Path) -> None:

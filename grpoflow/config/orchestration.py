@@ -53,6 +53,17 @@ class ArmConfig(_Section):
     )
 
 
+def _listed_twice(values: list[Any]) -> list[Any]:
+    """The values ``values`` holds more than once, each once, in the order of their second listing."""
+    seen: list[Any] = []
+    twice: list[Any] = []
+    for value in values:
+        if value in seen and value not in twice:
+            twice.append(value)
+        seen.append(value)
+    return twice
+
+
 def _arm_text(arm: ArmConfig) -> str:
     """An arm as one reads it: its algorithm, and its overrides where it has any."""
     return arm.algorithm + (f" with {arm.overrides}" if arm.overrides else "")
@@ -110,8 +121,8 @@ class AblationConfig(_Section):
         for name in self.arms:
             if name not in known:
                 raise ValueError(unknown_name("arm", name, sorted(known)))
-        for what, values in (("arms", self.arms), ("seeds", self.seeds)):
-            if twice := sorted({v for v in values if values.count(v) > 1}, key=values.index):
+        for what, values in (("arms", list(self.arms)), ("seeds", list(self.seeds))):
+            if twice := _listed_twice(values):
                 raise ValueError(f"{what} listed twice: {', '.join(map(str, twice))} (in {values})")
         return self
 

@@ -171,6 +171,7 @@ def test_the_rehearsal_prints_its_launch_in_one_line_and_writes_it_into_the_copy
     monkeypatch.setattr(
         rehearse_module.subprocess, "run", lambda cmd, **kwargs: subprocess.CompletedProcess(cmd, 0, "", "")
     )
+    monkeypatch.setattr(rehearse_module, "run_flow", lambda cmd, cwd, env: 0)
     assert rehearse(QWEN, None, ["grpo"], keep=True) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "launch" in line]
     assert lines == [

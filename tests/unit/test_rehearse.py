@@ -54,6 +54,7 @@ def test_a_smoke_run_happens_in_a_copy_that_shares_the_checkouts_deepspeed_op_ca
 
     monkeypatch.setattr(rehearse_module, "copy_checkout", copy_checkout)
     monkeypatch.setattr(rehearse_module.subprocess, "run", run)
+    monkeypatch.setattr(rehearse_module, "run_flow", lambda cmd, cwd, env: run(cmd, cwd=cwd, env=env).returncode)
     assert rehearse("params/default.yaml", None, None, keep=True) == 0
     flow = runs[-1]
     assert flow["cmd"][1:3] == ["-m", "flows.pipeline"] and flow["cwd"] == copies[0] != ROOT
@@ -94,6 +95,7 @@ def test_a_rehearsal_keeps_its_page_and_logs_in_the_workspace_and_removes_its_sc
 
     monkeypatch.setattr(rehearse_module, "copy_checkout", copy_checkout)
     monkeypatch.setattr(rehearse_module.subprocess, "run", run)
+    monkeypatch.setattr(rehearse_module, "run_flow", lambda cmd, cwd, env: run(cmd, cwd=cwd, env=env).returncode)
     assert rehearse("params/default.yaml", None, None) == code
     kept = workspace / ".grpoflow" / "smoke" / "default"
     assert (kept / "reports" / "logs" / "sft.log").read_text() == "sft said this\n"
@@ -132,6 +134,7 @@ def test_a_smoke_run_tells_its_flow_where_its_page_will_be_kept_and_keeps_what_a
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(rehearse_module.subprocess, "run", run)
+    monkeypatch.setattr(rehearse_module, "run_flow", lambda cmd, cwd, env: run(cmd, cwd=cwd, env=env).returncode)
     assert rehearse("params/default.yaml", None, None) == 0
     assert told["kept"] == str(kept.resolve())
     assert told["where"] == {"Run page": str(kept.resolve() / "reports" / "run.html")}  # no link into the copy
@@ -158,6 +161,7 @@ def test_a_failed_smoke_ablation_keeps_no_page_of_the_smoke_run_before_it(tmp_pa
         return subprocess.CompletedProcess(cmd, passing["code"], "", "")
 
     monkeypatch.setattr(rehearse_module.subprocess, "run", run)
+    monkeypatch.setattr(rehearse_module, "run_flow", lambda cmd, cwd, env: run(cmd, cwd=cwd, env=env).returncode)
     smoke, ablation = (
         workspace / ".grpoflow" / "smoke" / "default",
         workspace / ".grpoflow" / "smoke-ablation" / "default",
@@ -253,3 +257,37 @@ def test_a_smoke_run_that_stopped_before_any_stage_says_it_left_nothing(tmp_path
     assert kept_results_line(dest) == f"the smoke run stopped before its first stage: nothing to keep ({dest} is empty)"
     (dest / "metrics" / "prepare.json").write_text("{}")
     assert kept_results_line(dest).startswith(f"smoke results kept in {dest} ({dest}; metrics in {dest / 'metrics'})")
+
+
+def test_a_rehearsal_stopped_by_sigterm_stops_the_flow_and_what_it_started(tmp_path):
+    """`timeout` or `kill` ended the rehearsing command alone: its flow, and the training under it, went
+    on in the scratch copy. A real process tree here: a child that starts a grandchild, both sleeping."""
+    import os
+    import signal
+    import sys
+    import threading
+
+    import psutil
+
+    from flows.rehearse import Terminated, run_flow
+
+    pids = tmp_path / "pids"
+    child = (
+        "import os, subprocess, sys, time\n"
+        "grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{grandchild.pid}}')\n"
+        "time.sleep(300)\n"
+    )
+    before = signal.getsignal(signal.SIGTERM)
+
+    def terminate_once_started() -> None:
+        while not pids.is_file() or " " not in pids.read_text():
+            threading.Event().wait(0.1)
+        os.kill(os.getpid(), signal.SIGTERM)  # to this process, as `timeout` sends it
+
+    threading.Thread(target=terminate_once_started, daemon=True).start()
+    with pytest.raises(Terminated):
+        run_flow([sys.executable, "-c", child], tmp_path, dict(os.environ))
+    for pid in map(int, pids.read_text().split()):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
+    assert signal.getsignal(signal.SIGTERM) == before  # this process's own handler, back
