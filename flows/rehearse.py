@@ -192,7 +192,9 @@ def rehearse(
     except KeyboardInterrupt:  # the flow and all it started are stopped: its scratch copy goes too
         if not keep:
             shutil.rmtree(scratch, ignore_errors=True)
-        raise
+        gone = f"; its workspace is kept at {project}" if keep else "; its scratch copy is removed"
+        print(f"{what}: interrupted{gone} (a smoke run starts over when run again)", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT  # as a shell reports a Ctrl-C
     print(
         f"{what}: {'passed' if code == 0 else f'FAILED (exit {code})'}"
         + (f"; its workspace is kept at {project}" if keep else ""),
@@ -218,18 +220,20 @@ def _terminated(signum, frame) -> None:
 
 def run_flow(cmd: list[str], cwd: Path, env: dict[str, str]) -> int:
     """Run the rehearsed flow to its end; its exit code. On Ctrl-C or SIGTERM the flow and every process
-    below it are stopped before this returns (SIGINT, its clean stop; then SIGTERM, SIGKILL): left to
-    themselves, a stage's training went on in the scratch copy after the command had ended."""
+    below it are stopped before this raises (SIGINT to the flow, its clean stop; then SIGTERM and SIGKILL
+    to all of them): left to themselves, a stage's training went on in the scratch copy after the
+    command had ended."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env)
     main = threading.current_thread() is threading.main_thread()  # where Python lets a handler be set
     previous = signal.signal(signal.SIGTERM, _terminated) if main else None
     try:
         return proc.wait()
-    except Terminated:
-        stop_tree(proc, STOP_GRACE_S)
-        raise
-    except KeyboardInterrupt:  # a terminal's Ctrl-C reached the flow too: it gets to stop on its own first
-        stop_tree(proc, STOP_GRACE_S, (None, signal.SIGINT, signal.SIGTERM, signal.SIGKILL))
+    except KeyboardInterrupt as exc:
+        # The flow first, alone: its clean stop ends its stage, records the run on its Prefect server and
+        # then stops what it started. A terminal's Ctrl-C reached it already; SIGTERM did not.
+        if isinstance(exc, Terminated):
+            proc.send_signal(signal.SIGINT)
+        stop_tree(proc, STOP_GRACE_S, (None, signal.SIGTERM, signal.SIGKILL))
         raise
     finally:
         if main:
