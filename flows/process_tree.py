@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 
@@ -34,16 +35,18 @@ def stop_tree(proc: subprocess.Popen, grace_s: float, signals=(signal.SIGINT, si
             continue
 
 
-def reap_children(grace_s: float) -> list[int]:
-    """Stop every process this one started, directly or below (an interrupted run's: its temporary
-    Prefect server, anything a stage left), and wait for each to be gone: SIGTERM, then SIGKILL after
-    ``grace_s``. The command's prompt then comes back with nothing of the run still running. The pids
-    that were still there."""
+def descendants(pid: int) -> list[psutil.Process]:
+    """Every process below ``pid`` now; none where it is gone. Kept before a parent is stopped, it still
+    names the children the parent's end hands to init."""
     try:
-        children = psutil.Process().children(recursive=True)
+        return psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return []
-    alive = children
+
+
+def stop_procs(procs: list[psutil.Process], grace_s: float) -> None:
+    """SIGTERM each of ``procs`` still running, then SIGKILL those left after ``grace_s``; wait for each."""
+    alive = procs
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for proc in alive:
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -51,4 +54,13 @@ def reap_children(grace_s: float) -> list[int]:
         _, alive = psutil.wait_procs(alive, timeout=grace_s)
         if not alive:
             break
+
+
+def reap_children(grace_s: float) -> list[int]:
+    """Stop every process this one started, directly or below (an interrupted run's: its temporary
+    Prefect server, anything a stage left), and wait for each to be gone: SIGTERM, then SIGKILL after
+    ``grace_s``. The command's prompt then comes back with nothing of the run still running. The pids
+    that were still there."""
+    children = descendants(os.getpid())
+    stop_procs(children, grace_s)
     return [p.pid for p in children]

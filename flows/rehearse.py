@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from flows.process_tree import stop_tree
+from flows.process_tree import descendants, stop_procs, stop_tree
 from flows.summary import SMOKE_KEPT_ENV as KEPT_ENV
 from grpoflow import catalog
 from grpoflow.config import load_params, set_dotted
@@ -231,9 +231,11 @@ def run_flow(cmd: list[str], cwd: Path, env: dict[str, str]) -> int:
     except KeyboardInterrupt as exc:
         # The flow first, alone: its clean stop ends its stage, records the run on its Prefect server and
         # then stops what it started. A terminal's Ctrl-C reached it already; SIGTERM did not.
+        below = descendants(proc.pid)
         if isinstance(exc, Terminated):
             proc.send_signal(signal.SIGINT)
         stop_tree(proc, STOP_GRACE_S, (None, signal.SIGTERM, signal.SIGKILL))
+        stop_procs(below, STOP_GRACE_S)  # what the flow started and left running, handed to init
         raise
     finally:
         if main:
