@@ -47,7 +47,7 @@ from grpoflow.config.launch import DISTRIBUTED_STAGES
 from grpoflow.config.yaml_edit import set_keys
 from grpoflow.guard import InputError, check_params_file, clip, load_yaml, short_repr
 from tasks import tracking
-from tasks.cli import add_overrides, command_parser
+from tasks.cli import EXIT_INTERRUPTED, add_overrides, command_parser
 from tasks.stages import REPORT_PLOTS, stages_for
 from tasks.stages import STAGES as declared_stages
 from tasks.stages import for_params as dvc_yaml_for
@@ -55,7 +55,6 @@ from tasks.stages import select as select_stages
 from tasks.stages import stage as stage_declaration
 
 DVC_YAML = "dvc.yaml"
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 REAP_GRACE_S = 10.0  # how long an interrupted run's leftover processes get to end after SIGTERM
 INTERRUPTED = (
     "interrupted: the run stopped; run the same command again to go on (DVC skips the finished stages, "

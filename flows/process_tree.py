@@ -24,15 +24,19 @@ def signal_tree(pid: int, sig: int) -> None:
 
 def stop_tree(proc: subprocess.Popen, grace_s: float, signals=(signal.SIGINT, signal.SIGTERM, signal.SIGKILL)) -> None:
     """Wait ``grace_s`` for ``proc`` to end after each of ``signals`` in turn, sent to it and every
-    process below it (None: wait without one); SIGINT first, a clean stop, then firmer ones."""
+    process below it (None: wait without one); SIGINT first, a clean stop, then firmer ones. What was
+    below it when this began and outlives it (its end hands such children to init, out of its tree)
+    is stopped after it."""
+    below = descendants(proc.pid)
     for sig in signals:
         if sig is not None:
             signal_tree(proc.pid, sig)
         try:
             proc.wait(timeout=grace_s)
-            return
+            break
         except subprocess.TimeoutExpired:
             continue
+    stop_procs(below, grace_s)
 
 
 def descendants(pid: int) -> list[psutil.Process]:

@@ -25,12 +25,13 @@ from typing import Any
 
 import yaml
 
-from flows.process_tree import descendants, stop_procs, stop_tree
+from flows.process_tree import stop_tree
 from flows.summary import SMOKE_KEPT_ENV as KEPT_ENV
 from grpoflow import catalog
 from grpoflow.config import load_params, set_dotted
 from grpoflow.config.rules import launched_world_size
 from grpoflow.provenance import copy_checkout
+from tasks.cli import EXIT_INTERRUPTED
 
 # What makes a run smoke-sized; everything else stays the set's own.
 SMOKE: dict[str, Any] = {
@@ -194,7 +195,7 @@ def rehearse(
             shutil.rmtree(scratch, ignore_errors=True)
         gone = f"; its workspace is kept at {project}" if keep else "; its scratch copy is removed"
         print(f"{what}: interrupted{gone} (a smoke run starts over when run again)", file=sys.stderr, flush=True)
-        return 128 + signal.SIGINT  # as a shell reports a Ctrl-C
+        return EXIT_INTERRUPTED
     print(
         f"{what}: {'passed' if code == 0 else f'FAILED (exit {code})'}"
         + (f"; its workspace is kept at {project}" if keep else ""),
@@ -231,11 +232,9 @@ def run_flow(cmd: list[str], cwd: Path, env: dict[str, str]) -> int:
     except KeyboardInterrupt as exc:
         # The flow first, alone: its clean stop ends its stage, records the run on its Prefect server and
         # then stops what it started. A terminal's Ctrl-C reached it already; SIGTERM did not.
-        below = descendants(proc.pid)
         if isinstance(exc, Terminated):
             proc.send_signal(signal.SIGINT)
         stop_tree(proc, STOP_GRACE_S, (None, signal.SIGTERM, signal.SIGKILL))
-        stop_procs(below, STOP_GRACE_S)  # what the flow started and left running, handed to init
         raise
     finally:
         if main:

@@ -55,13 +55,7 @@ class ArmConfig(_Section):
 
 def _listed_twice(values: list[Any]) -> list[Any]:
     """The values ``values`` holds more than once, each once, in the order of their second listing."""
-    seen: list[Any] = []
-    twice: list[Any] = []
-    for value in values:
-        if value in seen and value not in twice:
-            twice.append(value)
-        seen.append(value)
-    return twice
+    return list(dict.fromkeys(v for i, v in enumerate(values) if v in values[:i]))
 
 
 def _arm_text(arm: ArmConfig) -> str:
